@@ -1,0 +1,190 @@
+"""Run one job: set up, train, test, each timed here, and write the result.
+
+An adapter (``adapter.py`` in the framework directory) defines ``Adapter``::
+
+    class Adapter:
+        def __init__(self, ctx): ...
+        def setup(self):        # import the framework, load data, build the model
+        def train(self):        # the training loop; calls ctx.epoch_done() per epoch
+        def test(self):         # one pass over the test set -> {"accuracy": .., "loss": ..}
+        def describe(self):     # -> {"framework_version", "param_count", "device_name",
+                                #     "threads": {...}, ...}
+
+Asynchronous frameworks must finish all queued work before train() and
+test() return, so that the runner's clock covers it.
+"""
+
+import datetime
+import importlib.util
+import json
+import os
+import platform
+import sys
+import time
+import traceback
+
+from . import EVENT_TAG, SCHEMA_VERSION, data, spec as specs
+
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+PROGRESS_INTERVAL_S = 1.0
+
+
+def emit(event, **fields):
+    fields["event"] = event
+    sys.stdout.write("\n" + EVENT_TAG + json.dumps(fields, sort_keys=True) + "\n")
+    sys.stdout.flush()
+
+
+def utcnow():
+    return datetime.datetime.now(datetime.timezone.utc).isoformat()
+
+
+class Context:
+    """What an adapter sees of its job, and how it reports back."""
+
+    def __init__(self, spec, data_dir):
+        self.spec = spec
+        self.hp = spec["hyperparameters"]
+        self.dataset = spec["dataset"]
+        self.device = spec["device"]
+        self.seed = spec["seed"]
+        self.threads = spec["threads"]
+        self.data_dir = data_dir
+        self.epochs = []
+        self.train_samples = 0
+        self.test_samples = 0
+        self._last_progress = 0.0
+        self._epoch_start = None
+
+    def load_data(self):
+        arrays = data.load(self.dataset, self.data_dir)
+        self.train_samples = len(arrays["train_labels"])
+        self.test_samples = len(arrays["test_labels"])
+        return arrays
+
+    def epoch_start(self):
+        self._epoch_start = time.perf_counter()
+
+    def progress(self, epoch, fraction, loss):
+        """Report progress within an epoch; throttled, so cheap to call often."""
+        now = time.monotonic()
+        if now - self._last_progress >= PROGRESS_INTERVAL_S:
+            self._last_progress = now
+            emit("progress", epoch=epoch, epochs=self.hp.get("epochs"),
+                 fraction=round(fraction, 4), loss=float(loss))
+
+    def epoch_done(self, epoch, loss, accuracy, samples=None):
+        """Report one finished epoch of training (mean loss, training accuracy)."""
+        elapsed = None
+        if self._epoch_start is not None:
+            elapsed = time.perf_counter() - self._epoch_start
+        record = {"epoch": epoch, "loss": float(loss), "accuracy": float(accuracy),
+                  "time_s": elapsed, "samples": samples}
+        self.epochs.append(record)
+        emit("epoch", epochs=self.hp.get("epochs"), **record)
+
+
+def load_adapter(framework_dir):
+    path = os.path.join(framework_dir, "adapter.py")
+    module_spec = importlib.util.spec_from_file_location("dlbench_adapter", path)
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    return module.Adapter
+
+
+def apply_threads(threads, environ=os.environ):
+    """Thread variables every BLAS and OpenMP runtime honours; set before the import."""
+    if threads:
+        for name in THREAD_VARIABLES:
+            environ.setdefault(name, str(threads))
+    return {name: environ.get(name) for name in THREAD_VARIABLES}
+
+
+def cpu_model():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def loaded_blas():
+    """BLAS and LAPACK libraries mapped into this process, by real path."""
+    found = set()
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                path = line.split()[-1] if len(line.split()) >= 6 else ""
+                name = os.path.basename(path).lower()
+                if ".so" in name and any(k in name for k in ("blas", "lapack", "mkl", "blis", "dnnl")):
+                    found.add(os.path.realpath(path))
+    except OSError:
+        pass
+    return sorted(found)
+
+
+def write_json_atomic(path, document):
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(document, f, indent=1, sort_keys=True)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def run(spec, framework_dir, data_dir, out_dir):
+    """Run a completed spec; returns the result record (also written to out_dir)."""
+    started = utcnow()
+    t_start = time.perf_counter()
+    env_threads = apply_threads(spec["threads"])
+    ctx = Context(spec, data_dir)
+    result = {
+        "schema_version": SCHEMA_VERSION, "status": "failed", "error": None,
+        "framework": spec["framework"], "dataset": spec["dataset"], "model": spec["model"],
+        "profile": spec["profile"], "hyperparameters": spec["hyperparameters"],
+        "device": spec["device"], "seed": spec["seed"], "job_id": spec.get("job_id"),
+        "run_id": spec.get("run_id"), "started_at": started,
+        "python_version": platform.python_version(), "cpu_model": cpu_model(),
+        "threads": {"requested": spec["threads"], "env": env_threads},
+    }
+    phase = "setup"
+    try:
+        emit("phase", phase="setup")
+        adapter = load_adapter(framework_dir)(ctx)
+        adapter.setup()
+        result["setup_time_s"] = time.perf_counter() - t_start
+        phase = "train"
+        emit("phase", phase="train")
+        t0 = time.perf_counter()
+        adapter.train()
+        result["train_time_s"] = time.perf_counter() - t0
+        phase = "test"
+        emit("phase", phase="test")
+        t0 = time.perf_counter()
+        scores = adapter.test()
+        result["test_time_s"] = time.perf_counter() - t0
+        phase = "describe"
+        result.update(adapter.describe())
+        result["threads"]["env"] = env_threads
+        result["device_name"] = result.get("device_name") or result["cpu_model"]
+        result["accuracy"] = float(scores["accuracy"])
+        result["test_loss"] = scores.get("loss")
+        trained = sum(e.get("samples") or ctx.train_samples for e in ctx.epochs) or ctx.train_samples
+        result["train_samples"] = ctx.train_samples
+        result["test_samples"] = ctx.test_samples
+        result["train_images_per_s"] = trained / result["train_time_s"] if result["train_time_s"] else None
+        result["test_images_per_s"] = ctx.test_samples / result["test_time_s"] if result["test_time_s"] else None
+        result["status"] = "ok"
+    except Exception as exc:  # the failure becomes the record, not a lost run
+        result["error"] = "%s during %s: %s" % (type(exc).__name__, phase, exc)
+        traceback.print_exc()
+    result["epochs"] = ctx.epochs
+    result["blas"] = loaded_blas()
+    result["total_time_s"] = time.perf_counter() - t_start
+    result["finished_at"] = utcnow()
+    write_json_atomic(os.path.join(out_dir, "result.json"), result)
+    emit("done", status=result["status"], accuracy=result.get("accuracy"), error=result["error"])
+    return result
