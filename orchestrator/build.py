@@ -1,0 +1,217 @@
+"""Images without a registry: root file system -> base -> one image per framework.
+
+1. root  ``dlbench/root:<suite>``: a Debian root file system made with
+   debootstrap from Debian's mirror and imported, or a pulled debian image.
+2. base  ``dlbench/base:<suite>``: Python 3 and the host's CA bundle.
+3. ``dlbench/<framework>:cpu``: the framework, the shared runner, the adapter.
+
+Each build's inputs (files, build arguments, parent image) are hashed; an image
+already labelled with the same hash is reused as it is, so a build with
+nothing changed takes seconds and keeps its image id.  When something changed,
+Docker's layer cache still reuses the unchanged steps.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from collections import deque
+from pathlib import Path
+
+from . import __version__, catalog
+from .errors import BuildError, UsageError, docker_errors
+
+SUITE = "bullseye"
+DEFAULT_MIRROR = "http://deb.debian.org/debian"
+PULL_IMAGE = f"debian:{SUITE}-slim"
+LABEL = "org.dlbench"
+CA_CANDIDATES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt",
+                 "/etc/ssl/cert.pem")
+PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy")
+
+
+def root_tag(suite=SUITE):
+    return f"dlbench/root:{suite}"
+
+
+def base_tag(suite=SUITE):
+    return f"dlbench/base:{suite}"
+
+
+def image_tag(framework: str, variant: str = "cpu") -> str:
+    return f"dlbench/{framework}:{variant}"
+
+
+def find_ca_bundle(explicit: str | None = None) -> Path:
+    if explicit:
+        path = Path(explicit).expanduser()
+        if not path.is_file():
+            raise UsageError(f"--ca-bundle {explicit}: no such file")
+        return path
+    for candidate in (os.environ.get("SSL_CERT_FILE"), *CA_CANDIDATES):
+        if candidate and Path(candidate).is_file():
+            return Path(candidate)
+    import certifi  # installed with requests
+    return Path(certifi.where())
+
+
+def find_image(client, tag):
+    import docker.errors
+    try:
+        return client.images.get(tag)
+    except docker.errors.ImageNotFound:
+        return None
+
+
+class Builder:
+    """Builds the images; ``say`` receives one line per step for the display."""
+
+    def __init__(self, client, say=print, base_source: str = "auto", mirror: str = DEFAULT_MIRROR,
+                 ca_bundle: str | None = None, network: str | None = None,
+                 log_dir: Path | None = None, suite: str = SUITE):
+        if base_source not in ("auto", "debootstrap", "pull"):
+            raise UsageError(f"--base {base_source}: choose auto, debootstrap or pull")
+        self.client, self.say, self.base_source = client, say, base_source
+        self.mirror, self.network, self.suite = mirror, network, suite
+        self.ca_bundle = find_ca_bundle(ca_bundle)
+        self.log_dir = log_dir
+        self._built = {}   # tag -> image, built or checked by this builder
+
+    # -- stage 1: the root file system ------------------------------------------
+    def root(self, rebuild: bool = False):
+        tag = root_tag(self.suite)
+        image = None if rebuild else find_image(self.client, tag)
+        if image is not None:
+            return image
+        if self.base_source in ("auto", "pull"):
+            try:
+                return self._pull(tag)
+            except BuildError as exc:
+                if self.base_source == "pull":
+                    raise
+                self.say(f"no registry ({exc}); making the root file system with debootstrap")
+        return self._debootstrap(tag)
+
+    def _pull(self, tag):
+        import docker.errors
+        self.say(f"pulling {PULL_IMAGE}")
+        try:
+            image = self.client.images.pull(PULL_IMAGE)
+        except docker.errors.APIError as exc:
+            raise BuildError(str(exc.explanation or exc).splitlines()[0]) from None
+        image.tag(*tag.split(":"))
+        return self.client.images.get(tag)
+
+    def _debootstrap(self, tag):
+        if shutil.which("debootstrap") is None:
+            raise BuildError("debootstrap is not installed (apt-get install debootstrap), "
+                             "and no debian image could be pulled")
+        if os.geteuid() != 0:
+            raise BuildError("debootstrap needs root: run `sudo dlbench build-images`, "
+                             "or use --base pull where a registry is reachable")
+        self.say(f"debootstrap {self.suite} (minbase) from {self.mirror}")
+        with tempfile.TemporaryDirectory(prefix="dlbench-root-") as tmp:
+            target = Path(tmp) / "root"
+            log = deque(maxlen=20)
+            proc = subprocess.Popen(
+                ["debootstrap", "--variant=minbase", "--include=ca-certificates",
+                 self.suite, str(target), self.mirror],
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            for line in proc.stdout:
+                log.append(line.rstrip())
+                self.say(line.rstrip())
+            if proc.wait() != 0:
+                raise BuildError(f"debootstrap failed (exit {proc.returncode}): {log[-1] if log else ''}")
+            self.say("importing the root file system into Docker")
+            tar = subprocess.Popen(["tar", "--numeric-owner", "-C", str(target), "-c", "."],
+                                   stdout=subprocess.PIPE)
+            changes = [f'LABEL {LABEL}.role="root" {LABEL}.debian-suite="{self.suite}" '
+                       f'{LABEL}.source="debootstrap" {LABEL}.build-date="{_now()}" '
+                       f'{LABEL}.version="{__version__}"',
+                       'CMD ["/bin/bash"]']
+            with docker_errors("importing the root file system"):
+                self.client.api.import_image_from_stream(
+                    tar.stdout, repository=tag.split(":")[0], tag=tag.split(":")[1], changes=changes)
+            tar.wait()
+        return self.client.images.get(tag)
+
+    # -- stages 2 and 3 ----------------------------------------------------------------
+    def base(self, rebuild: bool = False):
+        root = self.root()
+        files = {"Dockerfile": catalog.images_dir() / "base" / "Dockerfile",
+                 "ca-bundle.crt": self.ca_bundle}
+        labels = {f"{LABEL}.role": "base", f"{LABEL}.debian-suite": self.suite}
+        return self._build(base_tag(self.suite), files, {"ROOT_IMAGE": root.id}, labels, rebuild)
+
+    def framework(self, framework: str, rebuild: bool = False):
+        base = self.base()
+        images = catalog.images_dir()
+        fw_dir = images / framework
+        files = {"Dockerfile": fw_dir / "Dockerfile"}
+        for path in sorted((images / "runner" / "dlbench_runner").glob("*.py")):
+            files[f"runner/dlbench_runner/{path.name}"] = path
+        for path in sorted(fw_dir.iterdir()):
+            if path.is_file() and path.name != "Dockerfile":
+                files[f"{framework}/{path.name}"] = path
+        info = catalog.models(framework)
+        labels = {f"{LABEL}.role": "framework", f"{LABEL}.framework": framework,
+                  f"{LABEL}.framework-version": info["version"],
+                  f"{LABEL}.debian-suite": self.suite, f"{LABEL}.cuda": info.get("cuda", "none")}
+        args = {"BASE_IMAGE": base.id, "FRAMEWORK_VERSION": info["version"]}
+        return self._build(image_tag(framework), files, args, labels, rebuild)
+
+    def _build(self, tag, files: dict[str, Path], buildargs: dict, labels: dict, rebuild: bool):
+        digest = hashlib.sha256()
+        for name in sorted(files):
+            digest.update(name.encode() + b"\0" + files[name].read_bytes() + b"\0")
+        for key in sorted(buildargs):
+            digest.update(f"{key}={buildargs[key]}\0".encode())
+        context_hash = digest.hexdigest()[:32]
+        if tag in self._built and not rebuild:
+            return self._built[tag]
+        existing = find_image(self.client, tag)
+        if existing is not None and not rebuild and \
+                existing.labels.get(f"{LABEL}.context-hash") == context_hash:
+            self.say(f"{tag}: up to date")
+            self._built[tag] = existing
+            return existing
+        labels = {**labels, f"{LABEL}.version": __version__, f"{LABEL}.build-date": _now(),
+                  f"{LABEL}.context-hash": context_hash}
+        proxies = {k: os.environ[k] for k in PROXY_VARIABLES if k in os.environ}
+        self.say(f"{tag}: building")
+        with tempfile.TemporaryDirectory(prefix="dlbench-context-") as tmp:
+            for name, source in files.items():
+                (Path(tmp) / name).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(source, Path(tmp) / name)
+            log, tail = [], deque(maxlen=30)
+            with docker_errors(f"building {tag}"):
+                stream = self.client.api.build(
+                    path=tmp, tag=tag, buildargs={**proxies, **buildargs}, labels=labels,
+                    rm=True, forcerm=True, decode=True, network_mode=self.network,
+                    nocache=False)
+                for chunk in stream:
+                    if "error" in chunk:
+                        self._write_log(tag, log)
+                        detail = " | ".join(line for line in tail if line)[-600:]
+                        raise BuildError(f"building {tag} failed: {chunk['error'].strip()} ({detail})")
+                    text = chunk.get("stream", "").rstrip()
+                    if text:
+                        log.append(text)
+                        tail.append(text)
+                        self.say(text)
+            self._write_log(tag, log)
+        self._built[tag] = self.client.images.get(tag)
+        return self._built[tag]
+
+    def _write_log(self, tag, lines):
+        if self.log_dir:
+            self.log_dir.mkdir(parents=True, exist_ok=True)
+            (self.log_dir / (tag.replace("/", "_").replace(":", "_") + ".log")).write_text("\n".join(lines))
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat()

@@ -1,0 +1,53 @@
+"""What each framework offers: its image directory and its models.json.
+
+The five frameworks of the study are fixed; a framework is available once its
+directory under images/ holds a Dockerfile, an adapter and a models.json.
+"""
+
+import functools
+import importlib.resources
+from pathlib import Path
+
+from dlbench_runner import spec as runner_spec
+
+from .errors import UsageError
+
+FRAMEWORKS = ("caffe", "tensorflow", "torch", "mxnet", "theano")
+DATASETS = ("mnist", "cifar10")
+PROFILES = runner_spec.PROFILES
+
+
+def images_dir() -> Path:
+    return Path(str(importlib.resources.files("dlbench_images")))
+
+
+def framework_dir(framework: str) -> Path:
+    return images_dir() / framework
+
+
+def available() -> list[str]:
+    """Frameworks whose image directory is complete, in the study's order."""
+    return [fw for fw in FRAMEWORKS
+            if all((framework_dir(fw) / f).is_file() for f in ("Dockerfile", "adapter.py", "models.json"))]
+
+
+@functools.lru_cache(maxsize=None)
+def models(framework: str) -> dict:
+    return runner_spec.load_catalog(str(framework_dir(framework)))
+
+
+def check_frameworks(names: list[str]) -> list[str]:
+    ready = available()
+    for name in names:
+        if name not in FRAMEWORKS:
+            raise UsageError(f"unknown framework {name!r} (choose from {', '.join(FRAMEWORKS)})")
+        if name not in ready:
+            raise UsageError(f"framework {name!r} has no image yet (available: {', '.join(ready)})")
+    return names
+
+
+def check_datasets(names: list[str]) -> list[str]:
+    for name in names:
+        if name not in DATASETS:
+            raise UsageError(f"unknown data set {name!r} (choose from {', '.join(DATASETS)})")
+    return names

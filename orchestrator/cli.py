@@ -1,0 +1,194 @@
+"""The command line: options in, one call into the pipeline, errors on one line."""
+
+from __future__ import annotations
+
+import enum
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+
+from . import __version__, build, catalog, datasets, plan as planning, report, store
+from .errors import DlbenchError, UsageError, docker_errors
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Benchmark deep-learning frameworks in containers, as GTDLBench did.")
+datasets_app = typer.Typer(no_args_is_help=True, help="Check, download or import the data sets.")
+app.add_typer(datasets_app, name="datasets")
+out = Console()
+err = Console(stderr=True)
+
+
+class BaseSource(str, enum.Enum):
+    auto = "auto"
+    debootstrap = "debootstrap"
+    pull = "pull"
+
+
+class Format(str, enum.Enum):
+    table = "table"
+    csv = "csv"
+    json = "json"
+
+
+def _names(text: str | None) -> list[str] | None:
+    return [n.strip() for n in text.split(",") if n.strip()] if text else None
+
+
+Frameworks = Annotated[Optional[str], typer.Option(
+    help=f"Comma-separated, from {', '.join(catalog.FRAMEWORKS)} (default: all that have images).")]
+BaseOpt = Annotated[BaseSource, typer.Option(
+    "--base", help="Root file system: pull debian:bullseye-slim, make one with debootstrap, "
+                   "or auto (pull, else debootstrap).")]
+MirrorOpt = Annotated[str, typer.Option(help="Debian mirror for debootstrap.")]
+CaOpt = Annotated[Optional[Path], typer.Option(
+    help="CA bundle the images trust (default: the host's system bundle).")]
+NetworkOpt = Annotated[Optional[str], typer.Option(
+    "--build-network", help="Network mode for builds, e.g. host where the bridge cannot reach the mirrors.")]
+ResultsOpt = Annotated[Optional[Path], typer.Option(
+    "--results", help="Results directory (default: $DLBENCH_RESULTS_DIR or ./dlbench-results).")]
+DataOpt = Annotated[Optional[Path], typer.Option(
+    "--data-dir", help="Local copy of the data sets in the canonical layout "
+                       "(default: $DLBENCH_DATA_DIR, else the user cache, downloading as needed).")]
+
+
+def _builder_options(base, mirror, ca_bundle, network, verbose=False):
+    return {"base_source": base.value, "mirror": mirror, "network": network,
+            "ca_bundle": str(ca_bundle) if ca_bundle else None}
+
+
+@app.command("build-images")
+def build_images(frameworks: Frameworks = None, base: BaseOpt = BaseSource.auto,
+                 mirror: MirrorOpt = build.DEFAULT_MIRROR, ca_bundle: CaOpt = None,
+                 build_network: NetworkOpt = None,
+                 rebuild: Annotated[bool, typer.Option(help="Build again even if nothing changed.")] = False,
+                 verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False):
+    """Build the root, base and framework images (no registry needed)."""
+    from .display import RichDisplay
+    from .run import docker_client
+
+    names = catalog.check_frameworks(_names(frameworks)) if frameworks else catalog.available()
+    display = RichDisplay(err, verbose=verbose)
+    builder = build.Builder(docker_client(), say=display.say,
+                            log_dir=Path(datasets.cache_root()).parent / "build-logs",
+                            **_builder_options(base, mirror, ca_bundle, build_network))
+    builder.base(rebuild=rebuild)
+    for name in names:
+        image = builder.framework(name, rebuild=rebuild)
+        out.print(f"{build.image_tag(name)}  {image.short_id}  "
+                  f"{image.labels.get(build.LABEL + '.framework-version', '')}")
+
+
+@app.command()
+def run(frameworks: Frameworks = None,
+        datasets_: Annotated[Optional[str], typer.Option(
+            "--datasets", help="Comma-separated: mnist, cifar10 (default: both).")] = None,
+        profile: Annotated[str, typer.Option(help="paper (the published defaults) or quick.")] = "paper",
+        cpus: Annotated[Optional[int], typer.Option(
+            help="Pin each job to this many CPUs and set its thread counts to match.")] = None,
+        gpu: Annotated[Optional[int], typer.Option(help="Run on this GPU (index).")] = None,
+        set_: Annotated[list[str], typer.Option(
+            "--set", help="Override a hyper-parameter, KEY=VALUE (repeatable).")] = [],
+        repeats: Annotated[int, typer.Option(help="Runs of each job.")] = 1,
+        seed: Annotated[int, typer.Option(help="Seed of the first repeat.")] = 1,
+        memory: Annotated[Optional[str], typer.Option(help="Memory limit per job, e.g. 8g.")] = None,
+        results: ResultsOpt = None, data_dir: DataOpt = None,
+        dry_run: Annotated[bool, typer.Option(help="Print the plan; touch nothing.")] = False,
+        base: BaseOpt = BaseSource.auto, mirror: MirrorOpt = build.DEFAULT_MIRROR,
+        ca_bundle: CaOpt = None, build_network: NetworkOpt = None,
+        verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False):
+    """Run the benchmark jobs, building missing images first; rows go to the results directory."""
+    from .display import RichDisplay
+    from .run import run_plan
+
+    the_plan = planning.make_plan(_names(frameworks), _names(datasets_), profile, cpus, gpu,
+                                  planning.parse_overrides(set_), repeats, seed)
+    for note in the_plan.skipped:
+        err.print(f"[yellow]skipped:[/yellow] {note}")
+    if dry_run:
+        for job in the_plan.jobs:
+            out.print_json(job.model_dump_json())
+        return
+    target = store.results_dir(results)
+    records = run_plan(the_plan, target, data_dir,
+                       _builder_options(base, mirror, ca_bundle, build_network),
+                       RichDisplay(err, verbose=verbose), memory)
+    failed = [r for r in records if r.status != "ok"]
+    err.print(f"{len(records) - len(failed)} ok, {len(failed)} not ok; results in {target}")
+    if failed:
+        raise typer.Exit(3)
+
+
+@app.command()
+def results(results: ResultsOpt = None,
+            format: Annotated[Format, typer.Option("--format", help="table, csv or json.")] = Format.table):
+    """Show the stored runs."""
+    text = report.render(store.load(store.results_dir(results)), format.value, out)
+    if text is not None:
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+
+
+@datasets_app.command("verify")
+def datasets_verify(data_dir: DataOpt = None):
+    """Verify the data sets (local copy, or the cache) and print their checksums."""
+    root, _ = datasets.default_root(data_dir)
+    for name in catalog.DATASETS:
+        info = datasets.verify(name, root)
+        out.print(f"{name}: ok  {info.samples['train']} train / {info.samples['test']} test  "
+                  f"sha256 {info.sha256}" + ("  (byte-identical to the official files)" if info.official else ""))
+
+
+@datasets_app.command("download")
+def datasets_download(names: Annotated[Optional[str], typer.Argument(help="mnist, cifar10 (default: both)")] = None):
+    """Download the official archives into the user cache and verify them."""
+    from .display import RichDisplay
+
+    for name in catalog.check_datasets(_names(names) or list(catalog.DATASETS)):
+        info = datasets.download(name, progress=RichDisplay(err).download_progress())
+        out.print(f"{name}: ok  {info.path}  sha256 {info.sha256}")
+
+
+@datasets_app.command("import")
+def datasets_import(source: Annotated[Path, typer.Argument(help="A data root in the canonical layout.")]):
+    """Verify a local copy and copy it into the user cache."""
+    for name in catalog.DATASETS:
+        if (source / name).is_dir():
+            info = datasets.import_copy(name, source)
+            out.print(f"{name}: imported to {info.path}  sha256 {info.sha256}")
+
+
+@app.command()
+def doctor(data_dir: DataOpt = None, results: ResultsOpt = None):
+    """Check Docker, images, GPUs, data sets and disk; say what is missing."""
+    from .doctor import checks
+
+    bad = 0
+    for name, ok, detail in checks(data_dir, store.results_dir(results)):
+        mark = {True: "[green]ok[/green]  ", False: "[red]FAIL[/red]", None: "[yellow]note[/yellow]"}[ok]
+        out.print(f"{mark} {name}: {detail}", highlight=False)
+        bad += ok is False
+    if bad:
+        raise typer.Exit(1)
+
+
+@app.command()
+def version():
+    """Print dlbench's version."""
+    out.print(__version__)
+
+
+def main():
+    try:
+        with docker_errors("talking to Docker"):
+            app()
+    except DlbenchError as exc:
+        err.print(f"dlbench: error: {exc}", markup=False, highlight=False, soft_wrap=True)
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        err.print("dlbench: interrupted; the rows stored so far are kept", markup=False)
+        sys.exit(130)
+
+
+__all__ = ["app", "main", "UsageError"]

@@ -1,0 +1,97 @@
+"""Turn what a job left behind into one stored row.
+
+The runner's result.json is untrusted input: size-capped, parsed as JSON,
+validated field by field, never evaluated.  Whatever happened, exactly one
+row comes out: ``ok``, ``failed``, ``oom``, ``timeout`` or ``no_result``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from . import __version__
+from .plan import Job
+from .schema import MAX_RESULT_BYTES, RunnerResult, RunRecord, dumps
+
+
+@dataclasses.dataclass
+class Outcome:
+    """What the host saw of a job's container."""
+
+    exit_code: int | None
+    wall_time_s: float
+    log_tail: list[str]
+    oom_killed: bool = False
+    timed_out: bool = False
+    error: str | None = None        # the host's own reason, when it has one
+
+
+def read_result(path: Path) -> tuple[RunnerResult | None, str | None]:
+    """The validated result, or None and why not."""
+    if not path.is_file():
+        return None, "the runner wrote no result.json"
+    if path.stat().st_size > MAX_RESULT_BYTES:
+        return None, f"result.json is {path.stat().st_size} bytes (limit {MAX_RESULT_BYTES})"
+    try:
+        return RunnerResult.model_validate(json.loads(path.read_bytes())), None
+    except (ValueError, ValidationError) as exc:
+        first = str(exc).strip().splitlines()
+        return None, "result.json is invalid: " + " ".join(first[:3])[:500]
+
+
+def collect(job: Job, run_id: str, job_id: str, job_dir: Path, outcome: Outcome,
+            provenance: dict) -> RunRecord:
+    result, problem = read_result(job_dir / "result.json")
+    status, error = _status(outcome, result, problem)
+    fields = dict(
+        run_id=run_id, job_id=job_id, status=status, error=error,
+        exit_code=outcome.exit_code, log_tail="\n".join(outcome.log_tail) or None,
+        framework=job.framework, dataset=job.dataset, model=job.model, profile=job.profile,
+        hyperparameters=dumps(job.hyperparameters),
+        batch_size=job.hyperparameters.get("batch_size"),
+        learning_rate=job.hyperparameters.get("learning_rate"),
+        device=job.device, gpu=None if job.gpu is None else str(job.gpu), seed=job.seed,
+        repeat=job.repeat, threads=job.threads, cpus=job.cpus,
+        cpuset=f"0-{job.cpus - 1}" if job.cpus else None,
+        wall_time_s=outcome.wall_time_s, dlbench_version=__version__,
+        recorded_at=dt.datetime.now(dt.timezone.utc), **provenance)
+    if result is not None:
+        fields.update(
+            setup_time_s=result.setup_time_s, train_time_s=result.train_time_s,
+            test_time_s=result.test_time_s, total_time_s=result.total_time_s,
+            accuracy=result.accuracy, test_loss=result.test_loss,
+            train_images_per_s=result.train_images_per_s,
+            test_images_per_s=result.test_images_per_s,
+            train_samples=result.train_samples, test_samples=result.test_samples,
+            param_count=result.param_count,
+            epoch_loss=[e.loss for e in result.epochs],
+            epoch_accuracy=[e.accuracy for e in result.epochs],
+            epoch_time_s=[e.time_s or 0.0 for e in result.epochs],
+            framework_version=result.framework_version, python_version=result.python_version,
+            device_name=result.device_name, blas=";".join(result.blas) or None,
+            threads_env=dumps(result.threads.get("env")),
+            threads_framework=dumps(result.threads.get("framework")),
+            libraries=dumps(result.libraries),
+            started_at=result.started_at, finished_at=result.finished_at)
+    return RunRecord(**fields)
+
+
+def _status(outcome: Outcome, result: RunnerResult | None, problem: str | None):
+    if outcome.timed_out:
+        return "timeout", outcome.error or "the job ran past its time limit"
+    if outcome.oom_killed:
+        return "oom", "the container ran out of memory (killed by the kernel)"
+    if result is not None and result.status == "failed":
+        return "failed", result.error
+    if outcome.exit_code not in (0, None) and result is None:
+        return "failed", outcome.error or f"the container exited with code {outcome.exit_code}"
+    if result is None:
+        return "no_result", problem
+    if outcome.exit_code != 0:
+        return "failed", f"the container exited with code {outcome.exit_code} after a result"
+    return "ok", None

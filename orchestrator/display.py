@@ -1,0 +1,93 @@
+"""The live terminal display of a run: job, phase, epoch, loss."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.progress import (BarColumn, DownloadColumn, Progress, SpinnerColumn, TextColumn,
+                           TimeElapsedColumn, TransferSpeedColumn)
+
+
+class RichDisplay:
+    def __init__(self, console: Console | None = None, verbose: bool = False):
+        self.console = console or Console(stderr=True)
+        self.verbose = verbose
+        self.progress = Progress(
+            SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
+            TextColumn("{task.fields[detail]}"), TimeElapsedColumn(),
+            console=self.console, transient=False)
+        self.overall = None
+        self.current = None
+        self.epochs = 1
+
+    def say(self, text):
+        if self.verbose:
+            self.console.print(text, markup=False, highlight=False)
+        elif text.endswith(("building", "up to date")) or text.startswith(("debootstrap", "pulling", "no registry", "importing")):
+            self.console.print(f"[dim]{text}[/dim]", highlight=False)
+
+    def download_progress(self):
+        return _Downloads(self.console)
+
+    def start(self, total):
+        self.progress.start()
+        self.overall = self.progress.add_task("jobs", total=total, detail="")
+
+    def job_started(self, index, job):
+        if self.current is not None:
+            self.progress.remove_task(self.current)
+        self.epochs = job.hyperparameters.get("epochs") or 1
+        self.current = self.progress.add_task(f"[{index}] {job.label}", total=float(self.epochs),
+                                              detail="starting")
+
+    def event(self, event):
+        kind = event.get("event")
+        if self.current is None:
+            return
+        if kind == "phase":
+            self.progress.update(self.current, detail=event.get("phase", ""))
+        elif kind == "progress":
+            done = (event.get("epoch", 1) - 1) + event.get("fraction", 0.0)
+            self.progress.update(self.current, completed=done,
+                                 detail=f"epoch {event.get('epoch')}/{self.epochs} loss {event.get('loss', 0):.4f}")
+        elif kind == "epoch":
+            self.progress.update(self.current, completed=event.get("epoch", 0),
+                                 detail=f"epoch {event.get('epoch')}/{self.epochs} loss {event.get('loss', 0):.4f} "
+                                        f"train acc {event.get('accuracy', 0):.4f}")
+
+    def job_finished(self, record):
+        if self.current is not None:
+            self.progress.remove_task(self.current)
+            self.current = None
+        self.progress.advance(self.overall)
+        if record.status == "ok":
+            self.console.print(f"[green]ok[/green] {record.framework}/{record.dataset}/{record.profile}: "
+                               f"accuracy {record.accuracy:.4f}, train {record.train_time_s:.1f} s, "
+                               f"test {record.test_time_s:.2f} s")
+        else:
+            self.console.print(f"[red]{record.status}[/red] {record.framework}/{record.dataset}/"
+                               f"{record.profile}: {record.error}", highlight=False)
+
+    def stop(self):
+        self.progress.stop()
+
+
+class _Downloads:
+    """A progress bar per downloaded archive, as datasets.download expects."""
+
+    def __init__(self, console):
+        self.console = console
+        self.progress = None
+
+    def add_task(self, name, total=None):
+        if self.progress is None:
+            self.progress = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
+                                     TransferSpeedColumn(), console=self.console)
+            self.progress.start()
+        return self.progress.add_task(f"download {name}", total=total)
+
+    def update(self, task, advance):
+        self.progress.update(task, advance=advance)
+
+    def __del__(self):
+        if self.progress is not None:
+            self.progress.stop()

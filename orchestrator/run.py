@@ -1,0 +1,204 @@
+"""Carry out a plan: one container per job, one after another, each job's row stored at once.
+
+Every container is labelled, runs without network as an unprivileged user,
+reads its data set read-only and writes only its own job directory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+import uuid
+from collections import deque
+from pathlib import Path
+
+from dlbench_runner import EVENT_TAG
+
+from . import build, datasets, hostinfo, store
+from .collect import Outcome, collect
+from .errors import DockerUnavailable, GpuError, docker_errors
+from .plan import Job, Plan
+
+LABEL = build.LABEL
+LOG_TAIL_LINES = 50
+NOBODY = 65534
+
+
+def docker_client():
+    import docker
+    with docker_errors("connecting to Docker"):
+        client = docker.from_env(timeout=600)
+        client.ping()
+    return client
+
+
+def gpu_count() -> int | None:
+    """GPUs the NVIDIA driver sees on this host; None without a driver."""
+    if shutil.which("nvidia-smi") is None:
+        return None
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
+
+
+def check_gpu(gpu: int | None) -> None:
+    if gpu is None:
+        return
+    count = gpu_count()
+    if not count:
+        raise GpuError(f"--gpu {gpu}: this host has no NVIDIA GPU (no working nvidia-smi)")
+    if gpu >= count:
+        raise GpuError(f"--gpu {gpu}: no such GPU; this host has {count} (0-{count - 1})")
+
+
+def check_image_gpu(image, tag: str, gpu: int | None) -> None:
+    if gpu is not None and image.labels.get(f"{LABEL}.cuda", "none") == "none":
+        raise GpuError(f"--gpu {gpu}: image {tag} is a CPU build without CUDA")
+
+
+def run_plan(plan: Plan, results: Path, data_dir=None, builder_options: dict | None = None,
+             display=None, memory: str | None = None) -> list:
+    """Run every job of the plan; returns the stored rows."""
+    display = display or NullDisplay()
+    check_gpu(plan.jobs[0].gpu)
+    client = docker_client()
+    data = datasets.prepare(plan.datasets, data_dir, progress=display.download_progress())
+    builder = build.Builder(client, say=display.say, **(builder_options or {}))
+    images = {}
+    for framework in plan.frameworks:
+        tag = build.image_tag(framework)
+        image = build.find_image(client, tag) or builder.framework(framework)
+        check_image_gpu(image, tag, plan.jobs[0].gpu)
+        images[framework] = (tag, image)
+    provenance_host = hostinfo.host_facts(client.version().get("Version"))
+    records = []
+    display.start(len(plan.jobs))
+    try:
+        for index, job in enumerate(plan.jobs, 1):
+            tag, image = images[job.framework]
+            dataset = data[job.dataset]
+            run_id = uuid.uuid4().hex[:16]
+            job_id = job.job_id(image.id, dataset.sha256)
+            display.job_started(index, job)
+            job_dir = store.job_dir(results, run_id)
+            outcome = run_container(client, job, tag, run_id, job_id, job_dir, dataset.path,
+                                    display, memory)
+            provenance = dict(provenance_host, image=tag, image_id=image.id,
+                              dataset_sha256=dataset.sha256)
+            record = collect(job, run_id, job_id, job_dir, outcome, provenance)
+            store.append(results, [record])
+            records.append(record)
+            display.job_finished(record)
+    finally:
+        display.stop()
+    return records
+
+
+def run_container(client, job: Job, tag: str, run_id: str, job_id: str, job_dir: Path,
+                  dataset_path: Path, display, memory: str | None = None) -> Outcome:
+    (job_dir / "job.json").write_text(json.dumps(job.spec(run_id, job_id), indent=1))
+    user = _user_for(job_dir)
+    threads = str(job.threads)
+    kwargs = dict(
+        image=tag, detach=True, user=user, network_mode="none",
+        environment={"OMP_NUM_THREADS": threads, "OPENBLAS_NUM_THREADS": threads,
+                     "MKL_NUM_THREADS": threads, "HOME": "/tmp", "PYTHONUNBUFFERED": "1"},
+        volumes={str(dataset_path.resolve()): {"bind": f"/data/{job.dataset}", "mode": "ro"},
+                 str(job_dir.resolve()): {"bind": "/out", "mode": "rw"}},
+        labels={f"{LABEL}.run-id": run_id, f"{LABEL}.job-id": job_id,
+                f"{LABEL}.framework": job.framework, f"{LABEL}.role": "job"},
+        read_only=True, tmpfs={"/tmp": "rw,exec,nosuid,size=2g"},
+        cap_drop=["ALL"], security_opt=["no-new-privileges"],
+    )
+    if job.cpus:
+        kwargs.update(cpuset_cpus=f"0-{job.cpus - 1}", nano_cpus=job.cpus * 10**9)
+    if memory:
+        kwargs["mem_limit"] = memory
+    if job.gpu is not None:
+        import docker.types
+        kwargs["device_requests"] = [docker.types.DeviceRequest(
+            device_ids=[str(job.gpu)], capabilities=[["gpu"]])]
+    tail = deque(maxlen=LOG_TAIL_LINES)
+    started = time.perf_counter()
+    container = None
+    try:
+        with docker_errors(f"running {job.label}"):
+            container = client.containers.run(**kwargs)
+            with open(job_dir / "log.txt", "w") as log:
+                for line in _lines(container.logs(stream=True, follow=True)):
+                    log.write(line + "\n")
+                    if line.startswith(EVENT_TAG):
+                        display.event(_event(line))
+                    elif line.strip():
+                        tail.append(line)
+            state = container.wait()
+            wall = time.perf_counter() - started
+            container.reload()
+            oom = bool(container.attrs["State"].get("OOMKilled"))
+        return Outcome(exit_code=state.get("StatusCode"), wall_time_s=wall,
+                       log_tail=list(tail), oom_killed=oom)
+    finally:
+        if container is not None:
+            try:
+                container.remove(force=True)
+            except Exception:  # noqa: BLE001 - best effort; stale containers are found by label
+                pass
+
+
+def _user_for(job_dir: Path) -> str:
+    """Jobs never run as root: as the invoking user, or as nobody when that is root."""
+    uid, gid = os.getuid(), os.getgid()
+    if uid == 0:
+        os.chown(job_dir, NOBODY, NOBODY)
+        return f"{NOBODY}:{NOBODY}"
+    return f"{uid}:{gid}"
+
+
+def _lines(chunks):
+    buffer = b""
+    for chunk in chunks:
+        buffer += chunk
+        *lines, buffer = buffer.split(b"\n")
+        for line in lines:
+            yield line.decode("utf-8", "replace").rstrip("\r")
+    if buffer:
+        yield buffer.decode("utf-8", "replace")
+
+
+def _event(line: str) -> dict:
+    try:
+        event = json.loads(line[len(EVENT_TAG):])
+        return event if isinstance(event, dict) else {}
+    except ValueError:
+        return {}
+
+
+class NullDisplay:
+    def say(self, text):
+        pass
+
+    def download_progress(self):
+        return None
+
+    def start(self, total):
+        pass
+
+    def job_started(self, index, job):
+        pass
+
+    def event(self, event):
+        pass
+
+    def job_finished(self, record):
+        pass
+
+    def stop(self):
+        pass
+
+
+__all__ = ["run_plan", "docker_client", "DockerUnavailable"]

@@ -1,0 +1,160 @@
+"""The records: what the runner reports (untrusted input) and the stored row.
+
+Stored rows carry ``schema_version``, in every row and in the Parquet file
+metadata.  History of the row schema:
+    1  first version.
+Readers refuse rows newer than they know; older ones are upgraded step by step
+by ``store.upgrade`` when a later version is introduced.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import types
+import typing
+
+import pyarrow as pa
+from pydantic import BaseModel, ConfigDict, Field
+
+from dlbench_runner import SCHEMA_VERSION as RUNNER_SCHEMA_VERSION
+
+SCHEMA_VERSION = 1
+MAX_RESULT_BYTES = 4 << 20
+STATUSES = ("ok", "failed", "timeout", "oom", "unsupported", "no_result")
+
+
+class Epoch(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    epoch: int
+    loss: float
+    accuracy: float
+    time_s: float | None = None
+    samples: int | None = None
+
+
+class RunnerResult(BaseModel):
+    """The runner's result.json, validated field by field; extra keys are dropped."""
+
+    model_config = ConfigDict(extra="ignore")
+    schema_version: int = Field(ge=1, le=RUNNER_SCHEMA_VERSION)
+    status: typing.Literal["ok", "failed"]
+    error: str | None = Field(None, max_length=10_000)
+    framework: str
+    dataset: str
+    model: str
+    profile: str
+    hyperparameters: dict[str, float | int | str | bool]
+    device: str
+    seed: int
+    framework_version: str | None = None
+    python_version: str | None = None
+    device_name: str | None = None
+    cpu_model: str | None = None
+    blas: list[str] = []
+    threads: dict = {}
+    libraries: dict = {}
+    setup_time_s: float | None = None
+    train_time_s: float | None = None
+    test_time_s: float | None = None
+    total_time_s: float | None = None
+    accuracy: float | None = Field(None, ge=0.0, le=1.0)
+    test_loss: float | None = None
+    train_samples: int | None = None
+    test_samples: int | None = None
+    train_images_per_s: float | None = None
+    test_images_per_s: float | None = None
+    param_count: int | None = None
+    epochs: list[Epoch] = []
+    started_at: dt.datetime | None = None
+    finished_at: dt.datetime | None = None
+
+
+class RunRecord(BaseModel):
+    """One stored row: one job's outcome, the runner's measurements, host provenance."""
+
+    schema_version: int = SCHEMA_VERSION
+    run_id: str
+    job_id: str
+    status: str
+    error: str | None = None
+    exit_code: int | None = None
+    log_tail: str | None = None
+    # what the job was
+    framework: str
+    dataset: str
+    model: str
+    profile: str
+    hyperparameters: str          # JSON, sorted keys
+    batch_size: int | None = None
+    learning_rate: float | None = None
+    device: str
+    gpu: str | None = None
+    seed: int
+    repeat: int = 0
+    threads: int | None = None
+    cpus: float | None = None
+    cpuset: str | None = None
+    # what the runner measured
+    setup_time_s: float | None = None
+    train_time_s: float | None = None
+    test_time_s: float | None = None
+    total_time_s: float | None = None
+    accuracy: float | None = None
+    test_loss: float | None = None
+    train_images_per_s: float | None = None
+    test_images_per_s: float | None = None
+    train_samples: int | None = None
+    test_samples: int | None = None
+    param_count: int | None = None
+    epoch_loss: list[float] = []
+    epoch_accuracy: list[float] = []
+    epoch_time_s: list[float] = []
+    # what the runner saw
+    framework_version: str | None = None
+    python_version: str | None = None
+    device_name: str | None = None
+    blas: str | None = None
+    threads_env: str | None = None        # JSON
+    threads_framework: str | None = None  # JSON
+    libraries: str | None = None          # JSON
+    started_at: dt.datetime | None = None
+    finished_at: dt.datetime | None = None
+    # what the host adds
+    wall_time_s: float | None = None
+    runtime: str = "docker"
+    image: str | None = None
+    image_id: str | None = None
+    dlbench_version: str
+    docker_version: str | None = None
+    host_name: str | None = None
+    host_cpu_model: str | None = None
+    host_cpus: int | None = None
+    host_memory_gb: float | None = None
+    host_os: str | None = None
+    dataset_sha256: str | None = None
+    recorded_at: dt.datetime
+
+
+def dumps(value) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+_ARROW = {str: pa.string(), int: pa.int64(), float: pa.float64(), bool: pa.bool_(),
+          dt.datetime: pa.timestamp("us", tz="UTC")}
+
+
+def _arrow_type(annotation) -> pa.DataType:
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        return _arrow_type(args[0])
+    if origin is list:
+        return pa.list_(_arrow_type(args[0]))
+    return _ARROW[annotation]
+
+
+ARROW_SCHEMA = pa.schema(
+    [pa.field(name, _arrow_type(f.annotation)) for name, f in RunRecord.model_fields.items()],
+    metadata={b"dlbench.schema_version": str(SCHEMA_VERSION).encode()},
+)
