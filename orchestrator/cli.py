@@ -8,14 +8,15 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from typer.exceptions import TyperException
 from rich.console import Console
 
 from . import __version__, build, catalog, datasets, plan as planning, report, store
 from .errors import DlbenchError, UsageError, docker_errors
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+app = typer.Typer(add_completion=False, invoke_without_command=True, pretty_exceptions_enable=False,
                   help="Benchmark deep-learning frameworks in containers, as GTDLBench did.")
-datasets_app = typer.Typer(no_args_is_help=True, help="Check, download or import the data sets.")
+datasets_app = typer.Typer(invoke_without_command=True, help="Check, download or import the data sets.")
 app.add_typer(datasets_app, name="datasets")
 out = Console()
 err = Console(stderr=True)
@@ -52,6 +53,13 @@ ResultsOpt = Annotated[Optional[Path], typer.Option(
 DataOpt = Annotated[Optional[Path], typer.Option(
     "--data-dir", help="Local copy of the data sets in the canonical layout "
                        "(default: $DLBENCH_DATA_DIR, else the user cache, downloading as needed).")]
+
+
+@app.callback()
+@datasets_app.callback()
+def _help_without_a_command(ctx: typer.Context):
+    if ctx.invoked_subcommand is None:
+        out.print(ctx.get_help())
 
 
 def _builder_options(base, mirror, ca_bundle, network, verbose=False):
@@ -180,15 +188,28 @@ def version():
 
 
 def main():
+    code = 0
     try:
         with docker_errors("talking to Docker"):
-            app()
+            code = app(standalone_mode=False) or 0
+    except typer.Exit as exc:
+        code = exc.exit_code
+    except TyperException as exc:   # option parsing: typer's usage errors
+        _fail(exc.format_message(), exc.exit_code)
     except DlbenchError as exc:
-        err.print(f"dlbench: error: {exc}", markup=False, highlight=False, soft_wrap=True)
-        sys.exit(exc.exit_code)
-    except KeyboardInterrupt:
-        err.print("dlbench: interrupted; the rows stored so far are kept", markup=False)
-        sys.exit(130)
+        _fail(str(exc), exc.exit_code)
+    except (KeyboardInterrupt, typer.Abort):
+        _fail("interrupted; the rows stored so far are kept", 130)
+    if code == 130:
+        _fail("interrupted; the rows stored so far are kept", 130)
+    sys.exit(code)
+
+
+def _fail(message: str, code: int):
+    """Every error the user can act on ends here: one line, non-zero exit."""
+    err.print(f"dlbench: error: {' '.join(message.split())}", markup=False, highlight=False,
+              soft_wrap=True)
+    sys.exit(code)
 
 
 __all__ = ["app", "main", "UsageError"]

@@ -43,6 +43,9 @@ class RichDisplay:
         kind = event.get("event")
         if self.current is None:
             return
+        if event.get("epochs") and event["epochs"] != self.epochs:
+            self.epochs = event["epochs"]
+            self.progress.update(self.current, total=float(self.epochs))
         if kind == "phase":
             self.progress.update(self.current, detail=event.get("phase", ""))
         elif kind == "progress":

@@ -129,7 +129,7 @@ def run_container(client, job: Job, tag: str, run_id: str, job_id: str, job_dir:
     try:
         with docker_errors(f"running {job.label}"):
             container = client.containers.run(**kwargs)
-            with open(job_dir / "log.txt", "w") as log:
+            with open(job_dir / "log.txt", "w", buffering=1) as log:
                 for line in _lines(container.logs(stream=True, follow=True)):
                     log.write(line + "\n")
                     if line.startswith(EVENT_TAG):

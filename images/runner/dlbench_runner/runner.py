@@ -51,6 +51,8 @@ class Context:
         self.threads = spec["threads"]
         self.data_dir = data_dir
         self.epochs = []
+        # Epochs the training will take; adapters that count iterations set it.
+        self.planned_epochs = self.hp.get("epochs")
         self.train_samples = 0
         self.test_samples = 0
         self._last_progress = 0.0
@@ -70,7 +72,7 @@ class Context:
         now = time.monotonic()
         if now - self._last_progress >= PROGRESS_INTERVAL_S:
             self._last_progress = now
-            emit("progress", epoch=epoch, epochs=self.hp.get("epochs"),
+            emit("progress", epoch=epoch, epochs=self.planned_epochs,
                  fraction=round(fraction, 4), loss=float(loss))
 
     def epoch_done(self, epoch, loss, accuracy, samples=None):
@@ -81,7 +83,7 @@ class Context:
         record = {"epoch": epoch, "loss": float(loss), "accuracy": float(accuracy),
                   "time_s": elapsed, "samples": samples}
         self.epochs.append(record)
-        emit("epoch", epochs=self.hp.get("epochs"), **record)
+        emit("epoch", epochs=self.planned_epochs, **record)
 
 
 def load_adapter(framework_dir):

@@ -1,0 +1,121 @@
+"""The whole pipeline as a user runs it: real images, real containers, real MNIST.
+
+The torch image is built (or found up to date) once; one quick run leaves a
+row that the other tests read, and every bad input is tried against that
+results directory to prove that nothing stored is lost.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from conftest import dlbench
+
+pytestmark = pytest.mark.docker
+
+
+@pytest.fixture(scope="session")
+def built(tmp_path_factory):
+    proc = dlbench("build-images", "--frameworks", "torch", check=True)
+    return proc
+
+
+@pytest.fixture(scope="session")
+def quick_results(built, data_root, tmp_path_factory):
+    results = tmp_path_factory.mktemp("results")
+    dlbench("run", "--frameworks", "torch", "--datasets", "mnist", "--profile", "quick",
+            "--results", results, "--data-dir", data_root, check=True)
+    return results
+
+
+def snapshot(results: Path) -> dict:
+    return {str(p.relative_to(results)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(results.rglob("*")) if p.is_file()}
+
+
+def test_quick_run_stores_an_ok_row_with_provenance(quick_results, data_root):
+    frame = pd.read_parquet(quick_results)
+    assert len(frame) == 1
+    row = frame.iloc[0]
+    assert (row.framework, row.dataset, row.profile, row.status) == ("torch", "mnist", "quick", "ok")
+    assert row.accuracy >= 0.97
+    assert row.param_count == 169506            # 832 + 51264 + 115400 + 2010
+    assert row.train_time_s > 0 and row.test_time_s > 0 and row.setup_time_s > 0
+    assert row.wall_time_s > row.total_time_s   # includes the container's start and stop
+    assert len(row.epoch_loss) == 1 and row.train_samples == 60000 and row.test_samples == 10000
+    assert row.image == "dlbench/torch:cpu" and row.image_id.startswith("sha256:")
+    assert row.framework_version.startswith("1.7") and "openblas" in row.blas
+    assert row.docker_version and row.host_cpu_model and row.dlbench_version
+    assert row.dataset_sha256 == __import__("orchestrator.datasets", fromlist=["x"]).verify(
+        "mnist", data_root).sha256
+    assert json.loads(row.threads_env)["OMP_NUM_THREADS"] == str(row.threads)
+    job_dir = quick_results / "_jobs" / row.run_id
+    assert {p.name for p in job_dir.iterdir()} == {"job.json", "result.json", "log.txt"}
+
+
+def test_results_command_prints_table_csv_and_json(quick_results):
+    as_json = json.loads(dlbench("results", "--results", quick_results, "--format", "json",
+                                 check=True).stdout)
+    assert as_json[0]["status"] == "ok" and as_json[0]["framework"] == "torch"
+    as_csv = dlbench("results", "--results", quick_results, "--format", "csv", check=True).stdout
+    assert as_csv.splitlines()[0].startswith("schema_version,run_id,job_id,status")
+    table = dlbench("results", "--results", quick_results, check=True).stdout
+    assert "1 stored run(s)" in table and "torch" in table
+
+
+def test_a_second_build_with_nothing_changed_reuses_every_image(built):
+    again = dlbench("build-images", "--frameworks", "torch", check=True)
+    assert "dlbench/base:bullseye: up to date" in again.stderr
+    assert "dlbench/torch:cpu: up to date" in again.stderr
+    assert again.stdout.split()[1] == built.stdout.split()[1]     # same image id
+
+
+def test_images_carry_their_labels(built):
+    import docker
+    labels = docker.from_env().images.get("dlbench/torch:cpu").labels
+    assert labels["org.dlbench.framework"] == "torch"
+    assert labels["org.dlbench.framework-version"] == "1.7.1-7"
+    assert labels["org.dlbench.debian-suite"] == "bullseye"
+    assert labels["org.dlbench.build-date"] and labels["org.dlbench.version"]
+
+
+def one_line_error(proc, pattern):
+    import re
+    assert proc.returncode != 0, proc.stdout + proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, proc.stderr
+    assert re.search(pattern, lines[0]), lines[0]
+    assert "Traceback" not in proc.stderr
+
+
+def test_bad_inputs_fail_in_one_line_and_lose_no_results(quick_results, data_root, tmp_path):
+    before = snapshot(quick_results)
+    base = ["run", "--frameworks", "torch", "--datasets", "mnist", "--profile", "quick",
+            "--results", quick_results]
+
+    one_line_error(dlbench("run", "--frameworks", "tensorfow", "--results", quick_results),
+                   r"^dlbench: error: unknown framework 'tensorfow'")
+
+    one_line_error(dlbench(*base, "--data-dir", data_root,
+                           env={"DOCKER_HOST": f"unix://{tmp_path}/no-docker.sock"}),
+                   r"cannot reach the Docker daemon")
+
+    broken = tmp_path / "data"
+    shutil.copytree(data_root / "mnist", broken / "mnist")
+    labels = broken / "mnist" / "train-labels-idx1-ubyte.gz"
+    labels.write_bytes(gzip.compress(gzip.decompress(labels.read_bytes())[:-10]))
+    one_line_error(dlbench(*base, "--data-dir", broken),
+                   r"train-labels-idx1-ubyte\.gz: 59998 bytes, expected 60008")
+
+    one_line_error(dlbench(*base, "--data-dir", data_root, "--gpu", "99"),
+                   r"--gpu 99: (this host has no NVIDIA GPU|no such GPU)")
+
+    assert snapshot(quick_results) == before
+    assert len(pd.read_parquet(quick_results)) == 1

@@ -1,0 +1,88 @@
+"""The stand-alone runner on the host, with a small real numpy adapter and the real MNIST."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dlbench_runner import EVENT_TAG, SCHEMA_VERSION, spec as specs
+from orchestrator.schema import RunnerResult
+
+FIXTURE = Path(__file__).parent / "fixtures" / "numpy_softmax"
+
+
+def run_runner(data_root, out, *args):
+    return subprocess.run([sys.executable, "-m", "dlbench_runner", "--framework-dir", str(FIXTURE),
+                           "--data", str(data_root), "--out", str(out), "--dataset", "mnist", *args],
+                          capture_output=True, text=True, timeout=600)
+
+
+def events(stdout):
+    return [json.loads(line[len(EVENT_TAG):]) for line in stdout.splitlines() if line.startswith(EVENT_TAG)]
+
+
+def test_runner_trains_and_writes_a_valid_result(data_root, tmp_path):
+    proc = run_runner(data_root, tmp_path, "--profile", "quick", "--threads", "1")
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads((tmp_path / "result.json").read_text())
+    RunnerResult.model_validate(result)
+    assert result["schema_version"] == SCHEMA_VERSION
+    assert result["status"] == "ok"
+    assert result["accuracy"] > 0.85           # softmax regression, one epoch
+    assert result["train_samples"] == 60000 and result["test_samples"] == 10000
+    assert result["param_count"] == 784 * 10
+    assert len(result["epochs"]) == 1
+    for key in ("setup_time_s", "train_time_s", "test_time_s"):
+        assert 0 < result[key] < result["total_time_s"]
+    assert result["train_images_per_s"] == pytest.approx(60000 / result["train_time_s"])
+    assert result["threads"]["env"]["OMP_NUM_THREADS"] == "1"
+    kinds = [e["event"] for e in events(proc.stdout)]
+    assert kinds[0] == "phase" and kinds[-1] == "done" and "epoch" in kinds
+
+
+def test_runner_failure_is_a_result_not_a_crash(data_root, tmp_path):
+    proc = run_runner(data_root, tmp_path, "--profile", "quick", "--set", "fail_in=train")
+    assert proc.returncode == 1
+    result = json.loads((tmp_path / "result.json").read_text())
+    assert result["status"] == "failed"
+    assert "during train" in result["error"] and "asked to fail" in result["error"]
+    assert result["setup_time_s"] > 0 and "train_time_s" not in result
+
+
+def test_runner_rejects_an_unknown_hyperparameter(data_root, tmp_path):
+    proc = run_runner(data_root, tmp_path, "--set", "momentum=0.9")
+    assert proc.returncode == 2
+    assert "no hyper-parameter 'momentum'" in proc.stderr
+    assert not (tmp_path / "result.json").exists()
+
+
+def test_profiles_and_overrides_resolve_in_order():
+    catalog = specs.load_catalog(str(FIXTURE))
+    assert specs.resolve_hyperparameters(catalog, "mnist", "paper")["epochs"] == 2
+    assert specs.resolve_hyperparameters(catalog, "mnist", "quick")["epochs"] == 1
+    params = specs.resolve_hyperparameters(catalog, "mnist", "quick", {"epochs": 3, "learning_rate": 1})
+    assert params["epochs"] == 3 and params["learning_rate"] == 1.0
+    assert isinstance(params["learning_rate"], float)
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"epochs": 1.5}, "must be int"),
+    ({"learning_rate": "fast"}, "must be float"),
+    ({"nope": 1}, "no hyper-parameter"),
+])
+def test_bad_overrides_are_refused(overrides, message):
+    catalog = specs.load_catalog(str(FIXTURE))
+    with pytest.raises(specs.SpecError, match=message):
+        specs.resolve_hyperparameters(catalog, "mnist", "paper", overrides)
+
+
+def test_unknown_dataset_and_profile_are_refused():
+    catalog = specs.load_catalog(str(FIXTURE))
+    with pytest.raises(specs.SpecError, match="no model for data set 'cifar10'"):
+        specs.resolve_hyperparameters(catalog, "cifar10", "paper")
+    with pytest.raises(specs.SpecError, match="unknown profile"):
+        specs.resolve_hyperparameters(catalog, "mnist", "fast")

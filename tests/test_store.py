@@ -1,0 +1,99 @@
+"""Rows on disk: atomic Parquet files, schema versions, and untrusted runner output."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from orchestrator import plan, store
+from orchestrator.collect import Outcome, collect
+from orchestrator.errors import StoreError
+from orchestrator.schema import ARROW_SCHEMA, SCHEMA_VERSION
+
+JOB, = plan.make_plan(["torch"], ["mnist"], "quick", host_cpus=2).jobs
+
+
+def good_result(**changes):
+    result = {"schema_version": 1, "status": "ok", "error": None, "framework": "torch",
+              "dataset": "mnist", "model": "torch7-mnist-convnet", "profile": "quick",
+              "hyperparameters": JOB.hyperparameters, "device": "cpu", "seed": 1,
+              "setup_time_s": 1.5, "train_time_s": 60.0, "test_time_s": 4.0, "total_time_s": 66.0,
+              "accuracy": 0.98, "param_count": 169506, "blas": ["/usr/lib/libopenblas.so.0"],
+              "threads": {"env": {"OMP_NUM_THREADS": "2"}, "framework": {"n": 2}},
+              "epochs": [{"epoch": 1, "loss": 0.12, "accuracy": 0.96, "time_s": 60.0}],
+              "started_at": "2026-01-01T00:00:00+00:00", "surprise": "ignored"}
+    result.update(changes)
+    return result
+
+
+def record_for(tmp_path, result=None, raw=None, **outcome):
+    job_dir = tmp_path / "job"
+    job_dir.mkdir(exist_ok=True)
+    if result is not None:
+        (job_dir / "result.json").write_text(json.dumps(result))
+    if raw is not None:
+        (job_dir / "result.json").write_bytes(raw)
+    outcome = Outcome(**{"exit_code": 0, "wall_time_s": 70.0, "log_tail": ["last line"], **outcome})
+    return collect(JOB, "run1", "job1", job_dir, outcome, {"image": "dlbench/torch:cpu"})
+
+
+def test_a_good_result_becomes_an_ok_row(tmp_path):
+    record = record_for(tmp_path, good_result())
+    assert record.status == "ok" and record.accuracy == 0.98 and record.epoch_loss == [0.12]
+    assert record.blas == "/usr/lib/libopenblas.so.0" and record.wall_time_s == 70.0
+    assert json.loads(record.hyperparameters)["batch_size"] == 10
+
+
+@pytest.mark.parametrize("kwargs, status, message", [
+    (dict(), "no_result", "wrote no result.json"),
+    (dict(raw=b"\x00garbage{"), "no_result", "invalid"),
+    (dict(result=good_result(accuracy=7.0)), "no_result", "invalid"),
+    (dict(result=good_result(schema_version=99)), "no_result", "invalid"),
+    (dict(result=["not", "an", "object"]), "no_result", "invalid"),
+    (dict(raw=b" " * (5 << 20)), "no_result", "limit"),
+    (dict(result=good_result(status="failed", error="boom during train"), exit_code=1), "failed", "boom"),
+    (dict(exit_code=137), "failed", "exited with code 137"),
+    (dict(exit_code=137, oom_killed=True), "oom", "out of memory"),
+    (dict(result=good_result(), exit_code=139), "failed", "after a result"),
+])
+def test_every_outcome_is_exactly_one_row_with_a_status(tmp_path, kwargs, status, message):
+    record = record_for(tmp_path, **kwargs)
+    assert record.status == status
+    assert message in record.error
+
+
+def test_rows_round_trip_and_pandas_reads_the_directory(tmp_path):
+    first = record_for(tmp_path, good_result())
+    second = record_for(tmp_path, exit_code=1)
+    store.append(tmp_path / "results", [first])
+    store.append(tmp_path / "results", [second])
+    (tmp_path / "results" / "_jobs" / "x").mkdir(parents=True)
+    (tmp_path / "results" / "_jobs" / "x" / "result.json").write_text("{}")
+    frame = store.load(tmp_path / "results")
+    assert sorted(frame["status"]) == ["failed", "ok"]
+    direct = pd.read_parquet(tmp_path / "results")
+    assert len(direct) == 2 and list(direct.columns) == ARROW_SCHEMA.names
+    files = list((tmp_path / "results").glob("runs-*.parquet"))
+    meta = pq.read_schema(files[0]).metadata
+    assert meta[b"dlbench.schema_version"] == str(SCHEMA_VERSION).encode()
+    assert not list((tmp_path / "results").glob(".*tmp"))
+
+
+def test_rows_from_a_newer_dlbench_are_refused(tmp_path):
+    record = record_for(tmp_path, good_result()).model_copy(update={"schema_version": SCHEMA_VERSION + 1})
+    store.append(tmp_path / "results", [record])
+    with pytest.raises(StoreError, match="upgrade dlbench"):
+        store.load(tmp_path / "results")
+
+
+def test_an_empty_or_missing_results_directory(tmp_path):
+    with pytest.raises(StoreError, match="no such results directory"):
+        store.load(tmp_path / "nothing")
+    (tmp_path / "empty").mkdir()
+    assert store.load(tmp_path / "empty").empty
