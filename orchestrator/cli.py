@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import signal
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -18,7 +19,7 @@ app = typer.Typer(add_completion=False, invoke_without_command=True, pretty_exce
                   help="Benchmark deep-learning frameworks in containers, as GTDLBench did.")
 datasets_app = typer.Typer(invoke_without_command=True, help="Check, download or import the data sets.")
 app.add_typer(datasets_app, name="datasets")
-out = Console()
+out = Console(soft_wrap=True)
 err = Console(stderr=True)
 
 
@@ -102,6 +103,8 @@ def run(frameworks: Frameworks = None,
         repeats: Annotated[int, typer.Option(help="Runs of each job.")] = 1,
         seed: Annotated[int, typer.Option(help="Seed of the first repeat.")] = 1,
         memory: Annotated[Optional[str], typer.Option(help="Memory limit per job, e.g. 8g.")] = None,
+        timeout: Annotated[Optional[float], typer.Option(
+            help="Stop a job after this many seconds; it is stored with status timeout.")] = None,
         results: ResultsOpt = None, data_dir: DataOpt = None,
         dry_run: Annotated[bool, typer.Option(help="Print the plan; touch nothing.")] = False,
         base: BaseOpt = BaseSource.auto, mirror: MirrorOpt = build.DEFAULT_MIRROR,
@@ -122,7 +125,7 @@ def run(frameworks: Frameworks = None,
     target = store.results_dir(results)
     records = run_plan(the_plan, target, data_dir,
                        _builder_options(base, mirror, ca_bundle, build_network),
-                       RichDisplay(err, verbose=verbose), memory)
+                       RichDisplay(err, verbose=verbose), memory, timeout)
     failed = [r for r in records if r.status != "ok"]
     err.print(f"{len(records) - len(failed)} ok, {len(failed)} not ok; results in {target}")
     if failed:
@@ -187,7 +190,12 @@ def version():
     out.print(__version__)
 
 
+def _terminate(signum, frame):
+    raise KeyboardInterrupt
+
+
 def main():
+    signal.signal(signal.SIGTERM, _terminate)   # stop and remove the running job, as Ctrl-C does
     code = 0
     try:
         with docker_errors("talking to Docker"):

@@ -9,7 +9,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
+import threading
 import time
 import uuid
 from collections import deque
@@ -62,11 +64,13 @@ def check_image_gpu(image, tag: str, gpu: int | None) -> None:
 
 
 def run_plan(plan: Plan, results: Path, data_dir=None, builder_options: dict | None = None,
-             display=None, memory: str | None = None) -> list:
+             display=None, memory: str | None = None, timeout: float | None = None) -> list:
     """Run every job of the plan; returns the stored rows."""
     display = display or NullDisplay()
     check_gpu(plan.jobs[0].gpu)
     client = docker_client()
+    for short_id in remove_stale(client):
+        display.say(f"removed container {short_id} left by an interrupted run")
     data = datasets.prepare(plan.datasets, data_dir, progress=display.download_progress())
     builder = build.Builder(client, say=display.say, **(builder_options or {}))
     images = {}
@@ -87,7 +91,7 @@ def run_plan(plan: Plan, results: Path, data_dir=None, builder_options: dict | N
             display.job_started(index, job)
             job_dir = store.job_dir(results, run_id)
             outcome = run_container(client, job, tag, run_id, job_id, job_dir, dataset.path,
-                                    display, memory)
+                                    display, memory, timeout)
             provenance = dict(provenance_host, image=tag, image_id=image.id,
                               dataset_sha256=dataset.sha256)
             record = collect(job, run_id, job_id, job_dir, outcome, provenance)
@@ -99,8 +103,35 @@ def run_plan(plan: Plan, results: Path, data_dir=None, builder_options: dict | N
     return records
 
 
+def owner() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def remove_stale(client) -> list[str]:
+    """Remove job containers left by dlbench processes of this host that are gone."""
+    removed = []
+    host = socket.gethostname()
+    for container in client.containers.list(all=True, filters={"label": f"{LABEL}.role=job"}):
+        name, _, pid = container.labels.get(f"{LABEL}.owner", "").rpartition(":")
+        if name == host and pid.isdigit() and not _alive(int(pid)):
+            container.remove(force=True)
+            removed.append(container.short_id)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def run_container(client, job: Job, tag: str, run_id: str, job_id: str, job_dir: Path,
-                  dataset_path: Path, display, memory: str | None = None) -> Outcome:
+                  dataset_path: Path, display, memory: str | None = None,
+                  timeout: float | None = None) -> Outcome:
     (job_dir / "job.json").write_text(json.dumps(job.spec(run_id, job_id), indent=1))
     user = _user_for(job_dir)
     threads = str(job.threads)
@@ -111,7 +142,8 @@ def run_container(client, job: Job, tag: str, run_id: str, job_id: str, job_dir:
         volumes={str(dataset_path.resolve()): {"bind": f"/data/{job.dataset}", "mode": "ro"},
                  str(job_dir.resolve()): {"bind": "/out", "mode": "rw"}},
         labels={f"{LABEL}.run-id": run_id, f"{LABEL}.job-id": job_id,
-                f"{LABEL}.framework": job.framework, f"{LABEL}.role": "job"},
+                f"{LABEL}.framework": job.framework, f"{LABEL}.role": "job",
+                f"{LABEL}.owner": owner()},
         read_only=True, tmpfs={"/tmp": "rw,exec,nosuid,size=2g"},
         cap_drop=["ALL"], security_opt=["no-new-privileges"],
     )
@@ -125,10 +157,13 @@ def run_container(client, job: Job, tag: str, run_id: str, job_id: str, job_dir:
             device_ids=[str(job.gpu)], capabilities=[["gpu"]])]
     tail = deque(maxlen=LOG_TAIL_LINES)
     started = time.perf_counter()
-    container = None
+    container, watchdog, timed_out = None, None, threading.Event()
     try:
         with docker_errors(f"running {job.label}"):
             container = client.containers.run(**kwargs)
+            if timeout:
+                watchdog = threading.Timer(timeout, _kill, (container, timed_out))
+                watchdog.start()
             with open(job_dir / "log.txt", "w", buffering=1) as log:
                 for line in _lines(container.logs(stream=True, follow=True)):
                     log.write(line + "\n")
@@ -141,13 +176,24 @@ def run_container(client, job: Job, tag: str, run_id: str, job_id: str, job_dir:
             container.reload()
             oom = bool(container.attrs["State"].get("OOMKilled"))
         return Outcome(exit_code=state.get("StatusCode"), wall_time_s=wall,
-                       log_tail=list(tail), oom_killed=oom)
+                       log_tail=list(tail), oom_killed=oom, timed_out=timed_out.is_set(),
+                       error=f"the job ran past its time limit of {timeout:g} s" if timed_out.is_set() else None)
     finally:
+        if watchdog is not None:
+            watchdog.cancel()
         if container is not None:
             try:
                 container.remove(force=True)
             except Exception:  # noqa: BLE001 - best effort; stale containers are found by label
                 pass
+
+
+def _kill(container, flag: threading.Event) -> None:
+    flag.set()
+    try:
+        container.kill()
+    except Exception:  # noqa: BLE001 - it may have just finished
+        pass
 
 
 def _user_for(job_dir: Path) -> str:

@@ -119,3 +119,49 @@ def test_bad_inputs_fail_in_one_line_and_lose_no_results(quick_results, data_roo
 
     assert snapshot(quick_results) == before
     assert len(pd.read_parquet(quick_results)) == 1
+
+
+def test_images_trust_the_hosts_ca_bundle(built):
+    """Every certificate of the host's bundle is in the images' system bundle (proxies)."""
+    import docker
+
+    from orchestrator.build import find_ca_bundle
+
+    host = find_ca_bundle().read_text()
+    certs = {block.split("-----END CERTIFICATE-----")[0].strip()
+             for block in host.split("-----BEGIN CERTIFICATE-----")[1:]}
+    image_bundle = docker.from_env().containers.run(
+        "dlbench/torch:cpu", entrypoint=["cat", "/etc/ssl/certs/ca-certificates.crt"],
+        remove=True, network_mode="none").decode()
+    env = docker.from_env().images.get("dlbench/base:bullseye").attrs["Config"]["Env"]
+    assert certs and all(cert in image_bundle for cert in certs)
+    assert "PIP_CERT=/etc/ssl/certs/ca-certificates.crt" in env
+
+
+def test_a_job_over_its_time_limit_is_a_timeout_row_and_stale_containers_go(built, data_root, tmp_path):
+    import socket
+    import subprocess
+
+    import docker
+
+    client = docker.from_env()
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    stale = client.containers.run(
+        "dlbench/torch:cpu", entrypoint=["sleep", "600"], detach=True, network_mode="none",
+        labels={"org.dlbench.role": "job", "org.dlbench.owner": f"{socket.gethostname()}:{gone.pid}"})
+    try:
+        proc = dlbench("run", "--frameworks", "torch", "--datasets", "mnist", "--profile", "quick",
+                       "--results", tmp_path / "results", "--data-dir", data_root, "--timeout", "4")
+        assert proc.returncode == 3, proc.stderr
+        row = pd.read_parquet(tmp_path / "results").iloc[0]
+        assert row.status == "timeout" and "time limit of 4 s" in row.error
+        assert 4 <= row.wall_time_s < 60
+        with pytest.raises(docker.errors.NotFound):
+            client.containers.get(stale.id)
+        assert not client.containers.list(all=True, filters={"label": f"org.dlbench.run-id={row.run_id}"})
+    finally:
+        try:
+            stale.remove(force=True)
+        except docker.errors.NotFound:
+            pass
