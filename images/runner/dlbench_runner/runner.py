@@ -23,7 +23,7 @@ import sys
 import time
 import traceback
 
-from . import EVENT_TAG, SCHEMA_VERSION, data, spec as specs
+from . import EVENT_TAG, SCHEMA_VERSION, data
 
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 PROGRESS_INTERVAL_S = 1.0
@@ -121,7 +121,8 @@ def loaded_blas():
             for line in f:
                 path = line.split()[-1] if len(line.split()) >= 6 else ""
                 name = os.path.basename(path).lower()
-                if ".so" in name and any(k in name for k in ("blas", "lapack", "mkl", "blis", "dnnl")):
+                if name.startswith("lib") and ".so" in name and \
+                        any(k in name for k in ("blas", "lapack", "mkl", "blis", "dnnl")):
                     found.add(os.path.realpath(path))
     except OSError:
         pass
