@@ -107,6 +107,8 @@ def run(frameworks: Frameworks = None,
             help="Stop a job after this many seconds; it is stored with status timeout.")] = None,
         results: ResultsOpt = None, data_dir: DataOpt = None,
         dry_run: Annotated[bool, typer.Option(help="Print the plan; touch nothing.")] = False,
+        resume: Annotated[bool, typer.Option(
+            help="Skip jobs already stored as ok (same definition, image and data).")] = False,
         base: BaseOpt = BaseSource.auto, mirror: MirrorOpt = build.DEFAULT_MIRROR,
         ca_bundle: CaOpt = None, build_network: NetworkOpt = None,
         verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False):
@@ -125,7 +127,7 @@ def run(frameworks: Frameworks = None,
     target = store.results_dir(results)
     records = run_plan(the_plan, target, data_dir,
                        _builder_options(base, mirror, ca_bundle, build_network),
-                       RichDisplay(err, verbose=verbose), memory, timeout)
+                       RichDisplay(err, verbose=verbose), memory, timeout, resume)
     failed = [r for r in records if r.status != "ok"]
     err.print(f"{len(records) - len(failed)} ok, {len(failed)} not ok; results in {target}")
     if failed:

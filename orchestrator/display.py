@@ -22,7 +22,7 @@ class RichDisplay:
     def say(self, text):
         if self.verbose:
             self.console.print(text, markup=False, highlight=False)
-        elif text.endswith(("building", "up to date")) or text.startswith(("debootstrap", "pulling", "no registry", "importing", "removed")):
+        elif text.endswith(("building", "up to date")) or text.startswith(("debootstrap", "pulling", "no registry", "importing", "removed", "resume")):
             self.console.print(f"[dim]{text}[/dim]", highlight=False)
 
     def download_progress(self):

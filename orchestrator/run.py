@@ -64,7 +64,8 @@ def check_image_gpu(image, tag: str, gpu: int | None) -> None:
 
 
 def run_plan(plan: Plan, results: Path, data_dir=None, builder_options: dict | None = None,
-             display=None, memory: str | None = None, timeout: float | None = None) -> list:
+             display=None, memory: str | None = None, timeout: float | None = None,
+             resume: bool = False) -> list:
     """Run every job of the plan; returns the stored rows."""
     display = display or NullDisplay()
     check_gpu(plan.jobs[0].gpu)
@@ -76,18 +77,24 @@ def run_plan(plan: Plan, results: Path, data_dir=None, builder_options: dict | N
     images = {}
     for framework in plan.frameworks:
         tag = build.image_tag(framework)
-        image = build.find_image(client, tag) or builder.framework(framework)
+        image = builder.framework(framework)    # reused as it is when nothing changed
         check_image_gpu(image, tag, plan.jobs[0].gpu)
         images[framework] = (tag, image)
     provenance_host = hostinfo.host_facts(client.version().get("Version"))
+    todo = [(job, job.job_id(images[job.framework][1].id, data[job.dataset].sha256))
+            for job in plan.jobs]
+    if resume:
+        done = store.ok_job_ids(results)
+        skipped = sum(job_id in done for _, job_id in todo)
+        todo = [(job, job_id) for job, job_id in todo if job_id not in done]
+        display.say(f"resume: {skipped} job(s) already stored as ok, {len(todo)} to run")
     records = []
-    display.start(len(plan.jobs))
+    display.start(len(todo))
     try:
-        for index, job in enumerate(plan.jobs, 1):
+        for index, (job, job_id) in enumerate(todo, 1):
             tag, image = images[job.framework]
             dataset = data[job.dataset]
             run_id = uuid.uuid4().hex[:16]
-            job_id = job.job_id(image.id, dataset.sha256)
             display.job_started(index, job)
             job_dir = store.job_dir(results, run_id)
             outcome = run_container(client, job, tag, run_id, job_id, job_dir, dataset.path,

@@ -67,3 +67,11 @@ def load(results: Path) -> pd.DataFrame:
         raise StoreError(f"{results}: rows of schema version {newest}; this dlbench reads "
                          f"up to {SCHEMA_VERSION}: upgrade dlbench")
     return table.to_pandas()
+
+
+def ok_job_ids(results: Path) -> set[str]:
+    """Ids of the jobs stored with status ok (for --resume)."""
+    if not results.is_dir():
+        return set()
+    frame = load(results)
+    return set(frame.loc[frame["status"] == "ok", "job_id"])

@@ -165,3 +165,11 @@ def test_a_job_over_its_time_limit_is_a_timeout_row_and_stale_containers_go(buil
             stale.remove(force=True)
         except docker.errors.NotFound:
             pass
+
+
+def test_resume_skips_jobs_already_stored_as_ok(quick_results, data_root):
+    before = snapshot(quick_results)
+    proc = dlbench("run", "--frameworks", "torch", "--datasets", "mnist", "--profile", "quick",
+                   "--results", quick_results, "--data-dir", data_root, "--resume", check=True)
+    assert "resume: 1 job(s) already stored as ok, 0 to run" in proc.stderr
+    assert snapshot(quick_results) == before
