@@ -42,11 +42,11 @@ def test_job_id_is_stable_and_changes_with_what_defines_the_job():
     (dict(frameworks=["tensorflw"]), "unknown framework 'tensorflw'"),
     (dict(datasets=["imagenet"]), "unknown data set 'imagenet'"),
     (dict(profile="full"), "unknown profile 'full'"),
-    (dict(cpus=9), "--cpus 9: this host has 4 CPUs"),
+    (dict(cpus=9), "--cpus/--threads 9: this host has 4 CPUs"),
     (dict(gpu=-1), "a GPU index is 0 or more"),
     (dict(repeats=0), "at least 1"),
-    (dict(overrides={"batch": 5}), "no hyper-parameter 'batch'"),
-    (dict(overrides={"epochs": "many"}), "must be int"),
+    (dict(frameworks=["torch"], overrides={"batch": 5}), "no hyper-parameter 'batch'"),
+    (dict(frameworks=["torch"], overrides={"epochs": "many"}), "must be int"),
 ])
 def test_bad_options_are_usage_errors(kwargs, message):
     with pytest.raises(UsageError, match=message):

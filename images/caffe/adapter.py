@@ -1,0 +1,298 @@
+"""Caffe adapter: the BVLC example models, trained by Caffe's own SGD solver.
+
+The nets are the examples' train/test prototxt layer for layer, with the LMDB
+``Data`` layers replaced by ``Input`` layers that this adapter fills from the
+numpy arrays before every ``solver.step(1)``.  The data are fed as the Data
+layer reads its LMDB: records in the order they were converted (the order of
+the original files), one batch after the other, wrapping around at the end,
+and transformed as its ``transform_param`` says (MNIST: scale 1/256; CIFAR-10:
+minus the training set's mean image, as ``compute_image_mean`` makes it).
+
+cifar10_quick is trained by ``train_quick.sh`` in two runs: 4000 iterations
+at lr 0.001, then resumed from that snapshot (weights and momentum history)
+with lr 0.0001 up to iteration 5000.  Here the second run is the same solver
+continuing with a ``multistep`` policy whose single step at ``max_iter`` sets
+the rate to ``learning_rate_lr1``; the resumed data layer starts again at the
+first record, which is where the wrap-around stands after 8 whole epochs.
+"""
+
+import os
+import tempfile
+
+# Before caffe is imported: glog writes errors only, to stderr, and no files.
+os.environ.setdefault("GLOG_minloglevel", "2")
+os.environ.setdefault("GLOG_logtostderr", "1")
+
+DEBIAN_VERSION = "1.0.0+git20180821.99bd997-8+b2"
+
+
+# -- prototxt ---------------------------------------------------------------------
+class Enum(str):
+    """A protobuf enum value (MAX, CPU), written bare."""
+
+
+def _value(v):
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, Enum):
+        return str(v)
+    if isinstance(v, str):
+        return '"%s"' % v
+    if isinstance(v, float):
+        return repr(v)
+    return str(v)
+
+
+def _text(fields, indent=0):
+    """Protobuf text format from a list of (key, value) pairs; a list value is a message."""
+    pad = "  " * indent
+    lines = []
+    for key, value in fields:
+        if isinstance(value, list):
+            lines.append("%s%s {" % (pad, key))
+            lines.append(_text(value, indent + 1))
+            lines.append("%s}" % pad)
+        else:
+            lines.append("%s%s: %s" % (pad, key, _value(value)))
+    return "\n".join(line for line in lines if line)
+
+
+def _input(batch, shape):
+    dims = [("dim", d) for d in (batch,) + tuple(shape)]
+    return [("layer", [("name", "data"), ("type", "Input"), ("top", "data"), ("top", "label"),
+                       ("input_param", [("shape", dims), ("shape", [("dim", batch)])])])]
+
+
+def _learnable(name, kind, bottom, num_output, filler, **conv):
+    """A Convolution or InnerProduct layer: weights lr_mult 1, biases lr_mult 2,
+    constant (0) bias filler, as in every layer of both examples."""
+    options = [("num_output", num_output)] + [(k, v) for k, v in conv.items()]
+    options += [("weight_filler", filler), ("bias_filler", [("type", "constant")])]
+    param_name = "convolution_param" if kind == "Convolution" else "inner_product_param"
+    return [("layer", [("name", name), ("type", kind), ("bottom", bottom), ("top", name),
+                       ("param", [("lr_mult", 1)]), ("param", [("lr_mult", 2)]),
+                       (param_name, options)])]
+
+
+def _pool(name, bottom, pool, kernel, stride):
+    return [("layer", [("name", name), ("type", "Pooling"), ("bottom", bottom), ("top", name),
+                       ("pooling_param", [("pool", Enum(pool)), ("kernel_size", kernel),
+                                          ("stride", stride)])])]
+
+
+def _relu(name, blob):
+    return [("layer", [("name", name), ("type", "ReLU"), ("bottom", blob), ("top", blob)])]
+
+
+def _head(phase):
+    layers = []
+    if phase == "TEST":   # both examples compute accuracy in the TEST phase only
+        layers += [("layer", [("name", "accuracy"), ("type", "Accuracy"), ("bottom", "ip2"),
+                              ("bottom", "label"), ("top", "accuracy")])]
+    layers += [("layer", [("name", "loss"), ("type", "SoftmaxWithLoss"), ("bottom", "ip2"),
+                          ("bottom", "label"), ("top", "loss")])]
+    return layers
+
+
+def lenet(batch, phase):
+    """examples/mnist/lenet_train_test.prototxt."""
+    xavier = [("type", "xavier")]
+    layers = _input(batch, (1, 28, 28))
+    layers += _learnable("conv1", "Convolution", "data", 20, xavier, kernel_size=5, stride=1)
+    layers += _pool("pool1", "conv1", "MAX", 2, 2)
+    layers += _learnable("conv2", "Convolution", "pool1", 50, xavier, kernel_size=5, stride=1)
+    layers += _pool("pool2", "conv2", "MAX", 2, 2)
+    layers += _learnable("ip1", "InnerProduct", "pool2", 500, xavier)
+    layers += _relu("relu1", "ip1")
+    layers += _learnable("ip2", "InnerProduct", "ip1", 10, xavier)
+    return _text([("name", "LeNet")] + layers + _head(phase)) + "\n"
+
+
+def cifar10_quick(batch, phase):
+    """examples/cifar10/cifar10_quick_train_test.prototxt."""
+    def gaussian(std):
+        return [("type", "gaussian"), ("std", std)]
+    conv = dict(pad=2, kernel_size=5, stride=1)
+    layers = _input(batch, (3, 32, 32))
+    layers += _learnable("conv1", "Convolution", "data", 32, gaussian(0.0001), **conv)
+    layers += _pool("pool1", "conv1", "MAX", 3, 2)
+    layers += _relu("relu1", "pool1")
+    layers += _learnable("conv2", "Convolution", "pool1", 32, gaussian(0.01), **conv)
+    layers += _relu("relu2", "conv2")
+    layers += _pool("pool2", "conv2", "AVE", 3, 2)
+    layers += _learnable("conv3", "Convolution", "pool2", 64, gaussian(0.01), **conv)
+    layers += _relu("relu3", "conv3")
+    layers += _pool("pool3", "conv3", "AVE", 3, 2)
+    layers += _learnable("ip1", "InnerProduct", "pool3", 64, gaussian(0.1))
+    layers += _learnable("ip2", "InnerProduct", "ip1", 10, gaussian(0.1))
+    return _text([("name", "CIFAR10_quick")] + layers + _head(phase)) + "\n"
+
+
+NETS = {"mnist": lenet, "cifar10": cifar10_quick}
+
+
+class Adapter:
+    def __init__(self, ctx):
+        self.ctx = ctx
+        self.hp = ctx.hp
+
+    # -- setup ---------------------------------------------------------------
+    def setup(self):
+        import numpy as np
+        import caffe
+        self.np, self.caffe = np, caffe
+        if self.ctx.device != "cpu":
+            raise ValueError("Debian's caffe is a CPU_ONLY build; device %r is not available"
+                             % self.ctx.device)
+        if self.ctx.dataset not in NETS:
+            raise ValueError("no caffe model for %s" % self.ctx.dataset)
+        caffe.set_mode_cpu()
+        caffe.set_random_seed(self.ctx.seed)
+
+        arrays = self.ctx.load_data()
+        self.train_x, self.train_y = arrays["train_images"], arrays["train_labels"]
+        self.test_x, self.test_y = arrays["test_images"], arrays["test_labels"]
+        if self.ctx.dataset == "mnist":
+            # transform_param { scale: 0.00390625 }
+            self.mean, self.scale = None, np.float32(0.00390625)
+            self.train_x, self.test_x = self.train_x[:, None], self.test_x[:, None]
+        else:
+            # transform_param { mean_file: mean.binaryproto }: the per-pixel,
+            # per-channel mean of the training set, as compute_image_mean makes it.
+            self.mean = self.train_x.mean(axis=0, dtype=np.float64).astype(np.float32)
+            self.scale = None
+
+        hp = self.hp
+        self.workdir = tempfile.mkdtemp(prefix="dlbench-caffe-")
+        build = NETS[self.ctx.dataset]
+        train_net = os.path.join(self.workdir, "train.prototxt")
+        self.test_net_path = os.path.join(self.workdir, "test.prototxt")
+        with open(train_net, "w") as f:
+            f.write(build(hp["batch_size"], "TRAIN"))
+        with open(self.test_net_path, "w") as f:
+            f.write(build(hp["test_batch_size"], "TEST"))
+
+        self.max_iter = self._total_iterations()
+        solver = [("train_net", train_net), ("type", "SGD"),
+                  ("base_lr", float(hp["learning_rate"])), ("momentum", float(hp["momentum"])),
+                  ("weight_decay", float(hp["weight_decay"])), ("max_iter", self.max_iter)]
+        solver += self._policy()
+        solver += [("display", 0), ("snapshot", 0), ("snapshot_after_train", False),
+                   ("solver_mode", Enum("CPU")), ("random_seed", self.ctx.seed)]
+        solver_path = os.path.join(self.workdir, "solver.prototxt")
+        with open(solver_path, "w") as f:
+            f.write(_text(solver) + "\n")
+        self.solver = caffe.SGDSolver(solver_path)
+        n = len(self.train_y)
+        self.ctx.planned_epochs = self.max_iter * hp["batch_size"] / n
+
+    def _total_iterations(self):
+        hp = self.hp
+        return max(hp["max_iter"], hp.get("max_iter_lr1", 0))
+
+    def _policy(self):
+        """The solver's lr_policy fields; cifar10_quick's lr1 phase as one multistep."""
+        hp = self.hp
+        if hp.get("max_iter_lr1", 0) > hp["max_iter"]:
+            if hp.get("lr_policy", "fixed") != "fixed":
+                raise ValueError("a second (lr1) phase needs lr_policy 'fixed'")
+            return [("lr_policy", "multistep"), ("stepvalue", hp["max_iter"]),
+                    ("gamma", float(hp["learning_rate_lr1"]) / float(hp["learning_rate"]))]
+        policy = hp.get("lr_policy", "fixed")
+        fields = [("lr_policy", policy)]
+        for key in ("gamma", "power", "stepsize"):
+            if key in hp:
+                fields.append((key, hp[key]))
+        return fields
+
+    def _inputs(self, images):
+        """One batch as the Data layer's transformer makes it (float32, NCHW)."""
+        x = images.astype(self.np.float32)
+        if self.mean is not None:
+            x -= self.mean
+        if self.scale is not None:
+            x *= self.scale
+        return x
+
+    # -- train ---------------------------------------------------------------
+    def train(self):
+        np, hp, ctx = self.np, self.hp, self.ctx
+        batch, n = hp["batch_size"], len(self.train_y)
+        net = self.solver.net
+        data, label = net.blobs["data"], net.blobs["label"]
+        scores, loss_blob = net.blobs["ip2"], net.blobs["loss"]
+        epoch, loss_sum, correct, seen = 1, 0.0, 0, 0
+        ctx.epoch_start()
+        for it in range(self.max_iter):
+            start = it * batch
+            # An iteration belongs to the epoch in which its batch starts.
+            if start // n + 1 != epoch:
+                ctx.epoch_done(epoch, loss_sum / seen, correct / seen, samples=seen)
+                epoch, loss_sum, correct, seen = start // n + 1, 0.0, 0, 0
+                ctx.epoch_start()
+            index = np.arange(start, start + batch) % n      # sequential, wrapping around
+            y = self.train_y[index]
+            data.data[...] = self._inputs(self.train_x[index])
+            label.data[...] = y
+            self.solver.step(1)
+            loss = float(loss_blob.data)
+            loss_sum += loss * batch
+            correct += int((scores.data.argmax(axis=1) == y).sum())
+            seen += batch
+            ctx.progress(epoch, (start % n) / n, loss)
+        if seen:
+            ctx.epoch_done(epoch, loss_sum / seen, correct / seen, samples=seen)
+
+    # -- test ----------------------------------------------------------------
+    def test(self):
+        np, caffe = self.np, self.caffe
+        batch, n = self.hp["test_batch_size"], len(self.test_y)
+        net = caffe.Net(self.test_net_path, caffe.TEST)
+        trained = self.solver.net.params
+        for name, blobs in net.params.items():   # the TEST net shares the trained weights
+            for mine, theirs in zip(blobs, trained[name]):
+                mine.data[...] = theirs.data
+        loss_sum, correct = 0.0, 0.0
+        for start in range(0, n, batch):
+            x, y = self.test_x[start:start + batch], self.test_y[start:start + batch]
+            if len(y) != net.blobs["label"].data.shape[0]:   # a last, smaller batch
+                net.blobs["data"].reshape(len(y), *x.shape[1:])
+                net.blobs["label"].reshape(len(y))
+                net.reshape()
+            net.blobs["data"].data[...] = self._inputs(x)
+            net.blobs["label"].data[...] = y
+            out = net.forward()
+            loss_sum += float(out["loss"]) * len(y)
+            correct += float(out["accuracy"]) * len(y)
+        return {"accuracy": correct / n, "loss": loss_sum / n}
+
+    # -- describe ------------------------------------------------------------
+    def describe(self):
+        import google.protobuf
+        np, caffe = self.np, self.caffe
+        params = self.solver.net.params
+        return {
+            "framework_version": getattr(caffe, "__version__", None) or DEBIAN_VERSION,
+            "param_count": int(sum(b.data.size for blobs in params.values() for b in blobs)),
+            "device_name": None,
+            "threads": {"requested": self.ctx.threads,
+                        "framework": {"OPENBLAS_NUM_THREADS": os.environ.get("OPENBLAS_NUM_THREADS"),
+                                      "openblas_get_num_threads": _openblas_threads()}},
+            "libraries": {"numpy": np.__version__, "protobuf": google.protobuf.__version__,
+                          "caffe_debian": DEBIAN_VERSION},
+        }
+
+
+def _openblas_threads():
+    """The thread count of the OpenBLAS that caffe's libblas.so.3 resolved to."""
+    import ctypes
+    try:
+        with open("/proc/self/maps") as f:
+            paths = {line.split()[-1] for line in f if "openblas" in line.lower()}
+        for path in sorted(paths):
+            library = ctypes.CDLL(path)     # already mapped: the same instance
+            if hasattr(library, "openblas_get_num_threads"):
+                return int(library.openblas_get_num_threads())
+    except OSError:
+        pass
+    return None
