@@ -3,8 +3,117 @@
 Lua Torch7 cannot be installed any more, so the models of its demo scripts are
 rebuilt here.  PyTorch's default initialisation of Conv2d and Linear draws
 weights and biases from U(-1/sqrt(fan_in), 1/sqrt(fan_in)), which is exactly
-Torch7's nn reset(), so no custom initialisation is needed.
+Torch7's nn reset(), so no custom initialisation is needed for them.
+
+CIFAR-10 follows torch/demos train-on-cifar/train-on-cifar.lua (model
+'convnet'): RGB -> YUV, Y contrast-normalised locally, U and V globally, then
+two nn.SpatialConvolutionMap stages with random connection tables.  A
+connection table is rebuilt as a full Conv2d whose weight is multiplied by a
+fixed 0/1 mask, so unconnected weights stay exactly zero and are not counted.
+Kept from the script: batch 1, lr 1e-3 with optim.sgd's learningRateDecay
+(the script hard-codes 5e-7 in its SGD config; it has no option for it), no
+momentum or weight decay, one-sample testing (a larger test batch would give
+the same scores; batch 1 keeps the script's test cost).  Differs: the
+training order is reshuffled each epoch from the seed (the script walks the
+set in file order), as for MNIST; the random numbers (connection tables,
+initial weights) are PyTorch's, not Torch7's.
 """
+
+import math
+
+# image.gaussian1D defaults (sigma 0.25, amplitude 1, mean 0.5, not normalised).
+GAUSSIAN_SIGMA = 0.25
+# nn.SpatialDivisiveNormalization: local stds <= threshold become thresval.
+DIVISIVE_THRESHOLD = 1e-4
+# image.rgb2yuv, rows Y, U, V over columns R, G, B.
+RGB_TO_YUV = ((0.299, 0.587, 0.114),
+              (-0.14713, -0.28886, 0.436),
+              (0.615, -0.51499, -0.10001))
+
+
+def gaussian1d(size):
+    """image.gaussian1D(size): amplitude * exp(-((i - center) / (sigma * size))^2 / 2)."""
+    center = 0.5 * size + 0.5
+    return [math.exp(-(((i - center) / (GAUSSIAN_SIGMA * size)) ** 2) / 2)
+            for i in range(1, size + 1)]
+
+
+def random_connection_table(nin, nout, nto, randperm):
+    """nn.tables.random(nin, nout, nto) as (input plane, output plane) pairs, 0-based.
+
+    Each output plane takes the next nto entries of a random permutation of
+    the input planes; after floor(nin / nto) output planes the permutation is
+    redrawn.  ``randperm(n)`` returns a permutation of range(n) as a list.
+    """
+    chunks = nin // nto
+    perm, chunk, table = randperm(nin), 0, []
+    for out in range(nout):
+        table.extend((inp, out) for inp in perm[chunk * nto:(chunk + 1) * nto])
+        chunk += 1
+        if chunk == chunks:
+            perm, chunk = randperm(nin), 0
+    return table
+
+
+def connection_conv(torch):
+    """The class of nn.SpatialConvolutionMap in PyTorch (built on demand: torch is
+    imported only inside the container)."""
+
+    class ConnectionTableConv2d(torch.nn.Conv2d):
+        def __init__(self, table, nin, nout, kernel):
+            super().__init__(nin, nout, kernel)
+            mask = torch.zeros(nout, nin, 1, 1)
+            for inp, out in table:
+                mask[out, inp] = 1
+            self.register_buffer("mask", mask)
+            self.table = table
+            self.connection_reset()
+
+        def connection_reset(self):
+            """SpatialConvolutionMap:reset(): U(-b, b), b = 1/sqrt(kW*kH*inputs of that
+            output plane), for each connection's kernel and for the bias."""
+            fan = self.mask.sum(dim=(1, 2, 3))
+            bound = 1.0 / (fan * self.kernel_size[0] * self.kernel_size[1]).sqrt()
+            with torch.no_grad():
+                self.weight.uniform_(-1, 1).mul_(bound.view(-1, 1, 1, 1)).mul_(self.mask)
+                self.bias.uniform_(-1, 1).mul_(bound)
+
+        def connected_parameters(self):
+            return int(self.mask.sum().item()) * self.kernel_size[0] * self.kernel_size[1] \
+                + self.bias.numel()
+
+        def forward(self, x):
+            return torch.nn.functional.conv2d(x, self.weight * self.mask, self.bias)
+
+    return ConnectionTableConv2d
+
+
+def sample_linear(torch):
+    """nn.Linear that, for a batch of one, works as Torch7's nn.Linear on a single
+    sample: addmv forward, ger (addr) for the weight gradient and mv for the
+    input gradient.  PyTorch's own path (addmm with one row, and addmv's
+    generic backward) costs about three times as much here, all of it in
+    memory-bound copies of the 6400x128 weight's gradient."""
+
+    class SampleLinearFunction(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, weight, bias):
+            ctx.save_for_backward(x, weight)
+            return torch.addmv(bias, weight, x)
+
+        @staticmethod
+        def backward(ctx, grad):
+            x, weight = ctx.saved_tensors
+            grad_x = weight.t().mv(grad) if ctx.needs_input_grad[0] else None
+            return grad_x, torch.ger(grad, x), grad
+
+    class SampleLinear(torch.nn.Linear):
+        def forward(self, x):
+            if x.shape[0] == 1:
+                return SampleLinearFunction.apply(x[0], self.weight, self.bias).unsqueeze(0)
+            return torch.nn.functional.linear(x, self.weight, self.bias)
+
+    return SampleLinear
 
 
 class Adapter:
@@ -21,12 +130,22 @@ class Adapter:
         torch.manual_seed(self.ctx.seed)
         self.device = torch.device("cuda" if self.ctx.device.startswith("cuda") else "cpu")
         arrays = self.ctx.load_data()
-        if self.ctx.dataset != "mnist":
+        if self.ctx.dataset == "mnist":
+            self.train_x, self.test_x = self._mnist_inputs(arrays["train_images"], arrays["test_images"])
+            self.model = self._mnist_model().to(self.device)
+        elif self.ctx.dataset == "cifar10":
+            # train_subset N > 0: the first N training images, as the script's
+            # non-full mode (trsize) does; the U/V statistics come from them too.
+            subset = self.hp.get("train_subset") or len(arrays["train_labels"])
+            arrays["train_images"] = arrays["train_images"][:subset]
+            arrays["train_labels"] = arrays["train_labels"][:subset]
+            self.ctx.train_samples = len(arrays["train_labels"])
+            self.train_x, self.test_x = self._cifar_inputs(arrays["train_images"], arrays["test_images"])
+            self.model = self._cifar_model().to(self.device)
+        else:
             raise ValueError("no torch model for %s yet" % self.ctx.dataset)
-        self.train_x, self.test_x = self._mnist_inputs(arrays["train_images"], arrays["test_images"])
         self.train_y = torch.from_numpy(arrays["train_labels"]).to(self.device)
         self.test_y = torch.from_numpy(arrays["test_labels"]).to(self.device)
-        self.model = self._mnist_model().to(self.device)
         self.criterion = torch.nn.NLLLoss()
         self.optimizer = torch.optim.SGD(self.model.parameters(), lr=self.hp["learning_rate"],
                                          momentum=self.hp["momentum"],
@@ -60,6 +179,71 @@ class Adapter:
             nn.LogSoftmax(dim=1),
         )
 
+    def _cifar_inputs(self, train, test):
+        """train-on-cifar.lua's preprocessing, vectorised: RGB (0-255, as the script's
+        raw bytes) -> YUV (image.rgb2yuv); Y through
+        nn.SpatialContrastiveNormalization(1, image.gaussian1D(7)) -- as torch/nn's
+        sources: y - smooth(y)/coef, then divided by sqrt(smooth(y^2))/coef with
+        values <= 1e-4 replaced by 1e-4, where smooth is the normalised 7-tap kernel
+        applied separably with zero padding and coef = smooth(ones); U and V minus
+        the training set's mean, divided by minus its (unbiased) std -- the
+        script's ``div(-std_u)``, a harmless sign flip kept for fidelity."""
+        torch = self.torch
+        F = torch.nn.functional
+        taps = torch.tensor(gaussian1d(7), dtype=torch.float64)
+        taps /= taps.sum()          # SpatialSubtractiveNormalization normalises it in place
+        pad = len(taps) // 2
+        across, down = taps.view(1, 1, 1, -1), taps.view(1, 1, -1, 1)
+
+        def smooth(x):
+            """The 1-D kernel applied separably over a zero-padded plane."""
+            return F.conv2d(F.conv2d(F.pad(x, (pad, pad, pad, pad)), across), down)
+
+        coef = smooth(torch.ones(1, 1, 32, 32, dtype=torch.float64))
+        yuv_kernel = torch.tensor(RGB_TO_YUV, dtype=torch.float64).view(3, 3, 1, 1)
+
+        def prepare(images, chunk=5000):
+            out = torch.empty(images.shape, dtype=torch.float32)
+            for start in range(0, len(images), chunk):
+                rgb = torch.from_numpy(images[start:start + chunk]).to(torch.float64)
+                yuv = F.conv2d(rgb, yuv_kernel)
+                y = yuv[:, :1]
+                y = y - smooth(y) / coef                          # subtractive
+                std = smooth(y * y).sqrt() / coef                 # divisive
+                std = torch.where(std > DIVISIVE_THRESHOLD, std, torch.full_like(std, DIVISIVE_THRESHOLD))
+                yuv[:, :1] = y / std
+                out[start:start + chunk] = yuv.to(torch.float32)
+            return out
+
+        train_x, test_x = prepare(train), prepare(test)
+        for c in (1, 2):
+            plane = train_x[:, c].double()
+            mean, std = plane.mean(), plane.std()
+            for x in (train_x, test_x):
+                x[:, c].sub_(mean).div_(-std)
+        return train_x.to(self.device), test_x.to(self.device)
+
+    def _cifar_model(self):
+        """train-on-cifar.lua, model 'convnet'; the connection tables are drawn from
+        the job's seed (after torch.manual_seed, as the script draws them)."""
+        torch = self.torch
+        nn = torch.nn
+        Conv, Linear = connection_conv(torch), sample_linear(torch)
+
+        def randperm(n):
+            return torch.randperm(n).tolist()
+
+        return nn.Sequential(
+            Conv(random_connection_table(3, 16, 1, randperm), 3, 16, 5), nn.Tanh(),
+            nn.MaxPool2d(2, stride=2),
+            Conv(random_connection_table(16, 256, 4, randperm), 16, 256, 5), nn.Tanh(),
+            nn.MaxPool2d(2, stride=2),
+            nn.Flatten(),
+            Linear(256 * 5 * 5, 128), nn.Tanh(),
+            Linear(128, 10),
+            nn.LogSoftmax(dim=1),
+        )
+
     # -- train ---------------------------------------------------------------
     def train(self):
         torch, hp = self.torch, self.hp
@@ -78,7 +262,7 @@ class Adapter:
                 # optim.sgd's learning-rate decay: lr / (1 + t * decay), t = steps so far.
                 for group in self.optimizer.param_groups:
                     group["lr"] = hp["learning_rate"] / (1 + steps * hp["learning_rate_decay"])
-                self.optimizer.zero_grad()
+                self.optimizer.zero_grad(set_to_none=True)
                 output = self.model(x)
                 loss = self.criterion(output, y)
                 loss.backward()
@@ -113,7 +297,7 @@ class Adapter:
         cuda = self.device.type == "cuda"
         return {
             "framework_version": torch.__version__,
-            "param_count": sum(p.numel() for p in self.model.parameters() if p.requires_grad),
+            "param_count": self._param_count(),
             "device_name": torch.cuda.get_device_name(self.device) if cuda else None,
             "threads": {"requested": self.ctx.threads,
                         "framework": {"torch.get_num_threads": torch.get_num_threads(),
@@ -121,3 +305,14 @@ class Adapter:
             "libraries": {"numpy": numpy.__version__, "cuda": torch.version.cuda,
                           "cudnn": torch.backends.cudnn.version() if cuda else None},
         }
+
+    def _param_count(self):
+        """Trainable parameters; a connection-table convolution counts only its
+        connected kernels (the masked-out weights are fixed zeros)."""
+        total = 0
+        for module in self.model.modules():
+            if hasattr(module, "connected_parameters"):
+                total += module.connected_parameters()
+            else:
+                total += sum(p.numel() for p in module.parameters(recurse=False) if p.requires_grad)
+        return total

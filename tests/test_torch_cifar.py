@@ -1,0 +1,101 @@
+"""Torch's CIFAR-10 model (train-on-cifar.lua, model 'convnet') through the pipeline.
+
+One quick run (built image, real container, real CIFAR-10) leaves a row; the
+connection tables are checked both as the pure algorithm (on the host) and as
+the masks of the model the image builds.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import random
+from collections import Counter
+
+import pandas as pd
+import pytest
+
+from conftest import REPO, dlbench
+
+pytestmark = pytest.mark.docker
+
+# conv1 16*1*25+16, conv2 256*4*25+256, linear 6400*128+128, linear 128*10+10
+CIFAR_PARAMS = 416 + 25856 + 819328 + 1290
+
+
+def torch_adapter_module():
+    spec = importlib.util.spec_from_file_location("torch_adapter", REPO / "images" / "torch" / "adapter.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)     # torch itself is imported only inside the container
+    return module
+
+
+@pytest.fixture(scope="module")
+def quick_row(data_root, tmp_path_factory):
+    results = tmp_path_factory.mktemp("results")
+    dlbench("run", "--frameworks", "torch", "--datasets", "cifar10", "--profile", "quick",
+            "--results", results, "--data-dir", data_root, check=True)
+    frame = pd.read_parquet(results)
+    assert len(frame) == 1
+    return frame.iloc[0]
+
+
+def test_quick_cifar_run_learns_and_counts_only_connected_weights(quick_row):
+    row = quick_row
+    assert (row.framework, row.dataset, row.profile, row.status) == ("torch", "cifar10", "quick", "ok")
+    assert row.model == "torch7-cifar10-convnet"
+    assert row.accuracy >= 0.20                 # twice chance
+    assert row.param_count == CIFAR_PARAMS == 846890
+    assert row.test_samples == 10000 and len(row.epoch_loss) == 1
+    assert row.train_time_s > 0 and row.test_time_s > 0 and row.setup_time_s > 0
+
+
+def test_random_connection_tables_follow_nn_tables_random():
+    module = torch_adapter_module()
+    rng = random.Random(7)
+
+    def randperm(n):
+        return rng.sample(range(n), n)
+
+    for nin, nout, nto in ((3, 16, 1), (16, 256, 4)):
+        table = module.random_connection_table(nin, nout, nto, randperm)
+        assert len(table) == nout * nto
+        inputs = {out: [inp for inp, o in table if o == out] for out in range(nout)}
+        assert all(len(set(planes)) == nto for planes in inputs.values())
+        assert all(0 <= inp < nin for planes in inputs.values() for inp in planes)
+    # 16 -> 256 by 4: every run of 4 output planes covers each input plane once.
+    uses = Counter(inp for inp, _ in module.random_connection_table(16, 256, 4, randperm))
+    assert set(uses.values()) == {64}
+
+
+CHECK_IN_IMAGE = """
+import json, sys, torch
+sys.path.insert(0, "/opt/dlbench/framework")
+import adapter
+class Ctx:
+    hp, threads, seed, device, dataset = {}, 1, 1, "cpu", "cifar10"
+a = adapter.Adapter(Ctx)
+a.torch = torch
+torch.manual_seed(1)
+a.model = a._cifar_model()
+convs = [m for m in a.model.modules() if hasattr(m, "mask")]
+print(json.dumps({
+    "inputs_per_output": [sorted(set(m.mask.sum(dim=(1, 2, 3)).tolist())) for m in convs],
+    "outputs": [m.mask.shape[0] for m in convs],
+    "unconnected_weights_zero": all(bool((m.weight * (1 - m.mask) == 0).all()) for m in convs),
+    "param_count": a._param_count(),
+}))
+"""
+
+
+def test_the_images_connection_masks_have_1_and_4_inputs_per_output(quick_row):
+    import docker
+
+    out = docker.from_env().containers.run(
+        "dlbench/torch:cpu", entrypoint=["python3", "-c", CHECK_IN_IMAGE],
+        remove=True, network_mode="none").decode()
+    found = json.loads(out.strip().splitlines()[-1])
+    assert found["inputs_per_output"] == [[1.0], [4.0]]
+    assert found["outputs"] == [16, 256]
+    assert found["unconnected_weights_zero"] is True
+    assert found["param_count"] == CIFAR_PARAMS
