@@ -1,0 +1,180 @@
+"""The theano image end to end: built (or found up to date), then the quick
+profile of the deeplearning.net LeNet5 tutorial on MNIST and on CIFAR-10 run
+through the CLI on the real data sets; the tutorial's early stopping and the
+refusal of a Theano that would not compile C code are checked in the image."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pandas as pd
+import pytest
+
+from conftest import dlbench
+
+pytestmark = pytest.mark.docker
+
+IMAGE = "dlbench/theano:cpu"
+# conv 20*1*25+20, conv 50*20*25+50, hidden (50*4*4)*500+500, logistic 500*10+10
+MNIST_PARAMS = 520 + 25050 + 400500 + 5010
+# conv 20*3*25+20, conv 50*20*25+50, hidden (50*5*5)*500+500, logistic 500*10+10
+CIFAR_PARAMS = 1520 + 25050 + 625500 + 5010
+
+
+@pytest.fixture(scope="module")
+def built():
+    return dlbench("build-images", "--frameworks", "theano", check=True)
+
+
+@pytest.fixture(scope="module")
+def quick_results(built, data_root, tmp_path_factory):
+    results = tmp_path_factory.mktemp("theano-results")
+    dlbench("run", "--frameworks", "theano", "--datasets", "mnist,cifar10", "--profile", "quick",
+            "--results", results, "--data-dir", data_root, check=True)
+    frame = pd.read_parquet(results)
+    rows = {row.dataset: row for row in frame.itertuples()}
+    documents = {name: json.loads((results / "_jobs" / row.run_id / "result.json").read_text())
+                 for name, row in rows.items()}
+    return rows, documents
+
+
+def run_in_image(script: str) -> str:
+    """A Python script in the image, as the job runs: no network, read-only root
+    file system, an unprivileged user, HOME and a tmpfs on /tmp."""
+    import docker
+    return docker.from_env().containers.run(
+        IMAGE, entrypoint=["python3", "-c", textwrap.dedent(script)], remove=True,
+        network_mode="none", read_only=True, user="nobody", environment={"HOME": "/tmp"},
+        tmpfs={"/tmp": "rw,exec,nosuid,size=512m"}, stderr=True).decode()
+
+
+def test_both_quick_runs_are_stored_as_ok(quick_results):
+    rows, documents = quick_results
+    assert set(rows) == {"mnist", "cifar10"}
+    for name, row in rows.items():
+        assert (row.framework, row.profile, row.status) == ("theano", "quick", "ok"), row.error
+        assert row.image == IMAGE
+        assert row.train_time_s > 0 and row.test_time_s > 0 and row.test_samples == 10000
+        assert row.framework_version == "1.0.5"
+        assert "openblas" in row.blas
+        libraries = json.loads(row.libraries)
+        assert libraries["numpy"].startswith("1.19") and libraries["cxx"].startswith("/usr/bin/g++")
+        framework_threads = json.loads(row.threads_framework)
+        assert framework_threads["theano.config.blas.ldflags"] == "-lopenblas"
+        assert framework_threads["theano.config.openmp"] == (row.threads > 1)
+        assert framework_threads["openblas_get_num_threads"] == row.threads
+        theano = documents[name]["theano"]
+        assert theano["floatX"] == "float32"
+        # the convolutions and their gradients ran as Theano's GEMM-based C ops
+        assert theano["conv_ops"] == ["CorrMM", "CorrMM_gradInputs", "CorrMM_gradWeights"]
+        hp = json.loads(row.hyperparameters)
+        assert (hp["batch_size"], hp["learning_rate"], hp["epochs"]) == (500, 0.1, 1)
+        # one epoch of whole minibatches of 500 (MNIST 100, CIFAR-10 80), one
+        # validation pass at its end, no early stop
+        batches = row.train_samples // 500
+        assert len(row.epoch_loss) == 1
+        stop = documents[name]["early_stopping"]
+        assert stop["epochs_run"] == 1 and stop["stopped_early"] is False
+        assert stop["iterations"] == stop["best_iteration"] == stop["validation_frequency"] == batches
+        assert 0.0 < stop["best_validation_error"] < 0.9
+
+
+def test_lenet5_on_mnist(quick_results):
+    row = quick_results[0]["mnist"]
+    assert row.model == "theano-lenet5"
+    assert row.param_count == MNIST_PARAMS == 431080
+    assert row.accuracy >= 0.90
+    # the first 50,000 training images train, the last 10,000 validate
+    assert row.train_samples == 50000
+    assert 0.0 < row.epoch_accuracy[0] <= 1.0
+
+
+def test_lenet5_on_cifar10(quick_results):
+    row = quick_results[0]["cifar10"]
+    assert row.model == "theano-lenet5-cifar10"
+    assert row.param_count == CIFAR_PARAMS == 657080
+    assert row.accuracy >= 0.20          # twice chance
+    assert row.train_samples == 40000
+
+
+def test_the_image_carries_its_labels(built):
+    import docker
+    labels = docker.from_env().images.get(IMAGE).labels
+    assert labels["org.dlbench.framework"] == "theano"
+    assert labels["org.dlbench.framework-version"] == "1.0.5+dfsg-2"
+
+
+def test_early_stopping_follows_the_tutorial(built):
+    """The training loop with stand-in functions: 10 minibatches an epoch, patience
+    10, so validation every 5 iterations.  Validation errors 0.5 (it 4, patience
+    -> max(10, 8)), 0.4 (it 9, patience -> 18), 0.45 (it 14, no better), and the
+    loop stops at iteration 18 (patience <= iter), in epoch 2 after 9 minibatches,
+    before the validation due at iteration 19; the parameters of iteration 9 (the
+    best validation) are restored."""
+    out = run_in_image("""
+        import json, sys
+        sys.path[:0] = ["/opt/dlbench", "/opt/dlbench/framework"]
+        import numpy, adapter
+        from dlbench_runner import runner
+        hp = {"epochs": 200, "batch_size": 100, "learning_rate": 0.1, "patience": 10,
+              "patience_increase": 2, "improvement_threshold": 0.995, "validation_images": 100}
+        spec = {"hyperparameters": hp, "dataset": "mnist", "device": "cpu", "seed": 1, "threads": 1}
+        ctx = runner.Context(spec, "/data")
+        a = adapter.Adapter(ctx)
+        a.np, a.n_train, a.n_valid = numpy, 1000, 100
+        state = {"it": -1}
+        class Param:
+            def get_value(self, borrow=False): return state["it"]
+            def set_value(self, value, borrow=False): state["restored"] = value
+        a.params = [Param()]
+        def train_fn(i):
+            state["it"] += 1
+            return numpy.float32(1.0), numpy.float32(0.25)
+        errors = {4: 0.5, 9: 0.4, 14: 0.45, 19: 0.1}
+        a.train_fn, a.validate_fn = train_fn, lambda i: errors[state["it"]]
+        a.train()
+        print(json.dumps({"stop": a.early_stopping, "restored": state["restored"],
+                          "epochs": [(e["epoch"], e["samples"], e["accuracy"]) for e in ctx.epochs]}))
+    """)
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["restored"] == 9
+    assert result["epochs"] == [[1, 1000, 0.75], [2, 900, 0.75]]
+    stop = result["stop"]
+    assert stop["stopped_early"] is True and stop["stopped_at_iteration"] == 19
+    assert stop["final_patience"] == 18 and stop["best_iteration"] == 10
+    assert stop["best_validation_error"] == 0.4 and stop["validation_frequency"] == 5
+
+
+def test_a_theano_without_cpp_compiler_is_refused(built):
+    """Theano silently runs Python code when it finds no compiler; the adapter refuses."""
+    out = run_in_image("""
+        import os, sys
+        sys.path[:0] = ["/opt/dlbench", "/opt/dlbench/framework"]
+        with open("/tmp/theanorc", "w") as f:
+            f.write("[global]\\ncxx =\\n")
+        os.environ["THEANORC"] = "/tmp/theanorc"
+        import adapter
+        from dlbench_runner import runner
+        spec = {"hyperparameters": {}, "dataset": "mnist", "device": "cpu", "seed": 1, "threads": 1}
+        try:
+            adapter.Adapter(runner.Context(spec, "/data")).setup()
+        except RuntimeError as exc:
+            print("refused:", exc)
+    """)
+    assert "refused: Theano found no C++ compiler" in out
+
+
+def test_cuda_is_a_clear_error(built):
+    out = run_in_image("""
+        import sys
+        sys.path[:0] = ["/opt/dlbench", "/opt/dlbench/framework"]
+        import adapter
+        from dlbench_runner import runner
+        spec = {"hyperparameters": {}, "dataset": "mnist", "device": "cuda", "seed": 1, "threads": 1}
+        try:
+            adapter.Adapter(runner.Context(spec, "/data")).setup()
+        except ValueError as exc:
+            print("refused:", exc)
+    """)
+    assert "refused: this theano image is a CPU build" in out
