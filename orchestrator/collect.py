@@ -2,7 +2,15 @@
 
 The runner's result.json is untrusted input: size-capped, parsed as JSON,
 validated field by field, never evaluated.  Whatever happened, exactly one
-row comes out: ``ok``, ``failed``, ``oom``, ``timeout`` or ``no_result``.
+row comes out:
+
+    ok           the runner's result, valid, and the container exited with 0
+    failed       the runner reported a failure, or the container exited non-zero
+                 (killed from outside: 137); exit code and the last 50 log lines
+    timeout      stopped by dlbench at the job's --timeout
+    oom          killed by the kernel at the job's --memory limit (Docker's OOMKilled)
+    unsupported  never started: the image cannot run the job (a GPU job on a CPU image)
+    no_result    exited with 0, but result.json is missing, too big or invalid
 """
 
 from __future__ import annotations
@@ -10,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
+import signal
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -17,6 +26,7 @@ from pydantic import ValidationError
 from . import __version__
 from .plan import Job
 from .schema import MAX_RESULT_BYTES, RunnerResult, RunRecord, dumps
+from .traces import Summary
 
 
 @dataclasses.dataclass
@@ -29,6 +39,8 @@ class Outcome:
     oom_killed: bool = False
     timed_out: bool = False
     error: str | None = None        # the host's own reason, when it has one
+    samples: list[dict] = dataclasses.field(default_factory=list)   # the resource trace
+    trace: Summary | None = None
 
 
 def read_result(path: Path) -> tuple[RunnerResult | None, str | None]:
@@ -44,22 +56,35 @@ def read_result(path: Path) -> tuple[RunnerResult | None, str | None]:
         return None, "result.json is invalid: " + " ".join(first[:3])[:500]
 
 
-def collect(job: Job, run_id: str, job_id: str, job_dir: Path, outcome: Outcome,
-            provenance: dict) -> RunRecord:
-    result, problem = read_result(job_dir / "result.json")
-    status, error = _status(outcome, result, problem)
-    fields = dict(
-        run_id=run_id, job_id=job_id, status=status, error=error,
-        exit_code=outcome.exit_code, log_tail="\n".join(outcome.log_tail) or None,
+def _job_fields(job: Job, run_id: str, job_id: str, provenance: dict) -> dict:
+    """What the job was, and the host's provenance: the same on every row."""
+    return dict(
+        run_id=run_id, job_id=job_id, campaign=job.campaign,
         framework=job.framework, dataset=job.dataset, model=job.model, profile=job.profile,
         hyperparameters=dumps(job.hyperparameters),
         batch_size=job.hyperparameters.get("batch_size"),
         learning_rate=job.hyperparameters.get("learning_rate"),
         device=job.device, gpu=None if job.gpu is None else str(job.gpu), seed=job.seed,
         repeat=job.repeat, threads=job.threads, cpus=job.cpus,
-        cpuset=f"0-{job.cpus - 1}" if job.cpus else None,
-        wall_time_s=outcome.wall_time_s, dlbench_version=__version__,
-        recorded_at=dt.datetime.now(dt.timezone.utc), **provenance)
+        cpuset=job.cpuset,
+        memory_limit_bytes=job.memory_bytes, timeout_s=job.timeout,
+        dlbench_version=__version__, recorded_at=dt.datetime.now(dt.timezone.utc), **provenance)
+
+
+def unsupported(job: Job, run_id: str, job_id: str, reason: str, provenance: dict) -> RunRecord:
+    """The row of a job that was never started, and why."""
+    return RunRecord(status="unsupported", error=reason, **_job_fields(job, run_id, job_id, provenance))
+
+
+def collect(job: Job, run_id: str, job_id: str, job_dir: Path, outcome: Outcome,
+            provenance: dict) -> RunRecord:
+    result, problem = read_result(job_dir / "result.json")
+    status, error = _status(outcome, result, problem)
+    fields = _job_fields(job, run_id, job_id, provenance)
+    fields.update(status=status, error=error, exit_code=outcome.exit_code,
+                  log_tail="\n".join(outcome.log_tail) or None, wall_time_s=outcome.wall_time_s)
+    if outcome.trace is not None:
+        fields.update(dataclasses.asdict(outcome.trace))
     if result is not None:
         fields.update(
             setup_time_s=result.setup_time_s, train_time_s=result.train_time_s,
@@ -81,15 +106,27 @@ def collect(job: Job, run_id: str, job_id: str, job_dir: Path, outcome: Outcome,
     return RunRecord(**fields)
 
 
+def _exited(code: int | None) -> str:
+    text = f"the container exited with code {code}"
+    if code is not None and code > 128:
+        try:
+            text += f" ({signal.Signals(code - 128).name})"
+        except ValueError:
+            pass
+    return text
+
+
 def _status(outcome: Outcome, result: RunnerResult | None, problem: str | None):
     if outcome.timed_out:
         return "timeout", outcome.error or "the job ran past its time limit"
     if outcome.oom_killed:
         return "oom", "the container ran out of memory (killed by the kernel)"
+    if outcome.exit_code is None and outcome.error:
+        return "failed", outcome.error          # the container never ran
     if result is not None and result.status == "failed":
         return "failed", result.error
     if outcome.exit_code not in (0, None) and result is None:
-        return "failed", outcome.error or f"the container exited with code {outcome.exit_code}"
+        return "failed", outcome.error or _exited(outcome.exit_code)
     if result is None:
         return "no_result", problem
     if outcome.exit_code != 0:

@@ -7,6 +7,10 @@ from rich.progress import (BarColumn, DownloadColumn, Progress, SpinnerColumn, T
                            TimeElapsedColumn, TransferSpeedColumn)
 
 
+# Lines of ``say`` shown without --verbose (besides "building" and "up to date").
+SHOWN = ("debootstrap", "pulling", "no registry", "importing", "removed", "resume", "fail-fast")
+
+
 class RichDisplay:
     def __init__(self, console: Console | None = None, verbose: bool = False):
         self.console = console or Console(stderr=True)
@@ -22,7 +26,7 @@ class RichDisplay:
     def say(self, text):
         if self.verbose:
             self.console.print(text, markup=False, highlight=False)
-        elif text.endswith(("building", "up to date")) or text.startswith(("debootstrap", "pulling", "no registry", "importing", "removed", "resume")):
+        elif text.endswith(("building", "up to date")) or text.startswith(SHOWN):
             self.console.print(f"[dim]{text}[/dim]", highlight=False)
 
     def download_progress(self):
@@ -36,7 +40,7 @@ class RichDisplay:
         if self.current is not None:
             self.progress.remove_task(self.current)
         self.epochs = job.hyperparameters.get("epochs") or 1
-        self.current = self.progress.add_task(f"[{index}] {job.label}", total=float(self.epochs),
+        self.current = self.progress.add_task(f"[{index}] {describe(job)}", total=float(self.epochs),
                                               detail="starting")
 
     def event(self, event):
@@ -63,15 +67,29 @@ class RichDisplay:
             self.current = None
         self.progress.advance(self.overall)
         if record.status == "ok":
+            peak = (f", peak memory {record.memory_peak_bytes / 2**20:.0f} MiB"
+                    if record.memory_peak_bytes else "")
             self.console.print(f"[green]ok[/green] {record.framework}/{record.dataset}/{record.profile}: "
                                f"accuracy {record.accuracy:.4f}, train {record.train_time_s:.1f} s, "
-                               f"test {record.test_time_s:.2f} s")
+                               f"test {record.test_time_s:.2f} s{peak}", highlight=False)
         else:
             self.console.print(f"[red]{record.status}[/red] {record.framework}/{record.dataset}/"
                                f"{record.profile}: {record.error}", highlight=False)
 
     def stop(self):
         self.progress.stop()
+
+
+def describe(job) -> str:
+    """A job in one short line: what it is and what the campaign varies."""
+    parts = [job.label] + [f"{k}={v}" for k, v in job.overrides.items()]
+    if job.cpus:
+        parts.append(f"cpus={job.cpus}")
+    if job.gpu is not None:
+        parts.append(f"gpu={job.gpu}")
+    if job.repeat:
+        parts.append(f"repeat {job.repeat}")
+    return " ".join(parts)
 
 
 class _Downloads:

@@ -1,10 +1,21 @@
-"""The plan: the options expanded into a plain list of jobs, without touching Docker."""
+"""The plan: the options expanded into a plain list of jobs, without touching Docker.
+
+A campaign is a matrix (``Axes``): frameworks x data sets x profiles x
+hyper-parameter values x thread counts x devices, repeated.  ``expand`` turns it
+into the plain list of ``Job`` values that ``run`` carries out one after another
+and ``--dry-run`` prints.  Repeats are the outer loop: every job of the matrix
+runs once before any runs a second time, so an interrupted campaign holds whole
+rounds.
+"""
 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
+import re
+from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
@@ -13,9 +24,32 @@ from dlbench_runner import spec as runner_spec
 from . import catalog
 from .errors import UsageError
 
+MIN_MEMORY_BYTES = 6 * 2**20        # Docker refuses smaller limits
+_UNITS = {"": 1, "b": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
+
+
+class PlanError(UsageError):
+    """A bad axis value; ``key`` names it, e.g. ("hyperparameters", "caffe", "epochs"),
+    so that a campaign file can point at its line."""
+
+    def __init__(self, message: str, key: tuple = ()):
+        super().__init__(message)
+        self.key = key
+
+
+def parse_memory(text: str, what: str = "--memory") -> int:
+    """A memory size as Docker takes it (``512m``, ``4g``, ``4GiB``, bytes) -> bytes."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([bkmgt]?)(?:i?b)?\s*", str(text), re.IGNORECASE)
+    if not match:
+        raise PlanError(f"{what} {text!r}: give a size such as 512m or 4g", ("limits", "memory"))
+    size = int(float(match.group(1)) * _UNITS[match.group(2).lower()])
+    if size < MIN_MEMORY_BYTES:
+        raise PlanError(f"{what} {text!r}: Docker needs at least 6m", ("limits", "memory"))
+    return size
+
 
 class Job(BaseModel):
-    """One container run: everything that defines what is measured."""
+    """One container run: everything that defines what is measured, and its limits."""
 
     model_config = ConfigDict(frozen=True)
     framework: str
@@ -29,6 +63,12 @@ class Job(BaseModel):
     gpu: int | None = None
     seed: int = 1
     repeat: int = 0
+    campaign: str | None = None    # the campaign's name, stored in the row
+    memory: str | None = None      # memory limit, as given (e.g. "4g"); None: none
+    timeout: float | None = None   # seconds; None: none
+
+    # Not part of the identity: how a job was asked for, and the limits it ran under.
+    NOT_IDENTITY: ClassVar[frozenset] = frozenset({"overrides", "campaign", "memory", "timeout"})
 
     @property
     def device(self) -> str:
@@ -38,9 +78,20 @@ class Job(BaseModel):
     def label(self) -> str:
         return f"{self.framework}/{self.dataset}/{self.profile}"
 
+    @property
+    def cpuset(self) -> str | None:
+        """The CPUs the job is pinned to, as Docker's --cpuset-cpus takes them."""
+        if not self.cpus:
+            return None
+        return "0" if self.cpus == 1 else f"0-{self.cpus - 1}"
+
+    @property
+    def memory_bytes(self) -> int | None:
+        return None if self.memory is None else parse_memory(self.memory)
+
     def job_id(self, image_id: str | None, dataset_sha256: str | None) -> str:
         """Stable identity: the same definition on the same image and data, the same id."""
-        defining = self.model_dump(exclude={"overrides"})
+        defining = self.model_dump(exclude=set(self.NOT_IDENTITY))
         defining.update(image_id=image_id, dataset_sha256=dataset_sha256)
         blob = json.dumps(defining, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
@@ -55,6 +106,7 @@ class Job(BaseModel):
 class Plan(BaseModel):
     jobs: list[Job]
     skipped: list[str] = []
+    campaign: str | None = None
 
     @property
     def frameworks(self) -> list[str]:
@@ -64,6 +116,34 @@ class Plan(BaseModel):
     def datasets(self) -> list[str]:
         return list(dict.fromkeys(j.dataset for j in self.jobs))
 
+    @property
+    def gpus(self) -> list[int]:
+        return sorted({j.gpu for j in self.jobs if j.gpu is not None})
+
+
+class Limits(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    memory: str | None = None
+    timeout: float | None = None
+
+
+class Axes(BaseModel):
+    """The matrix of a campaign, from a campaign file or from the command line."""
+
+    model_config = ConfigDict(extra="forbid")
+    campaign: str | None = None
+    frameworks: list[str] | None = None           # None: every framework that has an image
+    datasets: list[str] | None = None             # None: both, where the framework has a model
+    profiles: list[str] = ["paper"]
+    hyperparameters: dict[str, list] = {}         # every framework: key -> its values
+    framework_hyperparameters: dict[str, dict[str, list]] = {}   # one framework's only
+    threads: list[int | None] = [None]            # CPU counts; None: all, no limit
+    devices: list[int | None] = [None]            # None: CPU; N: GPU N
+    repeats: int = 1
+    seed: int = 1
+    limits: Limits = Limits()
+    framework_limits: dict[str, Limits] = {}
+
 
 def parse_overrides(items: list[str]) -> dict:
     """KEY=VALUE pairs; values are read as JSON where they parse (numbers, booleans)."""
@@ -72,48 +152,122 @@ def parse_overrides(items: list[str]) -> dict:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise UsageError(f"--set takes KEY=VALUE, not {item!r}")
-        try:
-            overrides[key.strip()] = json.loads(value)
-        except ValueError:
-            overrides[key.strip()] = value
+        overrides[key.strip()] = _value(value)
     return overrides
+
+
+def parse_sweeps(items: list[str]) -> dict[str, list]:
+    """KEY=V1,V2,... pairs (--sweep): each key becomes an axis of those values."""
+    sweeps = {}
+    for item in items:
+        key, sep, values = item.partition("=")
+        if not sep or not key.strip() or not values.strip():
+            raise UsageError(f"--sweep takes KEY=VALUE,VALUE,..., not {item!r}")
+        sweeps[key.strip()] = [_value(v) for v in values.split(",") if v.strip()]
+    return sweeps
+
+
+def _value(text: str):
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text.strip()
 
 
 def make_plan(frameworks: list[str] | None = None, datasets: list[str] | None = None,
               profile: str = "paper", cpus: int | None = None, gpu: int | None = None,
               overrides: dict | None = None, repeats: int = 1, seed: int = 1,
               host_cpus: int | None = None) -> Plan:
+    """One job per framework and data set (and repeat): the plain options of ``dlbench run``."""
+    axes = Axes(frameworks=frameworks, datasets=datasets, profiles=[profile],
+                hyperparameters={k: [v] for k, v in (overrides or {}).items()},
+                threads=[cpus], devices=[gpu], repeats=repeats, seed=seed)
+    return expand(axes, host_cpus)
+
+
+def expand(axes: Axes, host_cpus: int | None = None) -> Plan:
+    """The matrix as a plain list of jobs; every bad value is a PlanError naming its key."""
     host_cpus = host_cpus or os.cpu_count() or 1
-    frameworks = catalog.check_frameworks(frameworks) if frameworks else catalog.available()
-    explicit_datasets = bool(datasets)
-    datasets = catalog.check_datasets(datasets) if datasets else list(catalog.DATASETS)
-    if profile not in catalog.PROFILES:
-        raise UsageError(f"unknown profile {profile!r} (choose from {', '.join(catalog.PROFILES)})")
-    if cpus is not None and not 1 <= cpus <= host_cpus:
-        raise UsageError(f"--cpus {cpus}: this host has {host_cpus} CPUs")
-    if gpu is not None and gpu < 0:
-        raise UsageError(f"--gpu {gpu}: a GPU index is 0 or more")
-    if repeats < 1:
-        raise UsageError("--repeats must be at least 1")
-    jobs, skipped = [], []
+    _check(axes, host_cpus)
+    frameworks = catalog.check_frameworks(axes.frameworks) if axes.frameworks else catalog.available()
+    datasets = catalog.check_datasets(axes.datasets) if axes.datasets else list(catalog.DATASETS)
+    cells, skipped = [], []
     for framework in frameworks:
         models = catalog.models(framework)
+        grid = {k: v for k, v in axes.hyperparameters.items()
+                if k not in axes.framework_hyperparameters.get(framework, {})}
+        grid.update(axes.framework_hyperparameters.get(framework, {}))
+        limits = _limits(axes, framework)
         for dataset in datasets:
             if dataset not in models["models"]:
                 skipped.append(f"{framework} has no {dataset} model")
                 continue
-            try:
-                params = runner_spec.resolve_hyperparameters(models, dataset, profile, overrides)
-            except runner_spec.SpecError as exc:
-                raise UsageError(str(exc)) from None
-            for repeat in range(repeats):
-                jobs.append(Job(framework=framework, dataset=dataset,
-                                model=models["models"][dataset]["model"], profile=profile,
-                                hyperparameters=params, overrides=overrides or {},
-                                threads=cpus or host_cpus, cpus=cpus, gpu=gpu,
-                                seed=seed + repeat, repeat=repeat))
-    if not jobs:
+            for profile in axes.profiles:
+                for values in itertools.product(*grid.values()):
+                    overrides = dict(zip(grid, values))
+                    params = _resolve(axes, models, framework, dataset, profile, overrides)
+                    for threads, gpu in itertools.product(axes.threads, axes.devices):
+                        cells.append(dict(
+                            framework=framework, dataset=dataset, profile=profile,
+                            model=models["models"][dataset]["model"], hyperparameters=params,
+                            overrides=overrides, threads=threads or host_cpus, cpus=threads,
+                            gpu=gpu, campaign=axes.campaign, **limits))
+    if not cells:
         raise UsageError("nothing to run: " + "; ".join(skipped) if skipped else "nothing to run")
-    if explicit_datasets and skipped:
+    if axes.datasets and skipped:
         raise UsageError("; ".join(skipped))
-    return Plan(jobs=jobs, skipped=skipped)
+    jobs = [Job(**cell, seed=axes.seed + repeat, repeat=repeat)
+            for repeat in range(axes.repeats) for cell in cells]
+    return Plan(jobs=jobs, skipped=skipped, campaign=axes.campaign)
+
+
+def _check(axes: Axes, host_cpus: int) -> None:
+    for profile in axes.profiles:
+        if profile not in catalog.PROFILES:
+            raise PlanError(f"unknown profile {profile!r} (choose from {', '.join(catalog.PROFILES)})",
+                            ("profiles",))
+    for cpus in axes.threads:
+        if cpus is not None and not 1 <= cpus <= host_cpus:
+            raise PlanError(f"--cpus/--threads {cpus}: this host has {host_cpus} CPUs", ("threads",))
+    for gpu in axes.devices:
+        if gpu is not None and gpu < 0:
+            raise PlanError(f"--gpu {gpu}: a GPU index is 0 or more", ("devices",))
+    if axes.repeats < 1:
+        raise PlanError("--repeats must be at least 1", ("repeats",))
+    for key, values in axes.hyperparameters.items():
+        if not values:
+            raise PlanError(f"hyper-parameter {key!r} has no values", ("hyperparameters", key))
+
+
+def _limits(axes: Axes, framework: str) -> dict:
+    """The framework's own limits where it has them, else the campaign's."""
+    own = axes.framework_limits.get(framework, Limits())
+    memory = own.memory if own.memory is not None else axes.limits.memory
+    timeout = own.timeout if own.timeout is not None else axes.limits.timeout
+    where = ("limits", framework) if own.memory is not None else ("limits",)
+    if memory is not None:
+        try:
+            parse_memory(memory)
+        except PlanError as exc:
+            raise PlanError(str(exc), where + ("memory",)) from None
+    if timeout is not None and timeout <= 0:
+        raise PlanError(f"--timeout {timeout:g}: a time limit is more than 0 seconds",
+                        ("limits",) + ((framework,) if own.timeout is not None else ()) + ("timeout",))
+    return {"memory": memory, "timeout": timeout}
+
+
+def _resolve(axes: Axes, models: dict, framework: str, dataset: str, profile: str,
+             overrides: dict) -> dict:
+    """The hyper-parameters of one cell; a key the model lacks, or a value of the wrong
+    type, is a PlanError naming framework/data set and the key."""
+    for key, value in overrides.items():
+        try:
+            runner_spec.resolve_hyperparameters(models, dataset, profile, {key: value})
+        except runner_spec.SpecError as exc:
+            own = key in axes.framework_hyperparameters.get(framework, {})
+            where = ("hyperparameters",) + ((framework,) if own else ()) + (key,)
+            message = str(exc)
+            if not message.startswith(f"{framework}/"):
+                message = f"{framework}/{dataset}: {message}"
+            raise PlanError(message, where) from None
+    return runner_spec.resolve_hyperparameters(models, dataset, profile, overrides)

@@ -1,7 +1,14 @@
 """Carry out a plan: one container per job, one after another, each job's row stored at once.
 
 Every container is labelled, runs without network as an unprivileged user,
-reads its data set read-only and writes only its own job directory.
+reads its data set read-only and writes only its own job directory.  While it
+runs, a sampler thread records its resource trace (``traces.py``).
+
+Every job leaves exactly one row, whatever happens to it (``collect.py`` lists
+the statuses); a job the image cannot run is stored as ``unsupported`` without
+starting a container.  A bad job never stops the campaign unless ``fail_fast``.
+Ctrl-C or SIGTERM stops and removes the running container; the rows stored so
+far stay, and ``--resume`` runs only the jobs not yet stored as ok.
 """
 
 from __future__ import annotations
@@ -20,9 +27,10 @@ from pathlib import Path
 from dlbench_runner import EVENT_TAG
 
 from . import build, datasets, hostinfo, store
-from .collect import Outcome, collect
-from .errors import DockerUnavailable, GpuError, docker_errors
+from .collect import Outcome, collect, unsupported
+from .errors import DlbenchError, DockerUnavailable, GpuError, docker_errors
 from .plan import Job, Plan
+from .traces import Sampler
 
 LABEL = build.LABEL
 LOG_TAIL_LINES = 50
@@ -58,17 +66,24 @@ def check_gpu(gpu: int | None) -> None:
         raise GpuError(f"--gpu {gpu}: no such GPU; this host has {count} (0-{count - 1})")
 
 
-def check_image_gpu(image, tag: str, gpu: int | None) -> None:
-    if gpu is not None and image.labels.get(f"{LABEL}.cuda", "none") == "none":
-        raise GpuError(f"--gpu {gpu}: image {tag} is a CPU build without CUDA")
+def image_unsupported(image, tag: str, job: Job) -> str | None:
+    """Why the image cannot run the job (stored as an ``unsupported`` row), or None."""
+    if job.gpu is not None and image.labels.get(f"{LABEL}.cuda", "none") == "none":
+        return f"image {tag} is a CPU build without CUDA: it cannot run on GPU {job.gpu}"
+    return None
 
 
 def run_plan(plan: Plan, results: Path, data_dir=None, builder_options: dict | None = None,
              display=None, memory: str | None = None, timeout: float | None = None,
-             resume: bool = False) -> list:
-    """Run every job of the plan; returns the stored rows."""
+             resume: bool = False, fail_fast: bool = False) -> list:
+    """Run every job of the plan; returns the stored rows.
+
+    Each job leaves exactly one row, whatever happened to it; a bad job never stops
+    the campaign unless ``fail_fast``.  ``memory`` and ``timeout``, when given,
+    replace the jobs' own limits."""
     display = display or NullDisplay()
-    check_gpu(plan.jobs[0].gpu)
+    for gpu in plan.gpus:
+        check_gpu(gpu)
     client = docker_client()
     for short_id in remove_stale(client):
         display.say(f"removed container {short_id} left by an interrupted run")
@@ -77,14 +92,12 @@ def run_plan(plan: Plan, results: Path, data_dir=None, builder_options: dict | N
     images = {}
     for framework in plan.frameworks:
         tag = build.image_tag(framework)
-        image = builder.framework(framework)    # reused as it is when nothing changed
-        check_image_gpu(image, tag, plan.jobs[0].gpu)
-        images[framework] = (tag, image)
+        images[framework] = (tag, builder.framework(framework))  # reused when nothing changed
     provenance_host = hostinfo.host_facts(client.version().get("Version"))
     todo = [(job, job.job_id(images[job.framework][1].id, data[job.dataset].sha256))
             for job in plan.jobs]
     if resume:
-        done = store.ok_job_ids(results)
+        done = store.ok_job_ids(results, plan.campaign)
         skipped = sum(job_id in done for _, job_id in todo)
         todo = [(job, job_id) for job, job_id in todo if job_id not in done]
         display.say(f"resume: {skipped} job(s) already stored as ok, {len(todo)} to run")
@@ -92,19 +105,36 @@ def run_plan(plan: Plan, results: Path, data_dir=None, builder_options: dict | N
     display.start(len(todo))
     try:
         for index, (job, job_id) in enumerate(todo, 1):
+            if memory is not None or timeout is not None:
+                job = job.model_copy(update={k: v for k, v in (("memory", memory), ("timeout", timeout))
+                                             if v is not None})
             tag, image = images[job.framework]
             dataset = data[job.dataset]
             run_id = uuid.uuid4().hex[:16]
             display.job_started(index, job)
-            job_dir = store.job_dir(results, run_id)
-            outcome = run_container(client, job, tag, run_id, job_id, job_dir, dataset.path,
-                                    display, memory, timeout)
             provenance = dict(provenance_host, image=tag, image_id=image.id,
                               dataset_sha256=dataset.sha256)
-            record = collect(job, run_id, job_id, job_dir, outcome, provenance)
+            reason = image_unsupported(image, tag, job)
+            if reason is not None:
+                record = unsupported(job, run_id, job_id, reason, provenance)
+            else:
+                job_dir = store.job_dir(results, run_id)
+                try:
+                    outcome = run_container(client, job, tag, run_id, job_id, job_dir, dataset.path,
+                                            display)
+                except DockerUnavailable:
+                    raise
+                except DlbenchError as exc:     # Docker refused this job's container
+                    outcome = Outcome(exit_code=None, wall_time_s=0.0, log_tail=[], error=str(exc))
+                store.write_trace(results, run_id, outcome.samples)
+                record = collect(job, run_id, job_id, job_dir, outcome, provenance)
             store.append(results, [record])
             records.append(record)
             display.job_finished(record)
+            if fail_fast and record.status != "ok" and index < len(todo):
+                display.say(f"fail-fast: stopping after a job that is {record.status}; "
+                            f"{len(todo) - index} job(s) not run")
+                break
     finally:
         display.stop()
     return records
@@ -137,8 +167,7 @@ def _alive(pid: int) -> bool:
 
 
 def run_container(client, job: Job, tag: str, run_id: str, job_id: str, job_dir: Path,
-                  dataset_path: Path, display, memory: str | None = None,
-                  timeout: float | None = None) -> Outcome:
+                  dataset_path: Path, display) -> Outcome:
     (job_dir / "job.json").write_text(json.dumps(job.spec(run_id, job_id), indent=1))
     user = _user_for(job_dir)
     threads = str(job.threads)
@@ -150,24 +179,26 @@ def run_container(client, job: Job, tag: str, run_id: str, job_id: str, job_dir:
                  str(job_dir.resolve()): {"bind": "/out", "mode": "rw"}},
         labels={f"{LABEL}.run-id": run_id, f"{LABEL}.job-id": job_id,
                 f"{LABEL}.framework": job.framework, f"{LABEL}.role": "job",
-                f"{LABEL}.owner": owner()},
+                f"{LABEL}.owner": owner(), **({f"{LABEL}.campaign": job.campaign} if job.campaign else {})},
         read_only=True, tmpfs={"/tmp": "rw,exec,nosuid,size=2g"},
         cap_drop=["ALL"], security_opt=["no-new-privileges"],
     )
     if job.cpus:
-        kwargs.update(cpuset_cpus=f"0-{job.cpus - 1}", nano_cpus=job.cpus * 10**9)
-    if memory:
-        kwargs["mem_limit"] = memory
+        kwargs.update(cpuset_cpus=job.cpuset, nano_cpus=job.cpus * 10**9)
+    if job.memory:
+        kwargs["mem_limit"] = job.memory_bytes
     if job.gpu is not None:
         import docker.types
         kwargs["device_requests"] = [docker.types.DeviceRequest(
             device_ids=[str(job.gpu)], capabilities=[["gpu"]])]
+    timeout = job.timeout
     tail = deque(maxlen=LOG_TAIL_LINES)
     started = time.perf_counter()
-    container, watchdog, timed_out = None, None, threading.Event()
+    container, watchdog, sampler, timed_out = None, None, None, threading.Event()
     try:
         with docker_errors(f"running {job.label}"):
             container = client.containers.run(**kwargs)
+            sampler = Sampler(container, started, job.gpu).start()
             if timeout:
                 watchdog = threading.Timer(timeout, _kill, (container, timed_out))
                 watchdog.start()
@@ -182,9 +213,11 @@ def run_container(client, job: Job, tag: str, run_id: str, job_id: str, job_dir:
             wall = time.perf_counter() - started
             container.reload()
             oom = bool(container.attrs["State"].get("OOMKilled"))
+        sampler.stop()
         return Outcome(exit_code=state.get("StatusCode"), wall_time_s=wall,
                        log_tail=list(tail), oom_killed=oom, timed_out=timed_out.is_set(),
-                       error=f"the job ran past its time limit of {timeout:g} s" if timed_out.is_set() else None)
+                       error=f"the job ran past its time limit of {timeout:g} s" if timed_out.is_set() else None,
+                       samples=sampler.samples, trace=sampler.summary())
     finally:
         if watchdog is not None:
             watchdog.cancel()
@@ -193,6 +226,8 @@ def run_container(client, job: Job, tag: str, run_id: str, job_id: str, job_dir:
                 container.remove(force=True)
             except Exception:  # noqa: BLE001 - best effort; stale containers are found by label
                 pass
+        if sampler is not None:
+            sampler.stop(timeout=2.0)
 
 
 def _kill(container, flag: threading.Event) -> None:

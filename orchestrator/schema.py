@@ -3,8 +3,18 @@
 Stored rows carry ``schema_version``, in every row and in the Parquet file
 metadata.  History of the row schema:
     1  first version.
+    2  ``campaign`` (the campaign's name, to select its rows); the limits a job ran
+       under (``memory_limit_bytes``, ``timeout_s``); the summary of its resource
+       trace (``cpu_percent_mean``, ``memory_peak_bytes``, ``gpu_util_mean``,
+       ``gpu_memory_peak_bytes``, ``trace_samples``) and the kernel's own peak
+       (``memory_peak_cgroup_bytes``).  Version-1 rows are read with these empty.
 Readers refuse rows newer than they know; older ones are upgraded step by step
-by ``store.upgrade`` when a later version is introduced.
+by ``store.upgrade``.
+
+The resource traces are a second table (``TRACE_SCHEMA``), one Parquet file per
+job under ``RESULTS/_traces/``, with its own version:
+    1  first version: run_id, t_s, cpu_percent, memory_bytes, gpu_util,
+       gpu_memory_bytes.
 """
 
 from __future__ import annotations
@@ -19,7 +29,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from dlbench_runner import SCHEMA_VERSION as RUNNER_SCHEMA_VERSION
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+TRACE_SCHEMA_VERSION = 1
 MAX_RESULT_BYTES = 4 << 20
 STATUSES = ("ok", "failed", "timeout", "oom", "unsupported", "no_result")
 
@@ -81,6 +92,7 @@ class RunRecord(BaseModel):
     exit_code: int | None = None
     log_tail: str | None = None
     # what the job was
+    campaign: str | None = None
     framework: str
     dataset: str
     model: str
@@ -122,6 +134,15 @@ class RunRecord(BaseModel):
     finished_at: dt.datetime | None = None
     # what the host adds
     wall_time_s: float | None = None
+    memory_limit_bytes: int | None = None
+    timeout_s: float | None = None
+    # the resource trace, summarised (the samples are in RESULTS/_traces/<run id>.parquet)
+    cpu_percent_mean: float | None = None         # 100 = one CPU busy
+    memory_peak_bytes: int | None = None          # as the kernel charges the container
+    memory_peak_cgroup_bytes: int | None = None   # read from the host's cgroup files
+    gpu_util_mean: float | None = None            # percent
+    gpu_memory_peak_bytes: int | None = None
+    trace_samples: int | None = None
     runtime: str = "docker"
     image: str | None = None
     image_id: str | None = None
@@ -157,4 +178,18 @@ def _arrow_type(annotation) -> pa.DataType:
 ARROW_SCHEMA = pa.schema(
     [pa.field(name, _arrow_type(f.annotation)) for name, f in RunRecord.model_fields.items()],
     metadata={b"dlbench.schema_version": str(SCHEMA_VERSION).encode()},
+)
+
+# Columns each version added, with their Arrow types: store.upgrade fills them
+# with nulls when it reads older rows.
+ADDED_IN = {
+    2: ["campaign", "memory_limit_bytes", "timeout_s", "cpu_percent_mean", "memory_peak_bytes",
+        "memory_peak_cgroup_bytes", "gpu_util_mean", "gpu_memory_peak_bytes", "trace_samples"],
+}
+
+TRACE_SCHEMA = pa.schema(
+    [pa.field("run_id", pa.string()), pa.field("t_s", pa.float64()),
+     pa.field("cpu_percent", pa.float64()), pa.field("memory_bytes", pa.int64()),
+     pa.field("gpu_util", pa.float64()), pa.field("gpu_memory_bytes", pa.int64())],
+    metadata={b"dlbench.trace_schema_version": str(TRACE_SCHEMA_VERSION).encode()},
 )

@@ -173,3 +173,41 @@ def test_resume_skips_jobs_already_stored_as_ok(quick_results, data_root):
                    "--results", quick_results, "--data-dir", data_root, "--resume", check=True)
     assert "resume: 1 job(s) already stored as ok, 0 to run" in proc.stderr
     assert snapshot(quick_results) == before
+
+
+def test_a_running_job_is_pinned_limited_and_locked_down(built, data_root, tmp_path):
+    import subprocess
+    import sys
+    import time
+
+    import docker
+
+    client = docker.from_env()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "orchestrator", "run", "--frameworks", "torch", "--datasets", "mnist",
+         "--profile", "quick", "--cpus", "1", "--memory", "3g", "--timeout", "30",
+         "--results", str(tmp_path / "results"), "--data-dir", str(data_root)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        attrs = None
+        deadline = time.monotonic() + 120
+        while attrs is None and time.monotonic() < deadline and proc.poll() is None:
+            for container in client.containers.list(filters={"label": "org.dlbench.role=job"}):
+                if str(tmp_path / "results") in str(container.attrs["HostConfig"]["Binds"]):
+                    attrs = container.attrs
+            time.sleep(0.5)
+        assert attrs is not None, "no running job container was seen"
+        host = attrs["HostConfig"]
+        assert host["CpusetCpus"] == "0" and host["NanoCpus"] == 10**9
+        assert host["Memory"] == 3 * 2**30
+        assert host["NetworkMode"] == "none"
+        assert host["ReadonlyRootfs"] is True and "/tmp" in host["Tmpfs"]
+        assert host["CapDrop"] == ["ALL"] and "no-new-privileges" in host["SecurityOpt"]
+        assert attrs["Config"]["User"] not in ("", "0", "root", "0:0")
+        assert attrs["Config"]["Env"].count("OMP_NUM_THREADS=1") == 1
+        binds = {b.split(":")[1]: b.split(":")[2] for b in host["Binds"]}
+        assert binds["/data/mnist"] == "ro" and binds["/out"] == "rw"
+    finally:
+        proc.wait(timeout=300)
+    row = pd.read_parquet(tmp_path / "results").iloc[0]
+    assert row.threads == 1 and row.cpus == 1 and row.cpuset == "0"

@@ -61,6 +61,8 @@ def test_a_good_result_becomes_an_ok_row(tmp_path):
     (dict(exit_code=137), "failed", "exited with code 137"),
     (dict(exit_code=137, oom_killed=True), "oom", "out of memory"),
     (dict(result=good_result(), exit_code=139), "failed", "after a result"),
+    (dict(exit_code=None, error="running torch/mnist/quick: Docker said: no such device"), "failed",
+     "Docker said: no such device"),
 ])
 def test_every_outcome_is_exactly_one_row_with_a_status(tmp_path, kwargs, status, message):
     record = record_for(tmp_path, **kwargs)
@@ -97,3 +99,24 @@ def test_an_empty_or_missing_results_directory(tmp_path):
         store.load(tmp_path / "nothing")
     (tmp_path / "empty").mkdir()
     assert store.load(tmp_path / "empty").empty
+
+
+def test_rows_of_schema_version_1_are_read_upgraded(tmp_path):
+    """Golden files written by dlbench 0.1.0 (schema version 1), beside a version-2 row."""
+    import shutil
+
+    from orchestrator.schema import ADDED_IN
+
+    results = tmp_path / "results"
+    shutil.copytree(os.path.join(os.path.dirname(__file__), "fixtures", "results-v1"), results)
+    assert {pq.read_schema(f).metadata[b"dlbench.schema_version"] for f in results.iterdir()} == {b"1"}
+    store.append(results, [record_for(tmp_path, good_result()).model_copy(update={"campaign": "new"})])
+    frame = store.load(results)
+    assert list(frame.columns) == ARROW_SCHEMA.names and (frame["schema_version"] == SCHEMA_VERSION).all()
+    old = frame[frame["run_id"].str.startswith("v1")].set_index("run_id")
+    assert old.loc["v1okrun000000001", "accuracy"] == 0.9812
+    assert old.loc["v1badrun00000001", "exit_code"] == 137
+    assert old[ADDED_IN[2]].isna().all().all()          # what version 1 did not record
+    assert list(frame.loc[frame["campaign"].notna(), "campaign"]) == ["new"]
+    assert store.ok_job_ids(results) == {"v1job00000000001", "job1"}
+    assert store.ok_job_ids(results, "new") == {"job1"}

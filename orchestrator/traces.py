@@ -1,0 +1,204 @@
+"""Resource traces: what a job's container used, sampled about once a second while it runs.
+
+A ``Sampler`` thread follows Docker's stats stream for the container (the daemon
+sends one sample a second) and, for GPU jobs where ``nvidia-smi`` works, asks it
+for the GPU's utilisation and memory at each sample.  Each sample holds:
+
+    t_s               seconds since the container was started (host clock)
+    cpu_percent       CPU time used since the previous sample, 100 = one CPU busy
+    memory_bytes      the container's memory as the kernel charges it (page cache
+                      included: the number its --memory limit applies to)
+    gpu_util          the GPU's utilisation, percent (the whole GPU, not only this job)
+    gpu_memory_bytes  memory used on the GPU (the whole GPU)
+
+The same thread reads the kernel's own peak for the container from the host's
+cgroup files (v2 ``memory.peak``, v1 ``memory.max_usage_in_bytes``) at every
+sample: the cgroup is gone as soon as the container exits, so the last value read
+while it lived is kept.  The row's ``memory_peak_bytes`` is the highest of the
+samples and of the peak Docker reports (v1); ``memory_peak_cgroup_bytes`` is the
+kernel's, to check it against.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import shutil
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+PEAK_FILES = ("memory.peak", "memory.max_usage_in_bytes")   # cgroup v2, v1
+NVIDIA_SMI_TIMEOUT_S = 10
+
+
+@dataclasses.dataclass
+class Summary:
+    """The trace as the row stores it."""
+
+    cpu_percent_mean: float | None = None
+    memory_peak_bytes: int | None = None
+    memory_peak_cgroup_bytes: int | None = None
+    gpu_util_mean: float | None = None
+    gpu_memory_peak_bytes: int | None = None
+    trace_samples: int = 0
+
+
+def cpu_percent(stats: dict) -> float | None:
+    """CPU use between this stats sample and the previous one, as ``docker stats`` shows it."""
+    cpu, pre = stats.get("cpu_stats") or {}, stats.get("precpu_stats") or {}
+    total = (cpu.get("cpu_usage") or {}).get("total_usage")
+    pre_total = (pre.get("cpu_usage") or {}).get("total_usage")
+    system, pre_system = cpu.get("system_cpu_usage"), pre.get("system_cpu_usage")
+    if None in (total, pre_total, system) or not pre_system:
+        return None             # the stream's first sample has no previous one
+    system_delta, cpu_delta = system - pre_system, total - pre_total
+    if system_delta <= 0 or cpu_delta < 0:
+        return None
+    online = cpu.get("online_cpus") or len((cpu.get("cpu_usage") or {}).get("percpu_usage") or []) or 1
+    return cpu_delta / system_delta * online * 100.0
+
+
+def memory_usage(stats: dict) -> tuple[int | None, int | None]:
+    """(current usage, the peak Docker reports -- cgroup v1 only) of one stats sample."""
+    memory = stats.get("memory_stats") or {}
+    return memory.get("usage"), memory.get("max_usage")
+
+
+def cgroup_peak_file(container_id: str, root: Path = CGROUP_ROOT) -> Path | None:
+    """The kernel's peak-memory file of a running container's cgroup, where the host has one.
+
+    Known layouts first (v2 and v1, systemd and cgroupfs drivers), then any folder
+    named after the container up to three levels down."""
+    v1 = root / "memory"
+
+    def folders():
+        yield from (root / "system.slice" / f"docker-{container_id}.scope",
+                    root / "docker" / container_id,
+                    v1 / "docker" / container_id, v1 / "system.slice" / f"docker-{container_id}.scope")
+        for pattern in ("*", "*/*", "*/*/*"):
+            for base in (root, v1):
+                yield from base.glob(f"{pattern}/*{container_id}*")
+
+    for folder in folders():
+        for name in PEAK_FILES:
+            if (folder / name).is_file():
+                return folder / name
+    return None
+
+
+def read_int(path: Path | None) -> int | None:
+    if path is None:
+        return None
+    try:
+        return int(path.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def gpu_sample(index: int) -> tuple[float | None, int | None]:
+    """(utilisation %, memory used in bytes) of GPU ``index`` from nvidia-smi; Nones without it."""
+    if shutil.which("nvidia-smi") is None:
+        return None, None
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", f"--id={index}", "--query-gpu=utilization.gpu,memory.used",
+             "--format=csv,noheader,nounits"],
+            capture_output=True, text=True, timeout=NVIDIA_SMI_TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired):
+        return None, None
+    return parse_gpu_query(out.stdout) if out.returncode == 0 else (None, None)
+
+
+def parse_gpu_query(text: str) -> tuple[float | None, int | None]:
+    """nvidia-smi's ``utilization.gpu,memory.used`` line (nounits: percent, MiB)."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    if not lines:
+        return None, None
+    fields = [f.strip() for f in lines[0].split(",")]
+
+    def number(text):
+        try:
+            value = float(text)
+        except ValueError:      # [N/A], [Not Supported]
+            return None
+        return value if math.isfinite(value) else None
+
+    util = number(fields[0]) if fields else None
+    mib = number(fields[1]) if len(fields) > 1 else None
+    return util, None if mib is None else int(mib * 2**20)
+
+
+class Sampler:
+    """Samples a running container in a thread; ``stop()`` then ``samples`` and ``summary()``."""
+
+    def __init__(self, container, started: float, gpu: int | None = None,
+                 clock=time.perf_counter, cgroup_root: Path = CGROUP_ROOT):
+        self.container, self.started, self.gpu, self.clock = container, started, gpu, clock
+        self.cgroup_root = cgroup_root
+        self.samples: list[dict] = []
+        self.docker_peak: int | None = None
+        self.cgroup_peak: int | None = None
+        self.error: str | None = None
+        self._peak_file: Path | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"sampler-{container.short_id}",
+                                        daemon=True)
+
+    def start(self) -> "Sampler":
+        self._peak_file = cgroup_peak_file(self.container.id, self.cgroup_root)
+        self._read_cgroup()
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """After the container has exited: the stream ends with it; wait for the thread."""
+        self._stop.set()
+        self._thread.join(timeout)
+
+    def _read_cgroup(self) -> None:
+        peak = read_int(self._peak_file)
+        if peak is not None:
+            self.cgroup_peak = max(peak, self.cgroup_peak or 0)
+
+    def _run(self) -> None:
+        try:
+            for stats in self.container.stats(stream=True, decode=True):
+                if self._stop.is_set():
+                    break
+                self._add(stats)
+        except Exception as exc:  # noqa: BLE001 - a trace is never worth a job
+            self.error = f"{type(exc).__name__}: {exc}"
+
+    def _add(self, stats: dict) -> None:
+        usage, peak = memory_usage(stats)
+        if not usage or str(stats.get("read", "")).startswith("0001"):
+            return              # a stopped container's empty sample
+        self._read_cgroup()
+        if peak:
+            self.docker_peak = max(peak, self.docker_peak or 0)
+        gpu_util, gpu_memory = gpu_sample(self.gpu) if self.gpu is not None else (None, None)
+        self.samples.append({"t_s": round(self.clock() - self.started, 3),
+                             "cpu_percent": cpu_percent(stats), "memory_bytes": int(usage),
+                             "gpu_util": gpu_util, "gpu_memory_bytes": gpu_memory})
+
+    def summary(self) -> Summary:
+        return summarise(self.samples, self.docker_peak, self.cgroup_peak)
+
+
+def summarise(samples: list[dict], docker_peak: int | None = None,
+              cgroup_peak: int | None = None) -> Summary:
+    def values(key):
+        return [s[key] for s in samples if s.get(key) is not None]
+
+    cpu, memory, util, gpu_memory = (values(k) for k in
+                                     ("cpu_percent", "memory_bytes", "gpu_util", "gpu_memory_bytes"))
+    peaks = memory + ([docker_peak] if docker_peak else [])
+    return Summary(cpu_percent_mean=sum(cpu) / len(cpu) if cpu else None,
+                   memory_peak_bytes=max(peaks) if peaks else None,
+                   memory_peak_cgroup_bytes=cgroup_peak,
+                   gpu_util_mean=sum(util) / len(util) if util else None,
+                   gpu_memory_peak_bytes=max(gpu_memory) if gpu_memory else None,
+                   trace_samples=len(samples))

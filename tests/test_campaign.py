@@ -1,0 +1,308 @@
+"""Campaigns: a matrix in a TOML file (or in options) expanded into a plain list of jobs,
+run with real containers, interrupted, resumed, and run twice at once on one results
+directory."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from conftest import dlbench
+from orchestrator import campaign, store
+from orchestrator.errors import UsageError
+
+EXAMPLE = """\
+name = "lenet-sweep"
+frameworks = ["caffe", "torch"]
+datasets = ["mnist"]
+profiles = ["quick"]
+threads = [1, 2]
+repeats = 3
+seed = 5
+
+[hyperparameters]
+batch_size = [32, 64]
+
+[hyperparameters.caffe]
+max_iter = 50
+
+[limits]
+memory = "4g"
+timeout = 600
+
+[limits.torch]
+memory = "3g"
+"""
+
+
+def write(tmp_path, text, name="campaign.toml") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def plan_of(path, host_cpus=2, **options):
+    return campaign.make_plan(path, campaign.Options(**options), host_cpus=host_cpus)
+
+
+# -- the matrix, without Docker ----------------------------------------------------------------
+def test_a_campaign_file_expands_into_the_plain_list_of_jobs(tmp_path):
+    jobs = plan_of(write(tmp_path, EXAMPLE)).jobs
+    assert len(jobs) == 2 * 2 * 2 * 3
+    assert {j.campaign for j in jobs} == {"lenet-sweep"}
+    # repeats are the outer loop: the whole matrix once, then again, with the next seed
+    assert [j.repeat for j in jobs] == [0] * 8 + [1] * 8 + [2] * 8
+    assert [j.seed for j in jobs[::8]] == [5, 6, 7]
+    first = [(j.framework, j.hyperparameters["batch_size"], j.cpus) for j in jobs[:8]]
+    assert first == [(fw, bs, cpus) for fw in ("caffe", "torch") for bs in (32, 64) for cpus in (1, 2)]
+    caffe = [j for j in jobs if j.framework == "caffe"]
+    torch = [j for j in jobs if j.framework == "torch"]
+    assert all(j.hyperparameters["max_iter"] == 50 and j.memory == "4g" for j in caffe)
+    assert all("max_iter" not in j.hyperparameters and j.hyperparameters["epochs"] == 1 for j in torch)
+    assert all(j.memory == "3g" and j.timeout == 600 for j in torch)
+    assert all(j.threads == j.cpus and j.cpuset == ("0" if j.cpus == 1 else "0-1") for j in jobs)
+    ids = {j.job_id("image", "data") for j in jobs}
+    assert len(ids) == len(jobs)
+
+
+def test_command_line_options_replace_the_files_axes(tmp_path):
+    path = write(tmp_path, EXAMPLE)
+    jobs = plan_of(path, frameworks=["caffe"], threads=[1], repeats=1, name="short",
+                   hyperparameters={"batch_size": [16]}, memory="2g").jobs
+    assert [(j.framework, j.hyperparameters["batch_size"], j.cpus, j.campaign, j.memory)
+            for j in jobs] == [("caffe", 16, 1, "short", "2g")]
+    assert jobs[0].hyperparameters["max_iter"] == 50        # the file's per-framework value stays
+
+
+def test_the_same_axes_as_options_without_a_file():
+    the_plan = campaign.make_plan(None, campaign.Options(
+        frameworks=["caffe"], datasets=["mnist"], profiles=["quick"], threads=[1, 2],
+        devices=[None, 0], hyperparameters={"batch_size": [8, 16], "max_iter": [10]}, repeats=2),
+        host_cpus=2)
+    assert len(the_plan.jobs) == 2 * 2 * 2 * 2
+    assert {j.device for j in the_plan.jobs} == {"cpu", "cuda"}
+    assert the_plan.campaign is None and the_plan.gpus == [0]
+
+
+def test_the_job_id_ignores_the_campaign_name_and_limits(tmp_path):
+    a = plan_of(write(tmp_path, EXAMPLE)).jobs[0]
+    b = plan_of(write(tmp_path, EXAMPLE.replace("lenet-sweep", "other").replace('"4g"', '"8g"'))).jobs[0]
+    assert (a.campaign, a.memory) != (b.campaign, b.memory)
+    assert a.job_id("image", "data") == b.job_id("image", "data")
+
+
+@pytest.mark.parametrize("change, expected", [
+    (("max_iter = 50", "epochs = 2"),
+     r"campaign.toml:13: hyperparameters.caffe.epochs: caffe/mnist has no hyper-parameter 'epochs'"),
+    (("batch_size = [32, 64]", "batch_size = [32, \"big\"]"),
+     r"campaign.toml:10: hyperparameters.batch_size: caffe/mnist: hyper-parameter 'batch_size' must be int"),
+    (("threads = [1, 2]", "threads = [1, 0]"), r"campaign.toml:5: threads\[1\]: .*greater than or equal to 1"),
+    (("threads = [1, 2]", "threads = [1, 4]"), r"campaign.toml:5: threads: .*this host has 2 CPUs"),
+    (("repeats = 3", "repeat = 3"), r"campaign.toml:6: repeat: unknown key"),
+    (('memory = "3g"', 'memory = "lots"'), r"campaign.toml:20: limits.torch.memory: memory 'lots'"),
+    (("[hyperparameters.caffe]", "[hyperparameters.cafe]"),
+     r"campaign.toml:12: hyperparameters.cafe: a table here must be named after a framework"),
+    (('"caffe", "torch"]', '"caffe", "torhc"]'), r"campaign.toml:2: frameworks: unknown framework 'torhc'"),
+    (('profiles = ["quick"]', 'profiles = ["fast"]'), r"campaign.toml:4: profiles: unknown profile 'fast'"),
+    (("seed = 5", "sead = 5"), r"campaign.toml:7: sead: unknown key"),
+    (('name = "lenet-sweep"\n', ''), r"campaign.toml: name: required key is missing"),
+    (("batch_size = [32, 64]", "batch_size = [32, 64"), r"campaign.toml:\d+: not valid TOML"),
+    (("timeout = 600", "timeout = -1"), r"campaign.toml:17: limits.timeout: .*greater than 0"),
+])
+def test_every_mistake_is_one_line_naming_the_file_line_and_key(tmp_path, change, expected):
+    path = write(tmp_path, EXAMPLE.replace(*change))
+    with pytest.raises(UsageError) as raised:
+        plan_of(path)
+    message = str(raised.value)
+    assert "\n" not in message
+    assert __import__("re").search(expected, message), message
+
+
+def test_an_axis_value_a_model_lacks_is_an_error_on_the_command_line_too():
+    proc = dlbench("run", "--frameworks", "caffe", "--datasets", "mnist", "--sweep", "epochs=1,2",
+                   "--dry-run")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "dlbench: error: caffe/mnist has no hyper-parameter 'epochs' (it has: batch_size, gamma, "
+        "learning_rate, lr_policy, max_iter, momentum, power, test_batch_size, weight_decay)"]
+
+
+def test_dry_run_prints_the_plan_and_touches_no_docker(tmp_path):
+    path = write(tmp_path, EXAMPLE)
+    proc = dlbench("run", "--campaign", path, "--dry-run", "--threads", "1,2",
+                   env={"DOCKER_HOST": f"unix://{tmp_path}/no-docker.sock"}, check=True)
+    jobs = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert len(jobs) == 24 and "24 job(s) in campaign lenet-sweep" in proc.stderr
+    assert jobs[0]["framework"] == "caffe" and jobs[0]["overrides"] == {"batch_size": 32, "max_iter": 50}
+    assert not (tmp_path / "dlbench-results").exists()
+
+
+# -- real campaigns ----------------------------------------------------------------------------
+# Two frameworks with short jobs: caffe counts iterations (max_iter), mxnet can stop
+# each epoch after max_batches.
+SHORT = """\
+name = "short-sweep"
+frameworks = ["caffe", "mxnet"]
+datasets = ["mnist"]
+profiles = ["quick"]
+threads = [1, 2]
+repeats = 1
+
+[hyperparameters]
+batch_size = [32, 64]
+test_batch_size = 500
+
+[hyperparameters.caffe]
+max_iter = 50
+
+[hyperparameters.mxnet]
+max_batches = 20
+
+[limits]
+timeout = 600
+"""
+
+
+def start(*args) -> subprocess.Popen:
+    env = {k: v for k, v in os.environ.items() if k not in ("DLBENCH_DATA_DIR", "DLBENCH_RESULTS_DIR")}
+    return subprocess.Popen([sys.executable, "-m", "orchestrator", *map(str, args)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+
+def containers_of(pid: int, all_=True) -> list:
+    import docker
+    return docker.from_env().containers.list(all=all_, filters={
+        "label": ["org.dlbench.role=job", f"org.dlbench.owner={socket.gethostname()}:{pid}"]})
+
+
+def row_files(results: Path) -> dict:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in results.glob("runs-*.parquet")}
+
+
+def wait_for(condition, timeout, what):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"gave up waiting for {what}")
+
+
+@pytest.mark.docker
+def test_a_campaign_interrupted_in_the_middle_then_resumed(tmp_path, data_root):
+    path = write(tmp_path, SHORT)
+    results = tmp_path / "results"
+    args = ("run", "--campaign", path, "--results", results, "--data-dir", data_root)
+    proc = start(*args)
+    try:
+        # two jobs stored, the third running: then Ctrl-C
+        wait_for(lambda: len(row_files(results)) >= 2 and containers_of(proc.pid, all_=False),
+                 900, "two rows and a running job")
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, stderr
+    assert "interrupted; the rows stored so far are kept" in stderr
+    assert containers_of(proc.pid) == []            # the running job's container is gone
+    kept = row_files(results)
+    assert 2 <= len(kept) < 8
+    assert (store.load(results)["status"] == "ok").all()
+
+    resumed = dlbench(*args, "--resume", check=True)
+    # (an image rebuilt in between, e.g. its adapter edited, gives new job ids: all would run)
+    assert f"resume: {len(kept)} job(s) already stored as ok, {8 - len(kept)} to run" in resumed.stderr, \
+        resumed.stderr
+    after = row_files(results)
+    assert {k: after[k] for k in kept} == kept     # the rows from before are untouched
+    frame = store.load(results)
+    assert len(frame) == 8 and (frame["status"] == "ok").all(), frame[["status", "error"]]
+    assert frame["job_id"].is_unique and set(frame["campaign"]) == {"short-sweep"}
+    cells = set(zip(frame.framework, frame.batch_size, frame.threads))
+    assert cells == {(fw, bs, t) for fw in ("caffe", "mxnet") for bs in (32, 64) for t in (1, 2)}
+    assert set(frame.cpuset) == {"0", "0-1"}
+    assert all(json.loads(h)["test_batch_size"] == 500 for h in frame.hyperparameters)
+    # every ok job has its resource trace, and a peak memory the kernel agrees with
+    traces = store.load_traces(results)
+    assert set(traces.run_id) == set(frame.run_id)
+    for row in frame.itertuples():
+        assert row.trace_samples == (traces.run_id == row.run_id).sum() > 0
+        assert abs(row.memory_peak_bytes - row.memory_peak_cgroup_bytes) <= 0.1 * row.memory_peak_cgroup_bytes
+    # a second --resume has nothing to do
+    again = dlbench(*args, "--resume", check=True)
+    assert "resume: 8 job(s) already stored as ok, 0 to run" in again.stderr, again.stderr
+    assert row_files(results) == after
+
+
+@pytest.mark.docker
+def test_sigterm_stops_and_removes_the_running_container(tmp_path, data_root):
+    results = tmp_path / "results"
+    proc = start("run", "--frameworks", "caffe", "--datasets", "mnist", "--profile", "quick",
+                 "--results", results, "--data-dir", data_root)
+    try:
+        wait_for(lambda: containers_of(proc.pid, all_=False), 600, "a running job")
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130 and "interrupted" in stderr
+    assert containers_of(proc.pid) == []
+    assert row_files(results) == {}                 # an unfinished job leaves no row
+
+
+@pytest.mark.docker
+def test_two_runs_at_once_on_one_results_directory_corrupt_nothing(tmp_path, data_root):
+    results = tmp_path / "results"
+    common = ("--frameworks", "caffe", "--datasets", "mnist", "--profile", "quick",
+              "--set", "max_iter=30", "--set", "test_batch_size=500", "--threads", "1",
+              "--results", results, "--data-dir", data_root)
+    first = start("run", "--name", "first", "--batch-sizes", "16,32", *common)
+    second = start("run", "--name", "second", "--batch-sizes", "48,64", *common)
+    outputs = [p.communicate(timeout=900) for p in (first, second)]
+    assert first.returncode == 0 and second.returncode == 0, outputs
+    frame = store.load(results)
+    assert len(frame) == 4 and (frame["status"] == "ok").all()
+    assert sorted(zip(frame.campaign, frame.batch_size)) == [
+        ("first", 16), ("first", 32), ("second", 48), ("second", 64)]
+    assert len(pd.read_parquet(results)) == 4
+    assert not [p for p in results.rglob("*") if p.name.endswith(".tmp")]
+    for row in frame.itertuples():
+        job = results / "_jobs" / row.run_id
+        assert {p.name for p in job.iterdir()} == {"job.json", "result.json", "log.txt"}
+        assert json.loads((job / "result.json").read_text())["run_id"] == row.run_id
+        assert store.trace_path(results, row.run_id).is_file()
+
+
+def test_concurrent_writers_never_lose_or_tear_a_row(tmp_path):
+    """Two processes appending rows to one directory while a third reads it."""
+    results = tmp_path / "results"
+    code = ("import sys; from pathlib import Path; from orchestrator import store;"
+            "from test_store import record_for;"
+            "tmp = Path(sys.argv[1]); rec = record_for(tmp, exit_code=1);"
+            "[store.append(Path(sys.argv[2]), [rec.model_copy(update={'run_id': f'{sys.argv[3]}{i:05d}'})])"
+            " for i in range(150)]")
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).parent))
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+    writers = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path / name), str(results), name],
+                                env=env) for name in ("a", "b")]
+    seen = 0
+    while any(w.poll() is None for w in writers):
+        if results.is_dir():
+            seen = max(seen, len(store.load(results)))   # never a torn or half-written file
+    assert [w.wait(timeout=300) for w in writers] == [0, 0]
+    frame = store.load(results)
+    assert len(frame) == 300 and frame["run_id"].is_unique and seen <= 300
+    assert not list(results.glob(".*"))
