@@ -90,44 +90,89 @@ def build_images(frameworks: Frameworks = None, base: BaseOpt = BaseSource.auto,
                   f"{image.labels.get(build.LABEL + '.framework-version', '')}")
 
 
+def _numbers(text: str | None, option: str, kind=float) -> list | None:
+    if text is None:
+        return None
+    try:
+        return [kind(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise UsageError(f"{option} takes comma-separated numbers, not {text!r}") from None
+
+
 @app.command()
 def run(frameworks: Frameworks = None,
         datasets_: Annotated[Optional[str], typer.Option(
             "--datasets", help="Comma-separated: mnist, cifar10 (default: both).")] = None,
-        profile: Annotated[str, typer.Option(help="paper (the published defaults) or quick.")] = "paper",
+        campaign: Annotated[Optional[Path], typer.Option(
+            help="A campaign file (TOML): the matrix of jobs; options below replace its axes.")] = None,
+        name: Annotated[Optional[str], typer.Option(
+            help="The campaign's name, stored in every row (default: the campaign file's name).")] = None,
+        profile: Annotated[Optional[str], typer.Option(
+            help="paper (the published defaults) or quick; comma-separated for both.")] = None,
         cpus: Annotated[Optional[int], typer.Option(
             help="Pin each job to this many CPUs and set its thread counts to match.")] = None,
+        threads: Annotated[Optional[str], typer.Option(
+            help="CPU counts to sweep, e.g. 1,2: each pins its jobs as --cpus does.")] = None,
         gpu: Annotated[Optional[int], typer.Option(help="Run on this GPU (index).")] = None,
+        devices: Annotated[Optional[str], typer.Option(
+            help="Devices to sweep, e.g. cpu,gpu:0.")] = None,
         set_: Annotated[list[str], typer.Option(
             "--set", help="Override a hyper-parameter, KEY=VALUE (repeatable).")] = [],
-        repeats: Annotated[int, typer.Option(help="Runs of each job.")] = 1,
-        seed: Annotated[int, typer.Option(help="Seed of the first repeat.")] = 1,
+        sweep: Annotated[list[str], typer.Option(
+            help="Sweep a hyper-parameter, KEY=VALUE,VALUE,... (repeatable).")] = [],
+        batch_sizes: Annotated[Optional[str], typer.Option(
+            help="Batch sizes to sweep, e.g. 32,64.")] = None,
+        learning_rates: Annotated[Optional[str], typer.Option(
+            help="Learning rates to sweep, e.g. 0.01,0.1.")] = None,
+        repeats: Annotated[Optional[int], typer.Option(help="Runs of each job (default 1).")] = None,
+        seed: Annotated[Optional[int], typer.Option(help="Seed of the first repeat (default 1).")] = None,
         memory: Annotated[Optional[str], typer.Option(help="Memory limit per job, e.g. 8g.")] = None,
         timeout: Annotated[Optional[float], typer.Option(
             help="Stop a job after this many seconds; it is stored with status timeout.")] = None,
         results: ResultsOpt = None, data_dir: DataOpt = None,
         dry_run: Annotated[bool, typer.Option(help="Print the plan; touch nothing.")] = False,
         resume: Annotated[bool, typer.Option(
-            help="Skip jobs already stored as ok (same definition, image and data).")] = False,
+            help="Skip jobs already stored as ok (same definition, image and data; "
+                 "of the same campaign when it has a name).")] = False,
+        fail_fast: Annotated[bool, typer.Option(
+            help="Stop after the first job that is not ok (its row is stored).")] = False,
         base: BaseOpt = BaseSource.auto, mirror: MirrorOpt = build.DEFAULT_MIRROR,
         ca_bundle: CaOpt = None, build_network: NetworkOpt = None,
         verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False):
     """Run the benchmark jobs, building missing images first; rows go to the results directory."""
+    from . import campaign as campaigns
     from .display import RichDisplay
     from .run import run_plan
 
-    the_plan = planning.make_plan(_names(frameworks), _names(datasets_), profile, cpus, gpu,
-                                  planning.parse_overrides(set_), repeats, seed)
+    if cpus is not None and threads is not None:
+        raise UsageError("give --cpus or --threads, not both")
+    if gpu is not None and devices is not None:
+        raise UsageError("give --gpu or --devices, not both")
+    sweeps = planning.parse_sweeps(sweep)
+    sweeps.update({k: [v] for k, v in planning.parse_overrides(set_).items()})
+    for key, values in (("batch_size", _numbers(batch_sizes, "--batch-sizes", int)),
+                        ("learning_rate", _numbers(learning_rates, "--learning-rates"))):
+        if values is not None:
+            sweeps[key] = values
+    options = campaigns.Options(
+        name=name, frameworks=_names(frameworks), datasets=_names(datasets_),
+        profiles=_names(profile), repeats=repeats, seed=seed, memory=memory, timeout=timeout,
+        threads=[cpus] if cpus is not None else _numbers(threads, "--threads", int),
+        devices=[gpu] if gpu is not None else (campaigns.parse_devices(devices) if devices else None),
+        hyperparameters=sweeps)
+    the_plan = campaigns.make_plan(campaign, options)
     for note in the_plan.skipped:
         err.print(f"[yellow]skipped:[/yellow] {note}")
     if dry_run:
         for job in the_plan.jobs:
-            out.print_json(job.model_dump_json())
+            sys.stdout.write(job.model_dump_json() + "\n")
+        err.print(f"{len(the_plan.jobs)} job(s)" + (f" in campaign {the_plan.campaign}"
+                                                      if the_plan.campaign else ""), highlight=False)
         return
     target = store.results_dir(results)
     records = run_plan(the_plan, target, data_dir,
                        _builder_options(base, mirror, ca_bundle, build_network),
-                       RichDisplay(err, verbose=verbose), memory, timeout, resume)
+                       RichDisplay(err, verbose=verbose), resume=resume, fail_fast=fail_fast)
     failed = [r for r in records if r.status != "ok"]
     err.print(f"{len(records) - len(failed)} ok, {len(failed)} not ok; results in {target}")
     if failed:
@@ -141,6 +186,32 @@ def results(results: ResultsOpt = None,
     text = report.render(store.load(store.results_dir(results)), format.value, out)
     if text is not None:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
+
+
+class ReportFormat(str, enum.Enum):
+    table = "table"
+    md = "md"
+    csv = "csv"
+    json = "json"
+
+
+@app.command("report")
+def report_(results: ResultsOpt = None,
+            format: Annotated[Optional[ReportFormat], typer.Option(
+                "--format", help="table (default), md, csv or json.")] = None,
+            html: Annotated[Optional[Path], typer.Option(
+                "--html", help="Write a self-contained HTML page with plots to DIR/index.html.",
+                metavar="DIR")] = None,
+            tolerance: Annotated[float, typer.Option(
+                help="Accuracy within this many percentage points of the paper counts as "
+                     "reproduced.")] = report.compare.TOLERANCE_POINTS):
+    """Compare the stored runs with the published GTDLBench numbers: statistics, verdicts, plots."""
+    text, page = report.make_report(store.results_dir(results), format and format.value, html,
+                                    tolerance, out)
+    if text is not None:
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    if page is not None:
+        err.print(f"report written to {page}", highlight=False, soft_wrap=True)
 
 
 @datasets_app.command("verify")
