@@ -1,0 +1,244 @@
+"""The mxnet image end to end: built (or found up to date), then the quick
+profile of MXNet's image-classification defaults (LeNet on MNIST, ResNet-110
+on CIFAR-10) run through the CLI on the real data sets; the networks and the
+data pipeline are also checked piece by piece, on the host (pure Python and
+numpy) and inside the image (with MXNet itself)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from conftest import REPO, dlbench
+
+# LeNet: conv 1->20 5x5 (500+20), conv 20->50 5x5 (25000+50),
+# fc 800->500 (400000+500), fc 500->10 (5000+10)
+LENET_PARAMS = 520 + 25050 + 400500 + 5010
+# ResNet-110 (CIFAR): bn_data gamma+beta 3+3; conv0 3->16 3x3 no bias 432;
+# a basic unit with C_in -> C: bn1 2*C_in + conv1 9*C_in*C + bn2 2*C + conv2 9*C*C,
+# plus a 1x1 shortcut C_in*C in the first unit of every stage (stage 1 included);
+# 18 units per stage of 16, 32, 64 filters; bn1 2*64; fc 64*10+10.
+STAGE1 = 18 * (32 + 2304 + 32 + 2304) + 16 * 16                         # 84352
+STAGE2 = (32 + 4608 + 64 + 9216 + 512) + 17 * (64 + 9216 + 64 + 9216)    # 329952
+STAGE3 = (64 + 18432 + 128 + 36864 + 2048) + 17 * (128 + 36864 + 128 + 36864)  # 1315264
+RESNET110_PARAMS = 6 + 432 + STAGE1 + STAGE2 + STAGE3 + 128 + 650
+
+
+def mxnet_adapter_module():
+    spec = importlib.util.spec_from_file_location("mxnet_adapter", REPO / "images" / "mxnet" / "adapter.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)     # mxnet itself is imported only inside the container
+    return module
+
+
+def quick_profiles():
+    with open(REPO / "images" / "mxnet" / "models.json") as f:
+        models = json.load(f)["models"]
+    return {name: entry["profiles"]["quick"] for name, entry in models.items()}
+
+
+# -- host: the pure parts of the adapter ------------------------------------------------
+def test_resnet_config_follows_resnet_py():
+    module = mxnet_adapter_module()
+    assert module.resnet_config(110, (3, 28, 28)) == ([18, 18, 18], [16, 16, 32, 64], False)
+    assert module.resnet_config(20, (3, 28, 28)) == ([3, 3, 3], [16, 16, 32, 64], False)
+    assert module.resnet_config(164, (3, 28, 28)) == ([18, 18, 18], [16, 64, 128, 256], True)
+    with pytest.raises(ValueError):
+        module.resnet_config(100, (3, 28, 28))
+    with pytest.raises(ValueError):
+        module.resnet_config(110, (3, 32, 32))     # the ImageNet branch of get_symbol()
+
+
+def test_learning_rate_steps_are_counted_as_fit_py_counts_them():
+    module = mxnet_adapter_module()
+    assert module.epoch_size(60000, 64) == 938            # ceil(937.5)
+    assert module.epoch_size(50000, 128) == 391           # ceil(390.625)
+    assert module.lr_steps("10", 938) == [9380]
+    assert module.lr_steps("200,250", 391) == [78200, 97750]
+
+
+def test_an_epoch_is_whole_batches_padded_from_its_start():
+    module = mxnet_adapter_module()
+    batches = module.epoch_order(np.random.RandomState(3), 10, 4)
+    assert [len(b) for b in batches] == [4, 4, 4]
+    flat = [int(i) for b in batches for i in b]
+    assert sorted(flat[:10]) == list(range(10)) and flat[10:] == flat[:2]
+
+
+def test_hls_conversion_matches_opencv_on_known_colours():
+    module = mxnet_adapter_module()
+    rgb = np.array([[255, 0, 0], [0, 255, 0], [0, 0, 255], [255, 255, 255], [0, 0, 0],
+                    [128, 128, 128], [255, 255, 0]], dtype=np.uint8)
+    hls = module.rgb_to_hls_u8(np, rgb)
+    # OpenCV 8-bit HLS: H in degrees / 2, L and S scaled to 255
+    assert hls.tolist() == [[0, 128, 255], [60, 128, 255], [120, 128, 255], [0, 255, 0],
+                            [0, 0, 0], [0, 128, 0], [30, 128, 255]]
+    # and back: L 128 is 0.502, so the low channels come back as 2L - 1 = 1/255
+    assert module.hls_to_rgb_u8(np, hls).tolist() == [[255, 1, 1], [1, 255, 1], [1, 1, 255],
+                                                     [255, 255, 255], [0, 0, 0],
+                                                     [128, 128, 128], [255, 255, 1]]
+    rng = np.random.RandomState(0)
+    colours = rng.randint(0, 256, (5000, 3)).astype(np.uint8)
+    back = module.hls_to_rgb_u8(np, module.rgb_to_hls_u8(np, colours)).astype(int)
+    error = np.abs(back - colours)   # 8-bit HLS is lossy: hue in 2-degree steps (up to 255/60 per degree)
+    assert error.max() <= 8 and error.mean() < 1
+
+
+def test_augmentation_pads_crops_and_subtracts_the_mean():
+    module = mxnet_adapter_module()
+    hp = {"image_shape": "3,28,28", "pad_size": 4, "fill_value": 127, "random_crop": 1,
+          "random_mirror": 0, "max_random_h": 0, "max_random_s": 0, "max_random_l": 0,
+          "rgb_mean": "123.68,116.779,103.939"}
+    images = np.random.RandomState(1).randint(0, 256, (64, 3, 32, 32)).astype(np.uint8)
+    out = module.augment(np, np.random.RandomState(2), images, hp)
+    assert out.shape == (64, 3, 28, 28) and out.dtype == np.float32
+    mean = np.array([123.68, 116.779, 103.939], dtype=np.float32)[None, :, None, None]
+    padded = np.pad(images, ((0, 0), (0, 0), (4, 4), (4, 4)), constant_values=127)
+    restored = (out + mean).round().astype(int)
+    for k in range(len(images)):              # each output is one 28x28 window of its padded image
+        windows = [(y, x) for y in range(13) for x in range(13)
+                   if (padded[k, :, y:y + 28, x:x + 28] == restored[k]).all()]
+        assert windows, k
+    centre = module.centre(np, images, hp)
+    assert np.allclose(centre + mean, images[:, :, 2:30, 2:30])
+    jittered = module.augment(np, np.random.RandomState(2), images,
+                              dict(hp, random_mirror=1, max_random_h=36, max_random_s=50,
+                                   max_random_l=50))
+    assert jittered.shape == (64, 3, 28, 28) and not np.allclose(jittered, out)
+
+
+# -- the image ---------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def built():
+    return dlbench("build-images", "--frameworks", "mxnet", check=True)
+
+
+@pytest.fixture(scope="module")
+def quick_results(built, data_root, tmp_path_factory):
+    results = tmp_path_factory.mktemp("mxnet-results")
+    dlbench("run", "--frameworks", "mxnet", "--datasets", "mnist,cifar10", "--profile", "quick",
+            "--results", results, "--data-dir", data_root, check=True)
+    frame = pd.read_parquet(results)
+    return {row.dataset: row for row in frame.itertuples()}
+
+
+@pytest.mark.docker
+def test_both_quick_runs_are_stored_as_ok(quick_results):
+    assert set(quick_results) == {"mnist", "cifar10"}
+    for row in quick_results.values():
+        assert (row.framework, row.profile, row.status) == ("mxnet", "quick", "ok"), row.error
+        assert row.image == "dlbench/mxnet:cpu"
+        assert row.framework_version == "1.9.1"
+        assert row.train_time_s > 0 and row.test_time_s > 0 and row.test_samples == 10000
+        assert "openblas" in row.blas
+        libraries = json.loads(row.libraries)
+        assert libraries["numpy"].startswith("1.19")
+        assert "MKLDNN" in libraries["mxnet_features"].split(",")
+        framework_threads = json.loads(row.threads_framework)
+        assert framework_threads["MXNET_CPU_WORKER_NTHREADS"] == "1"
+        assert framework_threads["omp_get_max_threads"] == row.threads
+
+
+@pytest.mark.docker
+def test_lenet_on_mnist(quick_results):
+    row = quick_results["mnist"]
+    assert row.model == "mxnet-lenet"
+    assert row.param_count == LENET_PARAMS == 431080
+    assert row.accuracy >= 0.90
+    hp = json.loads(row.hyperparameters)
+    assert (hp["batch_size"], hp["learning_rate"], hp["lr_step_epochs"]) == (64, 0.05, "10")
+    batches = quick_profiles()["mnist"]["max_batches"]
+    assert hp["max_batches"] == batches > 0
+    # one epoch of max_batches whole batches of 64
+    assert len(row.epoch_loss) == 1 and row.train_samples == 60000
+    assert row.train_images_per_s * row.train_time_s == pytest.approx(64 * batches)
+
+
+@pytest.mark.docker
+def test_resnet110_on_cifar10(quick_results):
+    row = quick_results["cifar10"]
+    assert row.model == "mxnet-resnet110"
+    assert row.param_count == RESNET110_PARAMS == 1730784
+    assert row.accuracy >= 0.20          # twice chance
+    hp = json.loads(row.hyperparameters)
+    assert (hp["num_layers"], hp["image_shape"], hp["batch_size"]) == (110, "3,28,28", 128)
+    assert row.train_samples == 50000 and len(row.epoch_loss) == 1
+    batches = quick_profiles()["cifar10"]["max_batches"]
+    assert row.train_images_per_s * row.train_time_s == pytest.approx(128 * batches)
+
+
+@pytest.mark.docker
+def test_the_image_carries_its_labels(built):
+    import docker
+    labels = docker.from_env().images.get("dlbench/mxnet:cpu").labels
+    assert labels["org.dlbench.framework"] == "mxnet"
+    assert labels["org.dlbench.framework-version"] == "1.9.1"
+
+
+CHECK_IN_IMAGE = r"""
+import contextlib, io, json, re, sys
+sys.path.insert(0, "/opt/dlbench/framework")
+import mxnet as mx
+import adapter
+out = {}
+for name, sym, shape in (("lenet", adapter.lenet_symbol(mx), (64, 1, 28, 28)),
+                         ("resnet110", adapter.resnet_symbol(mx, 110, (3, 28, 28)), (128, 3, 28, 28))):
+    arg_shapes, _, aux_shapes = sym.infer_shape(data=shape)
+    names = sym.list_arguments()
+    params = sum(int(__import__("numpy").prod(s)) for n, s in zip(names, arg_shapes)
+                 if n not in ("data", "softmax_label"))
+    text = io.StringIO()
+    with contextlib.redirect_stdout(text):
+        mx.viz.print_summary(sym, shape={"data": shape})
+    summary = int(re.search(r"Total params: ([0-9]+)", text.getvalue()).group(1))
+    ops = [n["op"] for n in json.loads(sym.tojson())["nodes"]]
+    out[name] = {"params": params, "summary": summary, "aux": len(aux_shapes),
+                 "convolutions": ops.count("Convolution"), "batchnorms": ops.count("BatchNorm"),
+                 "fc": ops.count("FullyConnected"),
+                 "shortcuts": sorted(n[:-10] for n in names if n.endswith("_sc_weight"))}
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.docker
+def test_the_networks_follow_the_mxnet_example_symbols(built):
+    """MXNet itself counts the parameters (print_summary) and the symbols have
+    resnet.py's and lenet.py's operators."""
+    import docker
+    raw = docker.from_env().containers.run(
+        "dlbench/mxnet:cpu", entrypoint=["python3", "-c", CHECK_IN_IMAGE], remove=True,
+        network_mode="none", read_only=True, tmpfs={"/tmp": ""}, environment={"HOME": "/tmp"},
+        user="nobody").decode()
+    found = json.loads(raw.strip().splitlines()[-1])
+    lenet, resnet = found["lenet"], found["resnet110"]
+    assert lenet["params"] == lenet["summary"] == LENET_PARAMS
+    assert (lenet["convolutions"], lenet["fc"], lenet["batchnorms"]) == (2, 2, 0)
+    assert resnet["params"] == resnet["summary"] == RESNET110_PARAMS
+    # conv0 + 2 per unit in 54 units + 3 shortcuts; bn_data + 2 per unit + bn1
+    assert (resnet["convolutions"], resnet["batchnorms"], resnet["fc"]) == (1 + 108 + 3, 110, 1)
+    assert resnet["aux"] == 2 * 110          # moving mean and variance, not counted
+    assert resnet["shortcuts"] == ["stage1_unit1", "stage2_unit1", "stage3_unit1"]
+
+
+@pytest.mark.docker
+def test_a_cuda_device_is_refused_clearly(built, data_root, tmp_path):
+    """The PyPI wheel is a CPU build: asking for CUDA fails the job with a clear reason."""
+    import docker
+    import docker.errors
+    out = tmp_path / "out"
+    out.mkdir()
+    out.chmod(0o777)
+    with pytest.raises(docker.errors.ContainerError):       # the runner exits 1
+        docker.from_env().containers.run(
+            "dlbench/mxnet:cpu", ["--dataset", "mnist", "--profile", "quick", "--device", "cuda"],
+            remove=True, network_mode="none", read_only=True, tmpfs={"/tmp": ""},
+            environment={"HOME": "/tmp"}, user="nobody",
+            volumes={str(data_root): {"bind": "/data", "mode": "ro"},
+                     str(out): {"bind": "/out", "mode": "rw"}})
+    result = json.loads((out / "result.json").read_text())
+    assert result["status"] == "failed"
+    assert "ValueError during setup" in result["error"] and "no CUDA" in result["error"]
