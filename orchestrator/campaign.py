@@ -128,22 +128,14 @@ class CampaignFile(BaseModel):
     hyperparameters: Hyperparameters = Hyperparameters()
     limits: CampaignLimits = CampaignLimits()
 
-    @field_validator("frameworks")
+    @field_validator("frameworks", "datasets")
     @classmethod
-    def _frameworks(cls, names):
+    def _known_names(cls, names, info):
+        """The catalogue's own checks, their UsageError turned into a validation error."""
+        check = catalog.check_frameworks if info.field_name == "frameworks" else catalog.check_datasets
         if names is not None:
             try:
-                catalog.check_frameworks(names)
-            except UsageError as exc:
-                raise ValueError(str(exc)) from None
-        return names
-
-    @field_validator("datasets")
-    @classmethod
-    def _datasets(cls, names):
-        if names is not None:
-            try:
-                catalog.check_datasets(names)
+                check(names)
             except UsageError as exc:
                 raise ValueError(str(exc)) from None
         return names
