@@ -10,6 +10,7 @@ A campaign file is TOML::
     devices = ["cpu"]               # "cpu" or "gpu:N"
     repeats = 3
     seed = 1
+    settings_from = ["own", "caffe"]    # GTDLBench's cross-settings: another framework's defaults
 
     [hyperparameters]               # every framework: a list is an axis, one value is fixed
     batch_size = [32, 64]
@@ -112,6 +113,27 @@ def _device(value) -> int | None:
     return int(match.group(1))
 
 
+def _settings_source(value) -> str | None:
+    """``own`` (each framework's defaults) or a framework whose defaults the others use."""
+    if value == "own":
+        return None
+    if value not in catalog.FRAMEWORKS:
+        raise ValueError(f"{value!r}: give own or one of {', '.join(catalog.FRAMEWORKS)}")
+    return value
+
+
+def parse_settings_from(text: str) -> list[str | None]:
+    sources = []
+    for item in (t.strip() for t in text.split(",") if t.strip()):
+        try:
+            sources.append(_settings_source(item))
+        except ValueError as exc:
+            raise UsageError(f"--settings-from {exc}") from None
+    if not sources:
+        raise UsageError("--settings-from takes own or a framework name, e.g. caffe")
+    return sources
+
+
 class CampaignFile(BaseModel):
     """A campaign file, as written."""
 
@@ -125,6 +147,8 @@ class CampaignFile(BaseModel):
     devices: list[Annotated[Optional[int], PlainValidator(_device)]] = Field([None], min_length=1)
     repeats: StrictInt = Field(1, ge=1)
     seed: StrictInt = 1
+    settings_from: list[Annotated[Optional[str], PlainValidator(_settings_source)]] = Field(
+        [None], min_length=1)
     hyperparameters: Hyperparameters = Hyperparameters()
     limits: CampaignLimits = CampaignLimits()
 
@@ -157,7 +181,7 @@ class CampaignFile(BaseModel):
                     framework_hyperparameters={fw: getattr(hp, fw) for fw in catalog.FRAMEWORKS
                                                if getattr(hp, fw)},
                     threads=self.threads or [None], devices=self.devices,
-                    repeats=self.repeats, seed=self.seed,
+                    repeats=self.repeats, seed=self.seed, settings_from=self.settings_from,
                     limits=Limits(memory=self.limits.memory, timeout=self.limits.timeout),
                     framework_limits=limits)
 
@@ -270,6 +294,7 @@ class Options(BaseModel):
     devices: Optional[list[Optional[int]]] = None
     repeats: Optional[int] = None
     seed: Optional[int] = None
+    settings_from: Optional[list[Optional[str]]] = None
     hyperparameters: dict[str, list] = {}
     memory: Optional[str] = None
     timeout: Optional[float] = None
@@ -308,7 +333,7 @@ def _merge(axes: Axes, options: Options) -> Axes:
         if not re.fullmatch(NAME_PATTERN, options.name):
             raise UsageError(f"--name {options.name!r}: letters, digits, '.', '_' and '-' only")
         changes["campaign"] = options.name
-    for field in ("frameworks", "datasets", "profiles", "devices", "repeats", "seed"):
+    for field in ("frameworks", "datasets", "profiles", "devices", "repeats", "seed", "settings_from"):
         if getattr(options, field) is not None:
             changes[field] = getattr(options, field)
     if options.threads is not None:

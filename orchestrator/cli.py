@@ -124,6 +124,10 @@ def run(frameworks: Frameworks = None,
             help="Batch sizes to sweep, e.g. 32,64.")] = None,
         learning_rates: Annotated[Optional[str], typer.Option(
             help="Learning rates to sweep, e.g. 0.01,0.1.")] = None,
+        settings_from: Annotated[Optional[str], typer.Option(
+            "--settings-from", help="Train each framework's model with another framework's default "
+                                    "batch size, learning rate and training length (GTDLBench's "
+                                    "cross-settings), e.g. caffe; own,caffe for both.")] = None,
         repeats: Annotated[Optional[int], typer.Option(help="Runs of each job (default 1).")] = None,
         seed: Annotated[Optional[int], typer.Option(help="Seed of the first repeat (default 1).")] = None,
         memory: Annotated[Optional[str], typer.Option(help="Memory limit per job, e.g. 8g.")] = None,
@@ -159,6 +163,7 @@ def run(frameworks: Frameworks = None,
         profiles=_names(profile), repeats=repeats, seed=seed, memory=memory, timeout=timeout,
         threads=[cpus] if cpus is not None else _numbers(threads, "--threads", int),
         devices=[gpu] if gpu is not None else (campaigns.parse_devices(devices) if devices else None),
+        settings_from=campaigns.parse_settings_from(settings_from) if settings_from is not None else None,
         hyperparameters=sweeps)
     the_plan = campaigns.make_plan(campaign, options)
     for note in the_plan.skipped:

@@ -61,7 +61,7 @@ def _job_fields(job: Job, run_id: str, job_id: str, provenance: dict) -> dict:
     return dict(
         run_id=run_id, job_id=job_id, campaign=job.campaign,
         framework=job.framework, dataset=job.dataset, model=job.model, profile=job.profile,
-        hyperparameters=dumps(job.hyperparameters),
+        hyperparameters=dumps(job.hyperparameters), settings_from=job.settings_from,
         batch_size=job.hyperparameters.get("batch_size"),
         learning_rate=job.hyperparameters.get("learning_rate"),
         device=job.device, gpu=None if job.gpu is None else str(job.gpu), seed=job.seed,

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import math
 import os
 import re
 from typing import ClassVar
@@ -66,6 +67,7 @@ class Job(BaseModel):
     campaign: str | None = None    # the campaign's name, stored in the row
     memory: str | None = None      # memory limit, as given (e.g. "4g"); None: none
     timeout: float | None = None   # seconds; None: none
+    settings_from: str | None = None   # trained with this framework's defaults (cross-settings)
 
     # Not part of the identity: how a job was asked for, and the limits it ran under.
     NOT_IDENTITY: ClassVar[frozenset] = frozenset({"overrides", "campaign", "memory", "timeout"})
@@ -139,6 +141,7 @@ class Axes(BaseModel):
     framework_hyperparameters: dict[str, dict[str, list]] = {}   # one framework's only
     threads: list[int | None] = [None]            # CPU counts; None: all, no limit
     devices: list[int | None] = [None]            # None: CPU; N: GPU N
+    settings_from: list[str | None] = [None]      # None: each framework's own defaults
     repeats: int = 1
     seed: int = 1
     limits: Limits = Limits()
@@ -202,16 +205,18 @@ def expand(axes: Axes, host_cpus: int | None = None) -> Plan:
             if dataset not in models["models"]:
                 skipped.append(f"{framework} has no {dataset} model")
                 continue
-            for profile in axes.profiles:
-                for values in itertools.product(*grid.values()):
-                    overrides = dict(zip(grid, values))
-                    params = _resolve(axes, models, framework, dataset, profile, overrides)
-                    for threads, gpu in itertools.product(axes.threads, axes.devices):
-                        cells.append(dict(
-                            framework=framework, dataset=dataset, profile=profile,
-                            model=models["models"][dataset]["model"], hyperparameters=params,
-                            overrides=overrides, threads=threads or host_cpus, cpus=threads,
-                            gpu=gpu, campaign=axes.campaign, **limits))
+            for profile, source, values in itertools.product(
+                    axes.profiles, _sources(axes, framework), itertools.product(*grid.values())):
+                overrides = dict(zip(grid, values))
+                if source is not None:     # the other framework's settings, yours on top
+                    overrides = {**cross_settings(source, framework, dataset, profile), **overrides}
+                params = _resolve(axes, models, framework, dataset, profile, overrides)
+                for threads, gpu in itertools.product(axes.threads, axes.devices):
+                    cells.append(dict(
+                        framework=framework, dataset=dataset, profile=profile,
+                        model=models["models"][dataset]["model"], hyperparameters=params,
+                        overrides=overrides, threads=threads or host_cpus, cpus=threads,
+                        gpu=gpu, campaign=axes.campaign, settings_from=source, **limits))
     if not cells:
         raise UsageError("nothing to run: " + "; ".join(skipped) if skipped else "nothing to run")
     if axes.datasets and skipped:
@@ -219,6 +224,63 @@ def expand(axes: Axes, host_cpus: int | None = None) -> Plan:
     jobs = [Job(**cell, seed=axes.seed + repeat, repeat=repeat)
             for repeat in range(axes.repeats) for cell in cells]
     return Plan(jobs=jobs, skipped=skipped, campaign=axes.campaign)
+
+
+def _sources(axes: Axes, framework: str) -> list[str | None]:
+    """Whose defaults the framework's jobs use: its own (None) or another framework's."""
+    return list(dict.fromkeys(None if s == framework else s for s in axes.settings_from))
+
+
+def cross_settings(source: str, target: str, dataset: str, profile: str) -> dict:
+    """The overrides that give ``target``'s model ``source``'s default settings.
+
+    GTDLBench's cross-settings runs train each framework's own model with another
+    framework's batch size, learning rate and length of training.  Each model
+    declares in models.json (``settings``) which of its hyper-parameters hold these:
+    ``length`` (epochs, or iterations over ``train_images``: the first key is the one
+    that ends training, any others keep their proportion to it, as Caffe's second
+    learning-rate phase does), ``learning_rate`` (the first key, others scaled with it).
+    Length is carried over in passes over the training set: a model counting
+    iterations trains ceil(epochs x images / batch size) of them; one counting
+    epochs trains the nearest whole number, at least one.  Schedules, momentum,
+    weight decay and the rest stay the target's own."""
+    def model(framework):
+        entry = catalog.models(framework)["models"].get(dataset)
+        if entry is None or "settings" not in entry:
+            raise PlanError(f"--settings-from {source}: {framework} has no {dataset} settings to "
+                            "carry over", ("settings_from",))
+        params = runner_spec.resolve_hyperparameters(catalog.models(framework), dataset, profile)
+        return entry["settings"], params
+
+    (theirs, their_params), (ours, our_params) = model(source), model(target)
+    batch_size = their_params["batch_size"]
+    epochs = _epochs(theirs, their_params)
+    if ours["length"][0] == "epochs":
+        length = max(1, round(epochs))
+    else:
+        length = max(1, math.ceil(epochs * ours["train_images"] / batch_size))
+    rate = their_params[theirs["learning_rate"][0]]
+    overrides = {"batch_size": batch_size}
+    overrides.update(_scaled(ours["length"], our_params, length, whole=True))
+    overrides.update(_scaled(ours["learning_rate"], our_params, rate, whole=False))
+    return overrides
+
+
+def _epochs(settings: dict, params: dict) -> float:
+    """Passes over the training set: epochs, or the longest iteration count x batch / images."""
+    length = max(params[key] for key in settings["length"])
+    if settings["length"][0] == "epochs":
+        return float(length)
+    return length * params["batch_size"] / settings["train_images"]
+
+
+def _scaled(keys: list[str], params: dict, value, whole: bool) -> dict:
+    """The first key set to ``value``, the others kept in proportion to it."""
+    factor = value / params[keys[0]] if params[keys[0]] else 1.0
+    scaled = {keys[0]: value}
+    for key in keys[1:]:
+        scaled[key] = max(1, round(params[key] * factor)) if whole else params[key] * factor
+    return scaled
 
 
 def _check(axes: Axes, host_cpus: int) -> None:

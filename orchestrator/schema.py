@@ -8,6 +8,9 @@ metadata.  History of the row schema:
        trace (``cpu_percent_mean``, ``memory_peak_bytes``, ``gpu_util_mean``,
        ``gpu_memory_peak_bytes``, ``trace_samples``) and the kernel's own peak
        (``memory_peak_cgroup_bytes``).  Version-1 rows are read with these empty.
+    3  ``settings_from``: the framework whose default settings the job trained with
+       (GTDLBench's cross-settings); empty for a framework's own defaults, as in
+       every older row.
 Readers refuse rows newer than they know; older ones are upgraded step by step
 by ``store.upgrade``.
 
@@ -29,7 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from dlbench_runner import SCHEMA_VERSION as RUNNER_SCHEMA_VERSION
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 TRACE_SCHEMA_VERSION = 1
 MAX_RESULT_BYTES = 4 << 20
 STATUSES = ("ok", "failed", "timeout", "oom", "unsupported", "no_result")
@@ -98,6 +101,7 @@ class RunRecord(BaseModel):
     model: str
     profile: str
     hyperparameters: str          # JSON, sorted keys
+    settings_from: str | None = None   # another framework's defaults (None: its own)
     batch_size: int | None = None
     learning_rate: float | None = None
     device: str
@@ -185,6 +189,7 @@ ARROW_SCHEMA = pa.schema(
 ADDED_IN = {
     2: ["campaign", "memory_limit_bytes", "timeout_s", "cpu_percent_mean", "memory_peak_bytes",
         "memory_peak_cgroup_bytes", "gpu_util_mean", "gpu_memory_peak_bytes", "trace_samples"],
+    3: ["settings_from"],
 }
 
 TRACE_SCHEMA = pa.schema(

@@ -76,16 +76,21 @@ def append(results: Path, records: list[RunRecord]) -> Path:
 
 
 # -- reading rows, old ones upgraded --------------------------------------------------------
-def _v1_to_v2(table: pa.Table) -> pa.Table:
-    """Version 2 added the campaign name, the job's limits and the resource summary."""
-    for name in ADDED_IN[2]:
-        if name not in table.column_names:
-            table = table.append_column(ARROW_SCHEMA.field(name),
-                                        pa.nulls(len(table), ARROW_SCHEMA.field(name).type))
-    return table
+def _add_empty(version: int):
+    """The step to ``version``: the columns it added, empty (what older rows meant)."""
+    def step(table: pa.Table) -> pa.Table:
+        for name in ADDED_IN[version]:
+            if name not in table.column_names:
+                table = table.append_column(ARROW_SCHEMA.field(name),
+                                            pa.nulls(len(table), ARROW_SCHEMA.field(name).type))
+        return table
+    step.__doc__ = f"Version {version} added {', '.join(ADDED_IN[version])}."
+    return step
 
 
-UPGRADES = {1: _v1_to_v2}      # version -> the step to the next version
+# version -> the step to the next: 2 added the campaign name, the job's limits and the
+# resource summary; 3 the cross-settings source.
+UPGRADES = {1: _add_empty(2), 2: _add_empty(3)}
 
 
 def upgrade(table: pa.Table, version: int) -> pa.Table:

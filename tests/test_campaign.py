@@ -147,6 +147,25 @@ def test_dry_run_prints_the_plan_and_touches_no_docker(tmp_path):
     assert not (tmp_path / "dlbench-results").exists()
 
 
+def test_cross_settings_in_a_file_and_as_an_option(tmp_path):
+    text = EXAMPLE.replace("seed = 5\n", 'seed = 5\nsettings_from = ["own", "caffe"]\n')
+    jobs = plan_of(write(tmp_path, text), repeats=1).jobs
+    # caffe's own jobs appear once; torch's with its own and with caffe's defaults
+    assert {(j.framework, j.settings_from) for j in jobs} == {
+        ("caffe", None), ("torch", None), ("torch", "caffe")}
+    assert len(jobs) == (2 + 2 + 2) * 2       # x batch sizes x threads
+    with pytest.raises(UsageError, match=r"campaign.toml:8: settings_from\[1\]: 'cafe': give own "):
+        plan_of(write(tmp_path, text.replace('"caffe"]', '"cafe"]')))
+    proc = dlbench("run", "--frameworks", "torch", "--datasets", "mnist", "--settings-from", "cafe",
+                   "--dry-run")
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+        "dlbench: error: --settings-from 'cafe': give own or one of caffe, tensorflow, torch, mxnet, theano"]
+    proc = dlbench("run", "--frameworks", "torch", "--datasets", "mnist", "--settings-from", "caffe",
+                   "--dry-run", check=True)
+    job, = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert job["settings_from"] == "caffe" and job["hyperparameters"]["batch_size"] == 64
+
+
 # -- real campaigns ----------------------------------------------------------------------------
 # Two frameworks with short jobs: caffe counts iterations (max_iter), mxnet can stop
 # each epoch after max_batches.

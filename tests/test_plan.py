@@ -58,3 +58,53 @@ def test_overrides_parse_as_json_values():
         {"epochs": 3, "learning_rate": 0.1, "name": "x"}
     with pytest.raises(UsageError, match="KEY=VALUE"):
         plan.parse_overrides(["epochs"])
+
+
+# -- cross-settings: another framework's defaults ------------------------------------------
+def cross(source, framework, dataset, profile="paper", **kwargs):
+    axes = plan.Axes(frameworks=[framework], datasets=[dataset], profiles=[profile],
+                     settings_from=[source], **kwargs)
+    job, = plan.expand(axes, host_cpus=2).jobs
+    return job
+
+
+def test_settings_from_carries_batch_size_rate_and_passes_over_the_data():
+    # Caffe's LeNet: 10,000 iterations of 64 images at 0.01 = 10.67 passes over 60,000 images.
+    job = cross("caffe", "torch", "mnist")
+    assert job.settings_from == "caffe"
+    assert {k: job.hyperparameters[k] for k in ("batch_size", "learning_rate", "epochs")} == {
+        "batch_size": 64, "learning_rate": 0.01, "epochs": 11}
+    assert job.hyperparameters["test_batch_size"] == 10          # the rest stays torch's own
+    # TensorFlow counts steps over its 55,000 training images: 10.67 passes of 64.
+    job = cross("caffe", "tensorflow", "mnist")
+    assert job.hyperparameters["max_steps"] == 9167 and job.hyperparameters["batch_size"] == 64
+    # Torch's 20 epochs of 10 images, as Caffe iterations of 10.
+    job = cross("torch", "caffe", "mnist")
+    assert job.hyperparameters["max_iter"] == 120_000 and job.hyperparameters["learning_rate"] == 0.05
+
+
+def test_settings_from_keeps_caffes_second_phase_in_proportion():
+    # cifar10_quick: 4,000 iterations at 0.001, then to 5,000 at 0.0001 (batch 100).
+    # MXNet's ResNet: 300 epochs of 128 at 0.05 = 117,188 iterations in all.
+    job = cross("mxnet", "caffe", "cifar10")
+    hp = job.hyperparameters
+    assert hp["batch_size"] == 128 and hp["max_iter_lr1"] == 117_188 and hp["max_iter"] == 93_750
+    assert hp["learning_rate"] == 0.05 and hp["learning_rate_lr1"] == pytest.approx(0.005)
+
+
+def test_own_settings_stay_own_and_the_users_overrides_win():
+    job = cross("torch", "torch", "mnist")
+    assert job.settings_from is None and job.overrides == {}
+    job = cross("caffe", "torch", "mnist", hyperparameters={"epochs": [2]})
+    assert job.hyperparameters["epochs"] == 2 and job.hyperparameters["batch_size"] == 64
+    axes = plan.Axes(frameworks=["caffe", "torch"], datasets=["mnist"], settings_from=[None, "caffe"])
+    jobs = plan.expand(axes, host_cpus=2).jobs
+    assert [(j.framework, j.settings_from) for j in jobs] == [
+        ("caffe", None), ("torch", None), ("torch", "caffe")]
+    assert len({j.job_id("img", "data") for j in jobs}) == 3
+
+
+def test_settings_from_on_the_quick_profile_uses_the_sources_quick_settings():
+    # 500 iterations of 64 = 0.533 passes over 60,000 images = 459 steps over 55,000.
+    job = cross("caffe", "tensorflow", "mnist", "quick")
+    assert job.hyperparameters["max_steps"] == 459 and job.profile == "quick"

@@ -403,3 +403,27 @@ def test_the_html_page_is_self_contained_with_tables_and_plots(real, traces, tmp
 
     store.trace_path(results, rows[0].run_id).write_bytes(b"not parquet")
     one_line_error(dlbench("report", "--results", results, "--html", out), r"unreadable trace file")
+
+
+@docker
+def test_a_real_cross_settings_run_is_stored_and_reported_apart(real, data_root, tmp_path):
+    """Torch's MNIST convnet trained with Caffe's defaults (--settings-from caffe), beside
+    the two runs with its own."""
+    import shutil
+
+    results = tmp_path / "results"
+    shutil.copytree(real, results)
+    dlbench("run", "--frameworks", "torch", "--datasets", "mnist", "--profile", "quick",
+            "--settings-from", "caffe", "--results", results, "--data-dir", data_root, check=True)
+    frame = store.load(results)
+    cross = frame[frame["settings_from"].notna()]
+    assert list(cross["settings_from"]) == ["caffe"] and list(cross["status"]) == ["ok"]
+    row = cross.iloc[0]
+    assert (row["batch_size"], row["learning_rate"]) == (64, 0.01)     # Caffe's LeNet solver
+    assert json.loads(row["hyperparameters"])["epochs"] == 1           # its quick 0.53 passes
+    assert row["train_samples"] == 60_000 and row["accuracy"] > 0.9
+    groups = {g["settings"]: g for g in report_json(results)["groups"]}
+    assert set(groups) == {"own defaults", "caffe's defaults"}
+    assert groups["own defaults"]["runs"] == 2 and groups["caffe's defaults"]["runs"] == 1
+    markdown = dlbench("report", "--results", results, "--format", "md", check=True).stdout
+    assert "| torch | mnist | cpu | quick | caffe's defaults |" in markdown

@@ -102,7 +102,7 @@ def test_an_empty_or_missing_results_directory(tmp_path):
 
 
 def test_rows_of_schema_version_1_are_read_upgraded(tmp_path):
-    """Golden files written by dlbench 0.1.0 (schema version 1), beside a version-2 row."""
+    """Golden files written by dlbench 0.1.0 (schema version 1), beside a current row."""
     import shutil
 
     from orchestrator.schema import ADDED_IN
@@ -116,7 +116,25 @@ def test_rows_of_schema_version_1_are_read_upgraded(tmp_path):
     old = frame[frame["run_id"].str.startswith("v1")].set_index("run_id")
     assert old.loc["v1okrun000000001", "accuracy"] == 0.9812
     assert old.loc["v1badrun00000001", "exit_code"] == 137
-    assert old[ADDED_IN[2]].isna().all().all()          # what version 1 did not record
+    assert old[ADDED_IN[2] + ADDED_IN[3]].isna().all().all()   # what version 1 did not record
     assert list(frame.loc[frame["campaign"].notna(), "campaign"]) == ["new"]
     assert store.ok_job_ids(results) == {"v1job00000000001", "job1"}
     assert store.ok_job_ids(results, "new") == {"job1"}
+
+
+def test_rows_of_schema_version_2_are_read_upgraded(tmp_path):
+    """A golden file written with schema version 2: its campaign and resource summary kept,
+    the cross-settings source (added in version 3) empty, as its own defaults were."""
+    import shutil
+
+    results = tmp_path / "results"
+    shutil.copytree(os.path.join(os.path.dirname(__file__), "fixtures", "results-v2"), results)
+    assert {pq.read_schema(f).metadata[b"dlbench.schema_version"] for f in results.iterdir()} == {b"2"}
+    store.append(results, [record_for(tmp_path, good_result()).model_copy(update={"settings_from": "caffe"})])
+    frame = store.load(results).set_index("run_id")
+    assert (frame["schema_version"] == SCHEMA_VERSION).all()
+    old = frame.loc["v2okrun000000001"]
+    assert old["campaign"] == "v2-campaign" and old["accuracy"] == 0.9731
+    assert old["memory_peak_bytes"] == 412_000_000 and old["trace_samples"] == 44
+    assert pd.isna(old["settings_from"])
+    assert list(frame["settings_from"].dropna()) == ["caffe"]
