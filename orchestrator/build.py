@@ -3,7 +3,11 @@
 1. root  ``dlbench/root:<suite>``: a Debian root file system made with
    debootstrap from Debian's mirror and imported, or a pulled debian image.
 2. base  ``dlbench/base:<suite>``: Python 3 and the host's CA bundle.
-3. ``dlbench/<framework>:cpu``: the framework, the shared runner, the adapter.
+3. ``dlbench/<framework>:<variant>``: the framework, the shared runner, the adapter.
+   Variant ``cpu`` is built from the framework's ``Dockerfile``; ``gpu`` from its
+   ``Dockerfile.gpu`` (CUDA builds from the package index), where there is one.
+   The framework's models.json says, under ``variants``, each variant's version
+   and CUDA, or why it has none (``unsupported``: its GPU jobs are stored so).
 
 Each build's inputs (files, build arguments, parent image) are hashed; an image
 already labelled with the same hash is reused as it is, so a build with
@@ -42,8 +46,34 @@ def base_tag(suite=SUITE):
     return f"dlbench/base:{suite}"
 
 
+VARIANTS = ("cpu", "gpu")
+
+
 def image_tag(framework: str, variant: str = "cpu") -> str:
     return f"dlbench/{framework}:{variant}"
+
+
+def dockerfile(framework: str, variant: str) -> Path:
+    name = "Dockerfile" if variant == "cpu" else f"Dockerfile.{variant}"
+    return catalog.framework_dir(framework) / name
+
+
+def variant_info(framework: str, variant: str) -> dict:
+    """The variant's facts from models.json: version, source, cuda; or ``unsupported``."""
+    info = catalog.models(framework)
+    if variant == "cpu":
+        return {"version": info["version"], "source": info.get("source"), "cuda": "none"}
+    return info.get("variants", {}).get(variant) or {"unsupported": f"{framework} has no {variant} image"}
+
+
+def variant_unsupported(framework: str, variant: str) -> str | None:
+    """Why the framework has no image of this variant, or None."""
+    info = variant_info(framework, variant)
+    if "unsupported" in info:
+        return f"{framework} has no {variant.upper()} image: {info['unsupported']}"
+    if not dockerfile(framework, variant).is_file():
+        return f"{framework} has no {variant.upper()} image ({dockerfile(framework, variant).name} is missing)"
+    return None
 
 
 def find_ca_bundle(explicit: str | None = None) -> Path:
@@ -147,22 +177,25 @@ class Builder:
         labels = {f"{LABEL}.role": "base", f"{LABEL}.debian-suite": self.suite}
         return self._build(base_tag(self.suite), files, {"ROOT_IMAGE": root.id}, labels, rebuild)
 
-    def framework(self, framework: str, rebuild: bool = False):
+    def framework(self, framework: str, rebuild: bool = False, variant: str = "cpu"):
+        reason = variant_unsupported(framework, variant)
+        if reason is not None:
+            raise UsageError(reason)
         base = self.base()
         images = catalog.images_dir()
         fw_dir = images / framework
-        files = {"Dockerfile": fw_dir / "Dockerfile"}
+        files = {"Dockerfile": dockerfile(framework, variant)}
         for path in sorted((images / "runner" / "dlbench_runner").glob("*.py")):
             files[f"runner/dlbench_runner/{path.name}"] = path
         for path in sorted(fw_dir.iterdir()):
-            if path.is_file() and path.name != "Dockerfile":
+            if path.is_file() and not path.name.startswith("Dockerfile"):
                 files[f"{framework}/{path.name}"] = path
-        info = catalog.models(framework)
+        info = variant_info(framework, variant)
         labels = {f"{LABEL}.role": "framework", f"{LABEL}.framework": framework,
-                  f"{LABEL}.framework-version": info["version"],
+                  f"{LABEL}.variant": variant, f"{LABEL}.framework-version": info["version"],
                   f"{LABEL}.debian-suite": self.suite, f"{LABEL}.cuda": info.get("cuda", "none")}
         args = {"BASE_IMAGE": base.id, "FRAMEWORK_VERSION": info["version"]}
-        return self._build(image_tag(framework), files, args, labels, rebuild)
+        return self._build(image_tag(framework, variant), files, args, labels, rebuild)
 
     def _build(self, tag, files: dict[str, Path], buildargs: dict, labels: dict, rebuild: bool):
         digest = hashlib.sha256()

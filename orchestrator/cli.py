@@ -73,20 +73,35 @@ def build_images(frameworks: Frameworks = None, base: BaseOpt = BaseSource.auto,
                  mirror: MirrorOpt = build.DEFAULT_MIRROR, ca_bundle: CaOpt = None,
                  build_network: NetworkOpt = None,
                  rebuild: Annotated[bool, typer.Option(help="Build again even if nothing changed.")] = False,
+                 variant: Annotated[str, typer.Option(
+                     help="cpu, gpu (CUDA builds, where a framework has one) or cpu,gpu.")] = "cpu",
                  verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False):
     """Build the root, base and framework images (no registry needed)."""
     from .display import RichDisplay
     from .run import docker_client
 
+    variants = _names(variant) or []
+    for name in variants:
+        if name not in build.VARIANTS:
+            raise UsageError(f"--variant {name!r}: choose from {', '.join(build.VARIANTS)}")
     names = catalog.check_frameworks(_names(frameworks)) if frameworks else catalog.available()
+    todo = [(fw, v) for v in variants for fw in names]
+    for fw, v in todo:
+        reason = build.variant_unsupported(fw, v)
+        if reason is not None and frameworks:
+            raise UsageError(reason)      # asked for by name: say so before building anything
     display = RichDisplay(err, verbose=verbose)
     builder = build.Builder(docker_client(), say=display.say,
                             log_dir=Path(datasets.cache_root()).parent / "build-logs",
                             **_builder_options(base, mirror, ca_bundle, build_network))
     builder.base(rebuild=rebuild)
-    for name in names:
-        image = builder.framework(name, rebuild=rebuild)
-        out.print(f"{build.image_tag(name)}  {image.short_id}  "
+    for name, v in todo:
+        reason = build.variant_unsupported(name, v)
+        if reason is not None:
+            err.print(f"[yellow]skipped:[/yellow] {reason}", highlight=False)
+            continue
+        image = builder.framework(name, rebuild=rebuild, variant=v)
+        out.print(f"{build.image_tag(name, v)}  {image.short_id}  "
                   f"{image.labels.get(build.LABEL + '.framework-version', '')}")
 
 
@@ -140,6 +155,12 @@ def run(frameworks: Frameworks = None,
                  "of the same campaign when it has a name).")] = False,
         fail_fast: Annotated[bool, typer.Option(
             help="Stop after the first job that is not ok (its row is stored).")] = False,
+        runtime: Annotated[str, typer.Option(
+            help="docker (each job in its own container) or native (a process of --python "
+                 "on this host, no Docker).")] = "docker",
+        python: Annotated[Optional[str], typer.Option(
+            help="With --runtime native: the Python that has the frameworks "
+                 "(default: the one running dlbench).")] = None,
         base: BaseOpt = BaseSource.auto, mirror: MirrorOpt = build.DEFAULT_MIRROR,
         ca_bundle: CaOpt = None, build_network: NetworkOpt = None,
         verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False):
@@ -148,6 +169,10 @@ def run(frameworks: Frameworks = None,
     from .display import RichDisplay
     from .run import run_plan
 
+    if runtime not in ("docker", "native"):
+        raise UsageError(f"--runtime {runtime!r}: choose docker or native")
+    if python is not None and runtime != "native":
+        raise UsageError("--python goes with --runtime native")
     if cpus is not None and threads is not None:
         raise UsageError("give --cpus or --threads, not both")
     if gpu is not None and devices is not None:
@@ -177,7 +202,8 @@ def run(frameworks: Frameworks = None,
     target = store.results_dir(results)
     records = run_plan(the_plan, target, data_dir,
                        _builder_options(base, mirror, ca_bundle, build_network),
-                       RichDisplay(err, verbose=verbose), resume=resume, fail_fast=fail_fast)
+                       RichDisplay(err, verbose=verbose), resume=resume, fail_fast=fail_fast,
+                       runtime=runtime, python=python)
     failed = [r for r in records if r.status != "ok"]
     err.print(f"{len(records) - len(failed)} ok, {len(failed)} not ok; results in {target}")
     if failed:

@@ -41,6 +41,7 @@ class Outcome:
     error: str | None = None        # the host's own reason, when it has one
     samples: list[dict] = dataclasses.field(default_factory=list)   # the resource trace
     trace: Summary | None = None
+    ran_as: str = "container"       # or "process" (the native runtime), for messages
 
 
 def read_result(path: Path) -> tuple[RunnerResult | None, str | None]:
@@ -106,8 +107,8 @@ def collect(job: Job, run_id: str, job_id: str, job_dir: Path, outcome: Outcome,
     return RunRecord(**fields)
 
 
-def _exited(code: int | None) -> str:
-    text = f"the container exited with code {code}"
+def _exited(code: int | None, ran_as: str = "container") -> str:
+    text = f"the {ran_as} exited with code {code}"
     if code is not None and code > 128:
         try:
             text += f" ({signal.Signals(code - 128).name})"
@@ -126,9 +127,9 @@ def _status(outcome: Outcome, result: RunnerResult | None, problem: str | None):
     if result is not None and result.status == "failed":
         return "failed", result.error
     if outcome.exit_code not in (0, None) and result is None:
-        return "failed", outcome.error or _exited(outcome.exit_code)
+        return "failed", outcome.error or _exited(outcome.exit_code, outcome.ran_as)
     if result is None:
         return "no_result", problem
     if outcome.exit_code != 0:
-        return "failed", f"the container exited with code {outcome.exit_code} after a result"
+        return "failed", f"the {outcome.ran_as} exited with code {outcome.exit_code} after a result"
     return "ok", None

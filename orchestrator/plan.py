@@ -77,6 +77,11 @@ class Job(BaseModel):
         return "cpu" if self.gpu is None else "cuda"
 
     @property
+    def variant(self) -> str:
+        """The image variant the job needs."""
+        return "cpu" if self.gpu is None else "gpu"
+
+    @property
     def label(self) -> str:
         return f"{self.framework}/{self.dataset}/{self.profile}"
 

@@ -13,11 +13,13 @@ far stay, and ``--resume`` runs only the jobs not yet stored as ok.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
 import socket
 import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -26,7 +28,7 @@ from pathlib import Path
 
 from dlbench_runner import EVENT_TAG
 
-from . import build, datasets, hostinfo, store
+from . import build, datasets, hostinfo, native, store
 from .collect import Outcome, collect, unsupported
 from .errors import DlbenchError, DockerUnavailable, GpuError, docker_errors
 from .plan import Job, Plan
@@ -66,35 +68,101 @@ def check_gpu(gpu: int | None) -> None:
         raise GpuError(f"--gpu {gpu}: no such GPU; this host has {count} (0-{count - 1})")
 
 
-def image_unsupported(image, tag: str, job: Job) -> str | None:
-    """Why the image cannot run the job (stored as an ``unsupported`` row), or None."""
-    if job.gpu is not None and image.labels.get(f"{LABEL}.cuda", "none") == "none":
-        return f"image {tag} is a CPU build without CUDA: it cannot run on GPU {job.gpu}"
+def image_unsupported(image, tag: str) -> str | None:
+    """Why a GPU variant image cannot run GPU jobs (stored as ``unsupported`` rows), or None."""
+    if tag.endswith(":gpu") and image.labels.get(f"{LABEL}.cuda", "none") == "none":
+        return f"image {tag} is a build without CUDA: it cannot run GPU jobs"
     return None
+
+
+@dataclasses.dataclass
+class Target:
+    """What a framework's jobs run on: an image (or a host Python), its identity, and
+    why it cannot run them, if it cannot."""
+
+    name: str                     # the image tag, or native:PYTHON
+    id: str | None                # the image id: part of every job's identity
+    reason: str | None = None     # set: the jobs are stored as unsupported
+    image: object = None
+
+
+class DockerBackend:
+    """Jobs in hardened containers of the framework images, built when missing."""
+
+    runtime = "docker"
+
+    def __init__(self, builder_options: dict | None, display):
+        self.client = docker_client()
+        for short_id in remove_stale(self.client):
+            display.say(f"removed container {short_id} left by an interrupted run")
+        self.builder = build.Builder(self.client, say=display.say, **(builder_options or {}))
+
+    def host_facts(self) -> dict:
+        return hostinfo.host_facts(self.client.version().get("Version"))
+
+    def target(self, framework: str, variant: str) -> Target:
+        reason = build.variant_unsupported(framework, variant)
+        if reason is not None:
+            return Target(build.image_tag(framework, variant), None, reason)
+        image = self.builder.framework(framework, variant=variant)   # reused when nothing changed
+        tag = build.image_tag(framework, variant)
+        return Target(tag, image.id, image_unsupported(image, tag), image)
+
+    def unsupported(self, target: Target, job: Job) -> str | None:
+        return target.reason
+
+    def run(self, job, target, run_id, job_id, job_dir, dataset_path, display) -> Outcome:
+        return run_container(self.client, job, target.name, run_id, job_id, job_dir,
+                             dataset_path, display)
+
+
+class NativeBackend:
+    """Jobs as processes of a Python on the host (``native.py``)."""
+
+    runtime = "native"
+
+    def __init__(self, python: str | None):
+        self.python = native.check_python(python or sys.executable)
+
+    def host_facts(self) -> dict:
+        return hostinfo.host_facts(None)
+
+    def target(self, framework: str, variant: str) -> Target:
+        found = native.Target(self.python, framework)
+        return Target(found.name, found.id, found.reason, found)
+
+    def unsupported(self, target: Target, job: Job) -> str | None:
+        return native.unsupported(target.image, job)
+
+    def run(self, job, target, run_id, job_id, job_dir, dataset_path, display) -> Outcome:
+        return native.run_process(job, target.image, run_id, job_id, job_dir, dataset_path, display)
+
+
+RUNTIMES = ("docker", "native")
 
 
 def run_plan(plan: Plan, results: Path, data_dir=None, builder_options: dict | None = None,
              display=None, memory: str | None = None, timeout: float | None = None,
-             resume: bool = False, fail_fast: bool = False) -> list:
+             resume: bool = False, fail_fast: bool = False, runtime: str = "docker",
+             python: str | None = None) -> list:
     """Run every job of the plan; returns the stored rows.
 
     Each job leaves exactly one row, whatever happened to it; a bad job never stops
     the campaign unless ``fail_fast``.  ``memory`` and ``timeout``, when given,
-    replace the jobs' own limits."""
+    replace the jobs' own limits.  ``runtime`` is docker (containers) or native
+    (processes of the ``python`` interpreter)."""
     display = display or NullDisplay()
     for gpu in plan.gpus:
         check_gpu(gpu)
-    client = docker_client()
-    for short_id in remove_stale(client):
-        display.say(f"removed container {short_id} left by an interrupted run")
+    backend = DockerBackend(builder_options, display) if runtime == "docker" else NativeBackend(python)
     data = datasets.prepare(plan.datasets, data_dir, progress=display.download_progress())
-    builder = build.Builder(client, say=display.say, **(builder_options or {}))
-    images = {}
-    for framework in plan.frameworks:
-        tag = build.image_tag(framework)
-        images[framework] = (tag, builder.framework(framework))  # reused when nothing changed
-    provenance_host = hostinfo.host_facts(client.version().get("Version"))
-    todo = [(job, job.job_id(images[job.framework][1].id, data[job.dataset].sha256))
+    targets = {}
+    for job in plan.jobs:
+        key = (job.framework, job.variant)
+        if key not in targets:
+            targets[key] = backend.target(*key)
+    provenance_host = dict(backend.host_facts(), runtime=backend.runtime)
+    todo = [(job, job.job_id(targets[job.framework, job.variant].id, data[job.dataset].sha256))
             for job in plan.jobs]
     if resume:
         done = store.ok_job_ids(results, plan.campaign)
@@ -108,20 +176,19 @@ def run_plan(plan: Plan, results: Path, data_dir=None, builder_options: dict | N
             if memory is not None or timeout is not None:
                 job = job.model_copy(update={k: v for k, v in (("memory", memory), ("timeout", timeout))
                                              if v is not None})
-            tag, image = images[job.framework]
+            target = targets[job.framework, job.variant]
             dataset = data[job.dataset]
             run_id = uuid.uuid4().hex[:16]
             display.job_started(index, job)
-            provenance = dict(provenance_host, image=tag, image_id=image.id,
+            provenance = dict(provenance_host, image=target.name, image_id=target.id,
                               dataset_sha256=dataset.sha256)
-            reason = image_unsupported(image, tag, job)
+            reason = backend.unsupported(target, job)
             if reason is not None:
                 record = unsupported(job, run_id, job_id, reason, provenance)
             else:
                 job_dir = store.job_dir(results, run_id)
                 try:
-                    outcome = run_container(client, job, tag, run_id, job_id, job_dir, dataset.path,
-                                            display)
+                    outcome = backend.run(job, target, run_id, job_id, job_dir, dataset.path, display)
                 except DockerUnavailable:
                     raise
                 except DlbenchError as exc:     # Docker refused this job's container

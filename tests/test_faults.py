@@ -180,7 +180,8 @@ def test_a_runner_that_prints_garbage_is_a_no_result_row(results, data_root, tmp
     check_the_caffe_job_went_on(rows, results)
 
 
-def test_a_gpu_job_on_a_cpu_image_is_an_unsupported_row(results, data_root, tmp_path, monkeypatch):
+def test_a_gpu_job_of_a_framework_without_a_cuda_build_is_an_unsupported_row(
+        results, data_root, tmp_path, monkeypatch):
     # This host may have no GPU at all (that stays an error before anything runs); the
     # host check is skipped so that the image check is reached.
     monkeypatch.setattr(run, "check_gpu", lambda gpu: None)
@@ -189,7 +190,9 @@ def test_a_gpu_job_on_a_cpu_image_is_an_unsupported_row(results, data_root, tmp_
     the_plan = campaign.make_plan(path, campaign.Options(frameworks=["caffe"]))
     records = run.run_plan(the_plan, results, data_root)
     assert [(r.device, r.status) for r in records] == [("cuda", "unsupported"), ("cpu", "ok")]
-    assert records[0].error == "image dlbench/caffe:cpu is a CPU build without CUDA: it cannot run on GPU 0"
+    assert records[0].error.startswith("caffe has no GPU image: Caffe comes from Debian's python3-caffe, "
+                                       "a CPU_ONLY build")
+    assert records[0].image == "dlbench/caffe:gpu" and records[0].image_id is None
     assert not (results / store.JOBS / records[0].run_id).exists()      # nothing was started
     frame = store.load(results)
     assert sorted(frame.loc[frame["campaign"] == "gpu", "status"]) == ["ok", "unsupported"]

@@ -1,0 +1,243 @@
+"""The native back-end: the same runner and adapters in a Python of the host, no Docker.
+
+For hosts where Docker is not allowed (many HPC clusters) and to measure what the
+container itself costs.  ``--runtime native --python PATH`` runs each job as
+``PATH -m dlbench_runner`` with the framework directory of this dlbench, the data
+set read in place and the job's directory as its output: the same job spec, the
+same result.json, the same row (``runtime`` says ``native``).
+
+What a container gives and a process does not:
+    --cpus      pins the process to CPUs 0..N-1 (sched_setaffinity) and sets the
+                same thread variables; there is no CPU quota.
+    --memory    not applied: a job with a memory limit is stored as ``unsupported``.
+    isolation   none: the job runs as the invoking user, with its network and files.
+The framework must be importable by that Python; a framework that is not gives
+``unsupported`` rows that say so.  The resource trace samples the process and
+its children (psutil); the kernel's peak for the job is the process's maximum
+resident set (``wait4``'s ru_maxrss).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from collections import deque
+from pathlib import Path
+
+import psutil
+
+from dlbench_runner import EVENT_TAG
+
+from . import catalog
+from .collect import Outcome
+from .errors import UsageError
+from .plan import Job
+from .traces import gpu_sample, summarise
+
+LOG_TAIL_LINES = 50
+SAMPLE_INTERVAL_S = 1.0
+IMPORT_TIMEOUT_S = 300
+
+
+def runner_dir() -> Path:
+    """The folder holding the dlbench_runner package (what PYTHONPATH needs)."""
+    import dlbench_runner
+    return Path(dlbench_runner.__file__).resolve().parent.parent
+
+
+def check_python(python: str) -> str:
+    """The interpreter as an absolute path; a one-line error if it cannot be run."""
+    found = python if os.sep in python else (__import__("shutil").which(python) or python)
+    try:
+        out = subprocess.run([found, "-c", "import sys; print(sys.version.split()[0])"],
+                             capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise UsageError(f"--python {python}: cannot run it ({exc})") from None
+    if out.returncode != 0:
+        raise UsageError(f"--python {python}: it exited with {out.returncode}")
+    return str(Path(found).absolute())
+
+
+class Target:
+    """What a framework's jobs run on natively: the interpreter, and whether it can."""
+
+    def __init__(self, python: str, framework: str):
+        self.python, self.framework = python, framework
+        self.name = f"native:{python}"
+        self.version, self.reason = _import_check(python, framework)
+        # Identity: the interpreter, the framework's version there, and this dlbench's
+        # runner and adapter code, as an image id stands for all three in a container.
+        digest = hashlib.sha256(f"{python}\0{self.version}\0".encode())
+        for path in sorted(catalog.framework_dir(framework).glob("*")) + \
+                sorted((runner_dir() / "dlbench_runner").glob("*.py")):
+            if path.is_file():
+                digest.update(path.name.encode() + b"\0" + path.read_bytes())
+        self.id = "native:" + digest.hexdigest()[:32]
+
+
+def _import_check(python: str, framework: str) -> tuple[str | None, str | None]:
+    """(the framework's version in that Python, None) or (None, why it cannot run)."""
+    code = (f"import {framework} as m, sys; "
+            "sys.stdout.write(str(getattr(m, '__version__', 'unknown')))")
+    try:
+        out = subprocess.run([python, "-c", code], capture_output=True, text=True,
+                             timeout=IMPORT_TIMEOUT_S, env=_quiet_env())
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return None, f"{python} could not import {framework}: {exc}"
+    if out.returncode != 0:
+        last = [line for line in out.stderr.strip().splitlines() if line.strip()][-1:] or ["?"]
+        return None, f"{framework} is not importable by {python} ({last[0].strip()[:200]})"
+    return out.stdout.strip().splitlines()[-1] if out.stdout.strip() else "unknown", None
+
+
+def _quiet_env() -> dict:
+    return {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONDONTWRITEBYTECODE": "1"}
+
+
+def unsupported(target: Target, job: Job) -> str | None:
+    """Why the job cannot run natively (stored as an ``unsupported`` row), or None."""
+    if target.reason:
+        return target.reason
+    if job.memory is not None:
+        return "the native runtime cannot limit memory: run it with --runtime docker or without --memory"
+    return None
+
+
+def host_facts() -> dict:
+    from . import hostinfo
+    return hostinfo.host_facts(None)
+
+
+def run_process(job: Job, target: Target, run_id: str, job_id: str, job_dir: Path,
+                dataset_path: Path, display) -> Outcome:
+    """Run one job as a child process; what it left behind becomes the row as for a container."""
+    (job_dir / "job.json").write_text(json.dumps(job.spec(run_id, job_id), indent=1))
+    threads = str(job.threads)
+    env = {**_quiet_env(), "OMP_NUM_THREADS": threads, "OPENBLAS_NUM_THREADS": threads,
+           "MKL_NUM_THREADS": threads, "PYTHONUNBUFFERED": "1",
+           **({"CUDA_VISIBLE_DEVICES": str(job.gpu)} if job.gpu is not None else {}),
+           "PYTHONPATH": os.pathsep.join([str(runner_dir())] +
+                                         [p for p in [os.environ.get("PYTHONPATH")] if p])}
+    cpus = list(range(job.cpus)) if job.cpus else None
+    tail = deque(maxlen=LOG_TAIL_LINES)
+    with tempfile.TemporaryDirectory(prefix="dlbench-data-") as data_root:
+        # the runner reads DATA/<data set>, as the container's /data/<data set> mount
+        os.symlink(dataset_path.resolve(), Path(data_root) / job.dataset)
+        started = time.perf_counter()
+        process = subprocess.Popen(
+            [target.python, "-m", "dlbench_runner", "--framework-dir",
+             str(catalog.framework_dir(job.framework)), "--data", data_root, "--out", str(job_dir)],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            env=env, cwd=job_dir, start_new_session=True,
+            preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None)
+        sampler = ProcessSampler(process.pid, started, job.gpu).start()
+        timed_out = threading.Event()
+        watchdog = threading.Timer(job.timeout, _kill_group, (process, timed_out)) if job.timeout else None
+        if watchdog:
+            watchdog.start()
+        try:
+            with open(job_dir / "log.txt", "w", buffering=1) as log:
+                for raw in process.stdout:
+                    line = raw.decode("utf-8", "replace").rstrip("\r\n")
+                    log.write(line + "\n")
+                    if line.startswith(EVENT_TAG):
+                        display.event(_event(line))
+                    elif line.strip():
+                        tail.append(line)
+            _, status, usage = os.wait4(process.pid, 0)
+            process.returncode = os.waitstatus_to_exitcode(status)
+            wall = time.perf_counter() - started
+        except BaseException:
+            _kill_group(process, threading.Event())
+            process.wait()
+            raise
+        finally:
+            if watchdog:
+                watchdog.cancel()
+            sampler.stop()
+    code = process.returncode
+    if code < 0:                      # killed by a signal: report it as a shell (and Docker) does
+        code = 128 - code
+    peak = usage.ru_maxrss * 1024     # KiB on Linux
+    return Outcome(exit_code=code, wall_time_s=wall, log_tail=list(tail),
+                   timed_out=timed_out.is_set(),
+                   error=f"the job ran past its time limit of {job.timeout:g} s" if timed_out.is_set() else None,
+                   samples=sampler.samples, trace=sampler.summary(peak), ran_as="process")
+
+
+def _kill_group(process: subprocess.Popen, flag: threading.Event) -> None:
+    flag.set()
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _event(line: str) -> dict:
+    try:
+        event = json.loads(line[len(EVENT_TAG):])
+        return event if isinstance(event, dict) else {}
+    except ValueError:
+        return {}
+
+
+class ProcessSampler:
+    """Samples a process and its children once a second: CPU % (100 = one CPU) and RSS."""
+
+    def __init__(self, pid: int, started: float, gpu: int | None = None, clock=time.perf_counter):
+        self.pid, self.started, self.gpu, self.clock = pid, started, gpu, clock
+        self.samples: list[dict] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"sampler-{pid}", daemon=True)
+        self._cpu: dict[int, float] = {}        # pid -> CPU seconds at the previous sample
+        self._last = None
+
+    def start(self) -> "ProcessSampler":
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        self._thread.join(timeout)
+
+    def _run(self) -> None:
+        try:
+            root = psutil.Process(self.pid)
+        except psutil.Error:
+            return
+        while not self._stop.wait(SAMPLE_INTERVAL_S):
+            try:
+                processes = [root] + root.children(recursive=True)
+            except psutil.Error:
+                return
+            now, cpu_seconds, rss = self.clock(), {}, 0
+            for proc in processes:
+                try:
+                    times = proc.cpu_times()
+                    cpu_seconds[proc.pid] = times.user + times.system
+                    rss += proc.memory_info().rss
+                except psutil.Error:
+                    continue
+            if not rss:
+                return
+            percent = None
+            if self._last is not None:
+                used = sum(v - self._cpu.get(pid, 0.0) for pid, v in cpu_seconds.items())
+                percent = max(used, 0.0) / (now - self._last) * 100.0
+            self._cpu, self._last = cpu_seconds, now
+            gpu_util, gpu_memory = gpu_sample(self.gpu) if self.gpu is not None else (None, None)
+            self.samples.append({"t_s": round(now - self.started, 3), "cpu_percent": percent,
+                                 "memory_bytes": rss, "gpu_util": gpu_util,
+                                 "gpu_memory_bytes": gpu_memory})
+
+    def summary(self, kernel_peak: int | None = None):
+        return summarise(self.samples, kernel_peak, kernel_peak)
+
+
+__all__ = ["Target", "check_python", "run_process", "unsupported"]

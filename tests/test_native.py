@@ -1,0 +1,121 @@
+"""The native runtime: the same runner and adapter as a process of a host Python.
+
+The host Python is a virtual environment holding tensorflow-cpu at the version the
+tensorflow image pins (``scripts/native-env tensorflow``, which .ci/run calls); the
+quick MNIST job trains for real on the real data set.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pandas as pd
+import psutil
+import pytest
+
+from conftest import REPO, dlbench
+from orchestrator import build, store
+
+training = pytest.mark.training
+NATIVE_ENV = REPO / ".venv-native" / "tensorflow"
+
+
+@pytest.fixture(scope="module")
+def native_python() -> Path:
+    python = NATIVE_ENV / "bin" / "python"
+    if not python.exists():        # .ci/run made it already; make it for a plain pytest too
+        subprocess.run([str(REPO / "scripts" / "native-env"), "tensorflow"], check=True)
+    return python
+
+
+@pytest.fixture(scope="module")
+def native_run(native_python, data_root, tmp_path_factory):
+    results = tmp_path_factory.mktemp("native") / "results"
+    proc = dlbench("run", "--runtime", "native", "--python", native_python,
+                   "--frameworks", "tensorflow,caffe", "--datasets", "mnist", "--profile", "quick",
+                   "--cpus", "1", "--results", results, "--data-dir", data_root,
+                   env={"DOCKER_HOST": f"unix://{results.parent}/no-docker.sock"})
+    return proc, results
+
+
+@training
+def test_a_native_job_trains_for_real_and_stores_the_same_row(native_run, native_python):
+    proc, results = native_run
+    assert proc.returncode == 3, proc.stderr          # caffe cannot run natively here (below)
+    frame = store.load(results).set_index("framework")
+    tf = frame.loc["tensorflow"]
+    assert tf["status"] == "ok", tf["error"]
+    assert tf["runtime"] == "native" and pd.isna(tf["docker_version"])
+    assert tf["image"] == f"native:{native_python.absolute()}" and tf["image_id"].startswith("native:")
+    assert tf["accuracy"] > 0.9 and tf["train_samples"] == 55_000 and tf["test_samples"] == 10_000
+    assert tf["framework_version"] == json.load(open(REPO / "images/tensorflow/models.json"))["version"]
+    assert json.loads(tf["threads_env"])["OMP_NUM_THREADS"] == "1"
+    assert tf["cpus"] == 1 and tf["cpuset"] == "0"
+    # the resource trace: the process and its children, sampled each second
+    assert tf["trace_samples"] > 3 and store.trace_path(results, tf["run_id"]).is_file()
+    assert 0 < tf["cpu_percent_mean"] <= 110                  # pinned to one CPU
+    assert tf["memory_peak_bytes"] >= tf["memory_peak_cgroup_bytes"] * 0.9 > 100 * 2**20
+
+
+@training
+def test_a_framework_the_host_python_lacks_is_an_unsupported_row(native_run, native_python):
+    _, results = native_run
+    caffe = store.load(results).set_index("framework").loc["caffe"]
+    assert caffe["status"] == "unsupported"
+    assert caffe["error"].startswith(f"caffe is not importable by {native_python.absolute()} "
+                                     "(ModuleNotFoundError: No module named 'caffe')")
+
+
+@training
+def test_native_and_docker_rows_never_share_a_job_id(native_run):
+    _, results = native_run
+    ids = store.load(results)["image_id"]
+    assert all(i.startswith("native:") for i in ids)
+
+
+@training
+def test_limits_natively(native_python, data_root, tmp_path):
+    """A memory limit cannot be applied to a process: unsupported.  A timeout kills the
+    whole process group: a timeout row and no process left."""
+    results = tmp_path / "results"
+    common = ["run", "--runtime", "native", "--python", native_python, "--frameworks", "tensorflow",
+              "--datasets", "mnist", "--profile", "quick", "--results", results, "--data-dir", data_root]
+    proc = dlbench(*common, "--memory", "2g")
+    assert proc.returncode == 3
+    row = store.load(results).iloc[0]
+    assert row["status"] == "unsupported" and "cannot limit memory" in row["error"]
+    proc = dlbench(*common, "--timeout", "8")
+    assert proc.returncode == 3
+    row = store.load(results).sort_values("recorded_at").iloc[-1]
+    assert row["status"] == "timeout" and row["timeout_s"] == 8
+    leftovers = [p for p in psutil.process_iter(["cmdline"])
+                 if "dlbench_runner" in " ".join(p.info["cmdline"] or []) and
+                 str(results) in " ".join(p.info["cmdline"] or [])]
+    assert leftovers == []
+
+
+def test_bad_native_options_are_one_line_errors(tmp_path):
+    proc = dlbench("run", "--runtime", "native", "--python", tmp_path / "no-python", "--frameworks",
+                   "tensorflow", "--results", tmp_path / "r")
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1
+    assert proc.stderr.startswith(f"dlbench: error: --python {tmp_path / 'no-python'}: cannot run it")
+    proc = dlbench("run", "--python", "python3", "--dry-run")
+    assert proc.stderr.strip() == "dlbench: error: --python goes with --runtime native"
+    proc = dlbench("run", "--runtime", "podman", "--dry-run")
+    assert proc.stderr.strip() == "dlbench: error: --runtime 'podman': choose docker or native"
+
+
+def test_gpu_variants_are_declared_and_refused_where_there_is_no_cuda_build():
+    assert build.variant_unsupported("torch", "gpu") is None
+    assert build.variant_unsupported("tensorflow", "gpu") is None
+    for framework in ("caffe", "mxnet", "theano"):
+        assert build.variant_unsupported(framework, "gpu").startswith(f"{framework} has no GPU image: ")
+    proc = dlbench("build-images", "--frameworks", "caffe", "--variant", "gpu",
+                   env={"DOCKER_HOST": "unix:///nonexistent/docker.sock"})
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1
+    assert proc.stderr.startswith("dlbench: error: caffe has no GPU image: ")
+    proc = dlbench("build-images", "--variant", "tpu")
+    assert proc.stderr.strip() == "dlbench: error: --variant 'tpu': choose from cpu, gpu"
