@@ -19,14 +19,19 @@ import dataclasses
 import datetime as dt
 import json
 import signal
+from collections import deque
 from pathlib import Path
 
 from pydantic import ValidationError
+
+from dlbench_runner import EVENT_TAG
 
 from . import __version__
 from .plan import Job
 from .schema import MAX_RESULT_BYTES, RunnerResult, RunRecord, dumps
 from .traces import Summary
+
+LOG_TAIL_LINES = 50
 
 
 @dataclasses.dataclass
@@ -42,6 +47,28 @@ class Outcome:
     samples: list[dict] = dataclasses.field(default_factory=list)   # the resource trace
     trace: Summary | None = None
     ran_as: str = "container"       # or "process" (the native runtime), for messages
+
+
+def follow_output(lines, log_path: Path, display, keep: int = LOG_TAIL_LINES) -> list[str]:
+    """The job's output as it comes: every line to its log file, the runner's event
+    lines to the display; returns the last ``keep`` other lines (the row's log tail)."""
+    tail = deque(maxlen=keep)
+    with open(log_path, "w", buffering=1) as log:
+        for line in lines:
+            log.write(line + "\n")
+            if line.startswith(EVENT_TAG):
+                display.event(_event(line))
+            elif line.strip():
+                tail.append(line)
+    return list(tail)
+
+
+def _event(line: str) -> dict:
+    try:
+        event = json.loads(line[len(EVENT_TAG):])
+        return event if isinstance(event, dict) else {}
+    except ValueError:
+        return {}
 
 
 def read_result(path: Path) -> tuple[RunnerResult | None, str | None]:

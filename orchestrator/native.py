@@ -27,20 +27,16 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections import deque
 from pathlib import Path
 
 import psutil
 
-from dlbench_runner import EVENT_TAG
-
 from . import catalog
-from .collect import Outcome
+from .collect import Outcome, follow_output
 from .errors import UsageError
 from .plan import Job
 from .traces import gpu_sample, summarise
 
-LOG_TAIL_LINES = 50
 SAMPLE_INTERVAL_S = 1.0
 IMPORT_TIMEOUT_S = 300
 
@@ -125,7 +121,6 @@ def run_process(job: Job, target: Target, run_id: str, job_id: str, job_dir: Pat
            "PYTHONPATH": os.pathsep.join([str(runner_dir())] +
                                          [p for p in [os.environ.get("PYTHONPATH")] if p])}
     cpus = list(range(job.cpus)) if job.cpus else None
-    tail = deque(maxlen=LOG_TAIL_LINES)
     with tempfile.TemporaryDirectory(prefix="dlbench-data-") as data_root:
         # the runner reads DATA/<data set>, as the container's /data/<data set> mount
         os.symlink(dataset_path.resolve(), Path(data_root) / job.dataset)
@@ -142,14 +137,8 @@ def run_process(job: Job, target: Target, run_id: str, job_id: str, job_dir: Pat
         if watchdog:
             watchdog.start()
         try:
-            with open(job_dir / "log.txt", "w", buffering=1) as log:
-                for raw in process.stdout:
-                    line = raw.decode("utf-8", "replace").rstrip("\r\n")
-                    log.write(line + "\n")
-                    if line.startswith(EVENT_TAG):
-                        display.event(_event(line))
-                    elif line.strip():
-                        tail.append(line)
+            tail = follow_output((raw.decode("utf-8", "replace").rstrip("\r\n") for raw in process.stdout),
+                                 job_dir / "log.txt", display)
             _, status, usage = os.wait4(process.pid, 0)
             process.returncode = os.waitstatus_to_exitcode(status)
             wall = time.perf_counter() - started
@@ -165,7 +154,7 @@ def run_process(job: Job, target: Target, run_id: str, job_id: str, job_dir: Pat
     if code < 0:                      # killed by a signal: report it as a shell (and Docker) does
         code = 128 - code
     peak = usage.ru_maxrss * 1024     # KiB on Linux
-    return Outcome(exit_code=code, wall_time_s=wall, log_tail=list(tail),
+    return Outcome(exit_code=code, wall_time_s=wall, log_tail=tail,
                    timed_out=timed_out.is_set(),
                    error=f"the job ran past its time limit of {job.timeout:g} s" if timed_out.is_set() else None,
                    samples=sampler.samples, trace=sampler.summary(peak), ran_as="process")
@@ -178,13 +167,6 @@ def _kill_group(process: subprocess.Popen, flag: threading.Event) -> None:
     except (ProcessLookupError, PermissionError):
         pass
 
-
-def _event(line: str) -> dict:
-    try:
-        event = json.loads(line[len(EVENT_TAG):])
-        return event if isinstance(event, dict) else {}
-    except ValueError:
-        return {}
 
 
 class ProcessSampler:

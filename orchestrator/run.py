@@ -23,19 +23,15 @@ import sys
 import threading
 import time
 import uuid
-from collections import deque
 from pathlib import Path
 
-from dlbench_runner import EVENT_TAG
-
 from . import build, datasets, hostinfo, native, store
-from .collect import Outcome, collect, unsupported
+from .collect import Outcome, collect, follow_output, unsupported
 from .errors import DlbenchError, DockerUnavailable, GpuError, docker_errors
 from .plan import Job, Plan
 from .traces import Sampler
 
 LABEL = build.LABEL
-LOG_TAIL_LINES = 50
 NOBODY = 65534
 
 
@@ -259,7 +255,6 @@ def run_container(client, job: Job, tag: str, run_id: str, job_id: str, job_dir:
         kwargs["device_requests"] = [docker.types.DeviceRequest(
             device_ids=[str(job.gpu)], capabilities=[["gpu"]])]
     timeout = job.timeout
-    tail = deque(maxlen=LOG_TAIL_LINES)
     started = time.perf_counter()
     container, watchdog, sampler, timed_out = None, None, None, threading.Event()
     try:
@@ -269,20 +264,15 @@ def run_container(client, job: Job, tag: str, run_id: str, job_id: str, job_dir:
             if timeout:
                 watchdog = threading.Timer(timeout, _kill, (container, timed_out))
                 watchdog.start()
-            with open(job_dir / "log.txt", "w", buffering=1) as log:
-                for line in _lines(container.logs(stream=True, follow=True)):
-                    log.write(line + "\n")
-                    if line.startswith(EVENT_TAG):
-                        display.event(_event(line))
-                    elif line.strip():
-                        tail.append(line)
+            tail = follow_output(_lines(container.logs(stream=True, follow=True)),
+                                 job_dir / "log.txt", display)
             state = container.wait()
             wall = time.perf_counter() - started
             container.reload()
             oom = bool(container.attrs["State"].get("OOMKilled"))
         sampler.stop()
         return Outcome(exit_code=state.get("StatusCode"), wall_time_s=wall,
-                       log_tail=list(tail), oom_killed=oom, timed_out=timed_out.is_set(),
+                       log_tail=tail, oom_killed=oom, timed_out=timed_out.is_set(),
                        error=f"the job ran past its time limit of {timeout:g} s" if timed_out.is_set() else None,
                        samples=sampler.samples, trace=sampler.summary())
     finally:
@@ -324,13 +314,6 @@ def _lines(chunks):
     if buffer:
         yield buffer.decode("utf-8", "replace")
 
-
-def _event(line: str) -> dict:
-    try:
-        event = json.loads(line[len(EVENT_TAG):])
-        return event if isinstance(event, dict) else {}
-    except ValueError:
-        return {}
 
 
 class NullDisplay:

@@ -8,7 +8,6 @@ quick MNIST job trains for real on the real data set.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from pathlib import Path
 
