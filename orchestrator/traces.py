@@ -11,10 +11,11 @@ for the GPU's utilisation and memory at each sample.  Each sample holds:
     gpu_util          the GPU's utilisation, percent (the whole GPU, not only this job)
     gpu_memory_bytes  memory used on the GPU (the whole GPU)
 
-The same thread reads the kernel's own peak for the container from the host's
-cgroup files (v2 ``memory.peak``, v1 ``memory.max_usage_in_bytes``) at every
-sample: the cgroup is gone as soon as the container exits, so the last value read
-while it lived is kept.  The row's ``memory_peak_bytes`` is the highest of the
+A second thread reads the kernel's own peak for the container from the host's
+cgroup files (v2 ``memory.peak``, v1 ``memory.max_usage_in_bytes``) every 50 ms:
+the cgroup is gone as soon as the container exits, so the last value read while
+it lived is kept, and a job killed at its memory limit within its first second
+(before Docker's first stats sample) still has its peak.  The row's ``memory_peak_bytes`` is the highest of the
 samples and of the peak Docker reports (v1); ``memory_peak_cgroup_bytes`` is the
 kernel's, to check it against.
 """
@@ -32,6 +33,7 @@ from pathlib import Path
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 PEAK_FILES = ("memory.peak", "memory.max_usage_in_bytes")   # cgroup v2, v1
 NVIDIA_SMI_TIMEOUT_S = 10
+PEAK_INTERVAL_S = 0.05
 
 
 @dataclasses.dataclass
@@ -146,22 +148,34 @@ class Sampler:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"sampler-{container.short_id}",
                                         daemon=True)
+        self._peak_thread = threading.Thread(target=self._watch_peak, daemon=True,
+                                             name=f"peak-{container.short_id}")
 
     def start(self) -> "Sampler":
         self._peak_file = cgroup_peak_file(self.container.id, self.cgroup_root)
         self._read_cgroup()
         self._thread.start()
+        if self._peak_file is not None:
+            self._peak_thread.start()
         return self
 
     def stop(self, timeout: float = 10.0) -> None:
-        """After the container has exited: the stream ends with it; wait for the thread."""
+        """After the container has exited: the stream ends with it; wait for the threads."""
         self._stop.set()
         self._thread.join(timeout)
+        if self._peak_thread.is_alive():
+            self._peak_thread.join(timeout)
 
-    def _read_cgroup(self) -> None:
+    def _read_cgroup(self) -> bool:
         peak = read_int(self._peak_file)
         if peak is not None:
             self.cgroup_peak = max(peak, self.cgroup_peak or 0)
+        return peak is not None
+
+    def _watch_peak(self) -> None:
+        """Until the cgroup is gone (or the job is over)."""
+        while self._read_cgroup() and not self._stop.wait(PEAK_INTERVAL_S):
+            pass
 
     def _run(self) -> None:
         try:
@@ -176,7 +190,6 @@ class Sampler:
         usage, peak = memory_usage(stats)
         if not usage or str(stats.get("read", "")).startswith("0001"):
             return              # a stopped container's empty sample
-        self._read_cgroup()
         if peak:
             self.docker_peak = max(peak, self.docker_peak or 0)
         gpu_util, gpu_memory = gpu_sample(self.gpu) if self.gpu is not None else (None, None)
