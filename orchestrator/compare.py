@@ -21,14 +21,10 @@ import dataclasses
 import functools
 import importlib.resources
 import json
-from pathlib import Path
 
 import pandas as pd
-import pyarrow as pa
-import pyarrow.parquet as pq
 
 from . import catalog
-from .errors import StoreError
 
 TOLERANCE_POINTS = 1.0
 
@@ -151,21 +147,6 @@ def build(frame: pd.DataFrame, traces: pd.DataFrame | None = None,
         traces = traces if len(traces) else None
     return Report(sections=sections, groups=groups, rows=rows, traces=traces, resources=resources,
                   tolerance=tolerance, reference=ref)
-
-
-def written_versions(results: Path) -> dict[str, int]:
-    """The schema version each row was written with, by run id.
-
-    ``store.load`` upgrades old rows to the current version as it reads them; the report
-    keeps rows written by different versions apart, so it reads the versions as stored."""
-    versions = {}
-    for path in sorted(results.glob("runs-*.parquet")):
-        try:
-            table = pq.read_table(path, columns=["run_id", "schema_version"])
-        except (pa.ArrowInvalid, OSError, KeyError) as exc:
-            raise StoreError(f"{path}: unreadable result file: {exc}") from None
-        versions.update(zip(table["run_id"].to_pylist(), table["schema_version"].to_pylist()))
-    return versions
 
 
 def _settings(row) -> tuple[str, str]:

@@ -286,11 +286,11 @@ def make_report(results: Path, fmt: str | None, html_dir: Path | None, tolerance
     """The whole `dlbench report`: load, compare, render; returns (text, page written)."""
     if tolerance < 0:
         raise UsageError(f"--tolerance {tolerance:g}: a tolerance is 0 points or more")
-    frame = store.load(results)
+    frame, written = store.read(results)
     if not len(frame):
         raise StoreError(f"{results}: no stored runs to report (run `dlbench run` first)")
-    rep = compare.build(frame, store.load_traces(results), tolerance,
-                        versions=compare.written_versions(results))
+    traces = store.load_traces(results) if html_dir is not None else None   # only the page plots them
+    rep = compare.build(frame, traces, tolerance, versions=written)
     page = None
     if html_dir is not None:
         from .html import write_page

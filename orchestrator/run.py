@@ -200,6 +200,9 @@ def run_plan(plan: Plan, results: Path, data_dir=None, builder_options: dict | N
                 break
     finally:
         display.stop()
+    if store.row_file_count(results) > store.COMPACT_AFTER:
+        rows, traces = store.compact(results)
+        display.say(f"compacted {rows} row files and {traces} trace files of {results}")
     return records
 
 

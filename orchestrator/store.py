@@ -9,14 +9,25 @@ whole or not at all, and concurrent writers (two ``dlbench run`` processes on th
 same directory) never touch the same file: every name holds the run id.  Names
 starting with ``_`` or ``.`` are ignored by Parquet readers.
 
+One file per job keeps every row safe the moment its job ends, but thousands of
+small files are slow to read.  ``compact`` merges the row files of the current
+schema version into one file, and the trace files into one, each written
+atomically before the files it replaces are removed; compactions take a lock, and
+a reader that meets a file removed under it reads the directory again.
+``dlbench run`` compacts when a directory holds more than ``COMPACT_AFTER`` row
+files; ``dlbench compact`` does it at any time.
+
 Rows of an older schema version are upgraded step by step as they are read
 (``upgrade``; the history is in ``schema.py``); rows of a newer one are refused.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import fcntl
 import os
+import uuid
 from pathlib import Path
 
 import pandas as pd
@@ -30,6 +41,8 @@ from .schema import (ADDED_IN, ARROW_SCHEMA, SCHEMA_VERSION, TRACE_SCHEMA, TRACE
 
 JOBS = "_jobs"
 TRACES = "_traces"
+COMPACT_AFTER = 200        # row files; ``dlbench run`` compacts past this many
+READ_ATTEMPTS = 5          # a compaction may replace files while they are being read
 
 
 def results_dir(explicit: str | os.PathLike | None) -> Path:
@@ -103,33 +116,58 @@ def upgrade(table: pa.Table, version: int) -> pa.Table:
     return table.select(ARROW_SCHEMA.names).cast(ARROW_SCHEMA)
 
 
-def _read_rows(path: Path) -> pa.Table:
+def _read_rows(path: Path) -> tuple[pa.Table, dict[str, int]]:
+    """A row file's rows, upgraded, and the written version of those older than current."""
     try:
         table = pq.read_table(path)
+    except FileNotFoundError:
+        raise
     except (pa.ArrowInvalid, OSError) as exc:
         raise StoreError(f"{path}: unreadable result file: {exc}") from None
     if "schema_version" not in table.column_names:
         raise StoreError(f"{path}: not a dlbench result file (no schema_version)")
     newest, oldest = pc.max(table["schema_version"]).as_py(), pc.min(table["schema_version"]).as_py()
     if newest is None:
-        return ARROW_SCHEMA.empty_table()
+        return ARROW_SCHEMA.empty_table(), {}
     if newest > SCHEMA_VERSION:
         raise StoreError(f"{path.parent}: rows of schema version {newest}; this dlbench reads "
                          f"up to {SCHEMA_VERSION}: upgrade dlbench")
+    if oldest == SCHEMA_VERSION:
+        return table.select(ARROW_SCHEMA.names).cast(ARROW_SCHEMA), {}
+    written = {run: version for run, version in zip(table["run_id"].to_pylist(),
+                                                    table["schema_version"].to_pylist())}
     try:
-        return upgrade(table, oldest)
+        return upgrade(table, oldest), written
     except (pa.ArrowInvalid, KeyError, ValueError) as exc:
         raise StoreError(f"{path}: rows of schema version {oldest} do not match it: {exc}") from None
 
 
 def load(results: Path) -> pd.DataFrame:
     """Every stored row, older ones upgraded; refuses rows written by a newer dlbench."""
+    return read(results)[0]
+
+
+def read(results: Path) -> tuple[pd.DataFrame, dict[str, int]]:
+    """Every stored row, older ones upgraded, and the schema version each older row was
+    written with (by run id: the report keeps rows of different versions apart)."""
     if not results.is_dir():
         raise StoreError(f"{results}: no such results directory")
-    files = sorted(results.glob("runs-*.parquet"))
-    if not files:
-        return ARROW_SCHEMA.empty_table().to_pandas()
-    return pa.concat_tables([_read_rows(f) for f in files]).to_pandas()
+    for _ in range(READ_ATTEMPTS):
+        tables, written = [], {}
+        try:
+            for path in sorted(results.glob("runs-*.parquet")):
+                table, older = _read_rows(path)
+                tables.append(table)
+                written.update(older)
+        except FileNotFoundError:
+            continue            # compacted under us: read the directory again
+        if not tables:
+            return ARROW_SCHEMA.empty_table().to_pandas(), {}
+        # a compaction writes its merged file before it removes the ones merged: a reader
+        # between the two (or after a crash between them) sees those rows twice
+        frame = pa.concat_tables(tables).to_pandas()
+        return frame.drop_duplicates("run_id", ignore_index=True), written
+    raise StoreError(f"{results}: the row files kept changing while being read; try again")
 
 
 def ok_job_ids(results: Path, campaign: str | None = None) -> set[str]:
@@ -157,15 +195,24 @@ def write_trace(results: Path, run_id: str, samples: list[dict]) -> Path:
 
 def load_traces(results: Path, run_ids=None) -> pd.DataFrame:
     """The resource samples of every job (or of the given run ids), by run id and time."""
-    folder = results / TRACES
-    files = [trace_path(results, r) for r in run_ids] if run_ids is not None \
-        else sorted(folder.glob("*.parquet"))
+    for _ in range(READ_ATTEMPTS):
+        try:
+            table = _read_traces(results)
+        except FileNotFoundError:
+            continue            # compacted under us: read the directory again
+        if run_ids is not None:
+            table = table.filter(pc.is_in(table["run_id"], pa.array(list(run_ids), pa.string())))
+        return table.to_pandas().sort_values(["run_id", "t_s"], ignore_index=True)
+    raise StoreError(f"{results}: the trace files kept changing while being read; try again")
+
+
+def _read_traces(results: Path, paths: list[Path] | None = None) -> pa.Table:
     tables = []
-    for path in files:
-        if not path.is_file():
-            continue
+    for path in paths if paths is not None else sorted((results / TRACES).glob("*.parquet")):
         try:
             table = pq.read_table(path)
+        except FileNotFoundError:
+            raise
         except (pa.ArrowInvalid, OSError) as exc:
             raise StoreError(f"{path}: unreadable trace file: {exc}") from None
         version = int((table.schema.metadata or {}).get(b"dlbench.trace_schema_version", b"1"))
@@ -173,5 +220,47 @@ def load_traces(results: Path, run_ids=None) -> pd.DataFrame:
             raise StoreError(f"{path}: trace schema version {version}; this dlbench reads up to "
                              f"{TRACE_SCHEMA_VERSION}: upgrade dlbench")
         tables.append(table.select(TRACE_SCHEMA.names).cast(TRACE_SCHEMA))
-    table = pa.concat_tables(tables) if tables else TRACE_SCHEMA.empty_table()
-    return table.to_pandas().sort_values(["run_id", "t_s"], ignore_index=True)
+    return pa.concat_tables(tables) if tables else TRACE_SCHEMA.empty_table()
+
+
+# -- compaction -----------------------------------------------------------------------------
+@contextlib.contextmanager
+def _compaction_lock(results: Path):
+    with open(results / ".compact.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def row_file_count(results: Path) -> int:
+    return sum(1 for _ in results.glob("runs-*.parquet")) if results.is_dir() else 0
+
+
+def compact(results: Path) -> tuple[int, int]:
+    """Merge the row files of the current schema version into one, and the trace files
+    into one; returns how many files of each were merged.  Rows of older versions stay
+    in their files as written.  Safe beside running writers and readers."""
+    if not results.is_dir():
+        raise StoreError(f"{results}: no such results directory")
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S%f")
+    name = f"{stamp}-compacted-{uuid.uuid4().hex[:8]}"
+    with _compaction_lock(results):
+        rows, tables = [], []
+        for path in sorted(results.glob("runs-*.parquet")):
+            table, older = _read_rows(path)
+            if not older:                   # older rows stay in their files, as written
+                rows.append(path)
+                tables.append(table)
+        if len(rows) > 1:
+            _write_atomic(pa.concat_tables(tables).replace_schema_metadata(ARROW_SCHEMA.metadata),
+                          results / f"runs-{name}.parquet")
+            for path in rows:
+                path.unlink(missing_ok=True)
+        traces = sorted((results / TRACES).glob("*.parquet"))
+        if len(traces) > 1:
+            _write_atomic(_read_traces(results, traces), results / TRACES / f"traces-{name}.parquet")
+            for path in traces:
+                path.unlink(missing_ok=True)
+    return (len(rows) if len(rows) > 1 else 0), (len(traces) if len(traces) > 1 else 0)

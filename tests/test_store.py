@@ -72,7 +72,7 @@ def test_every_outcome_is_exactly_one_row_with_a_status(tmp_path, kwargs, status
 
 def test_rows_round_trip_and_pandas_reads_the_directory(tmp_path):
     first = record_for(tmp_path, good_result())
-    second = record_for(tmp_path, exit_code=1)
+    second = record_for(tmp_path, exit_code=1).model_copy(update={"run_id": "run2"})
     store.append(tmp_path / "results", [first])
     store.append(tmp_path / "results", [second])
     (tmp_path / "results" / "_jobs" / "x").mkdir(parents=True)
@@ -138,3 +138,61 @@ def test_rows_of_schema_version_2_are_read_upgraded(tmp_path):
     assert old["memory_peak_bytes"] == 412_000_000 and old["trace_samples"] == 44
     assert pd.isna(old["settings_from"])
     assert list(frame["settings_from"].dropna()) == ["caffe"]
+
+
+# -- compaction -----------------------------------------------------------------------------
+def fill(results, tmp_path, names, samples=3):
+    record = record_for(tmp_path, good_result())
+    for name in names:
+        store.append(results, [record.model_copy(update={"run_id": name})])
+        store.write_trace(results, name, [{"t_s": float(t), "cpu_percent": 100.0 + t,
+                                           "memory_bytes": 2**20 * (t + 1)} for t in range(samples)])
+
+
+def test_compaction_merges_files_and_keeps_every_row_and_sample(tmp_path):
+    import shutil
+
+    results = tmp_path / "results"
+    shutil.copytree(os.path.join(os.path.dirname(__file__), "fixtures", "results-v1"), results)
+    fill(results, tmp_path, [f"run{i}" for i in range(6)])
+    rows_before, written_before = store.read(results)
+    traces_before = store.load_traces(results)
+    assert store.compact(results) == (6, 6)
+    files = sorted(p.name for p in results.glob("runs-*.parquet"))
+    assert len(files) == 3 and sum("compacted" in f for f in files) == 1   # the v1 files stay as written
+    assert len(list((results / store.TRACES).glob("*.parquet"))) == 1
+    rows_after, written_after = store.read(results)
+    key = ["run_id"]
+    pd.testing.assert_frame_equal(rows_after.sort_values(key, ignore_index=True),
+                                  rows_before.sort_values(key, ignore_index=True))
+    assert written_after == written_before == {"v1okrun000000001": 1, "v1badrun00000001": 1}
+    pd.testing.assert_frame_equal(store.load_traces(results), traces_before)
+    assert len(store.load_traces(results, ["run2"])) == 3
+    assert store.compact(results) == (0, 0)                 # nothing left to merge
+    fill(results, tmp_path, ["run6"])
+    assert store.compact(results) == (2, 2) and len(store.load(results)) == 9
+
+
+def test_compaction_beside_a_writer_and_a_reader_loses_nothing(tmp_path):
+    """A process appends rows and traces while this one compacts and reads, again and again."""
+    import subprocess
+    import sys
+
+    results = tmp_path / "results"
+    (tmp_path / "w").mkdir()
+    code = ("import sys; from pathlib import Path; from test_store import fill;"
+            "fill(Path(sys.argv[2]), Path(sys.argv[1]), [f'w{i:04d}' for i in range(300)])")
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(__file__))
+    writer = subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "w"), str(results)], env=env)
+    compactions = 0
+    while writer.poll() is None:
+        if results.is_dir():
+            compactions += sum(store.compact(results)) > 0
+            frame = store.load(results)
+            assert frame["run_id"].is_unique             # never a row twice, never a torn file
+    assert writer.wait(timeout=300) == 0 and compactions > 0
+    store.compact(results)
+    frame = store.load(results)
+    assert sorted(frame["run_id"]) == [f"w{i:04d}" for i in range(300)]
+    traces = store.load_traces(results)
+    assert len(traces) == 900 and traces.groupby("run_id").size().eq(3).all()
