@@ -196,3 +196,16 @@ def test_compaction_beside_a_writer_and_a_reader_loses_nothing(tmp_path):
     assert sorted(frame["run_id"]) == [f"w{i:04d}" for i in range(300)]
     traces = store.load_traces(results)
     assert len(traces) == 900 and traces.groupby("run_id").size().eq(3).all()
+
+
+def test_dlbench_compact_on_the_command_line(tmp_path):
+    from conftest import dlbench
+
+    results = tmp_path / "results"
+    fill(results, tmp_path, ["a", "b", "c"])
+    proc = dlbench("compact", "--results", results, check=True)
+    assert proc.stdout.strip() == f"{results}: merged 3 row files and 3 trace files"
+    assert sorted(store.load(results)["run_id"]) == ["a", "b", "c"]
+    proc = dlbench("compact", "--results", tmp_path / "missing")
+    assert proc.returncode == 1
+    assert proc.stderr.strip() == f"dlbench: error: {tmp_path / 'missing'}: no such results directory"
