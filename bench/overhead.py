@@ -1,0 +1,227 @@
+"""What dlbench itself costs: the same quick job run three (or four) ways, alternating.
+
+    (a) plain      the framework's training loop in its image, driven by
+                   bench/plain_loop.py: no runner, no events, no result file
+    (b) runner     the dlbench runner in the same image, started with the Docker SDK
+                   as dlbench starts it (same limits and hardening), result.json read back
+    (c) dlbench    `dlbench run` end to end: CLI, image check, data verification,
+                   container, trace, collection, Parquet write
+    (d) native     with --native-python: `dlbench run --runtime native` on the host
+
+Printed per framework (medians over the rounds):
+    b/a   training throughput of the runner over the plain loop      goal >= 0.98
+    c/b   wall time of `dlbench run` over the runner's container
+    fixed seconds `dlbench run` adds around the runner's own total time  goal < 2 s
+          (split: in the container's life, and on the host before and after)
+    d/c   native throughput over the container's (--native-python)    goal >= 0.97
+
+The order of the ways rotates each round so that none always runs first.  Run it on a
+quiet machine: every way trains for real, and other load moves the figures.
+
+    python bench/overhead.py --data-dir DIR [--frameworks caffe,torch] [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import docker
+import pandas as pd
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+from orchestrator import build, catalog, datasets, hostinfo, native  # noqa: E402
+
+GOALS = {"b/a": 0.98, "fixed": 2.0, "d/c": 0.97}
+
+
+def fail(message: str) -> None:
+    sys.stderr.write(f"overhead: error: {message}\n")
+    sys.exit(2)
+
+
+def container_run(client, image, command, volumes, cpus, entrypoint=None):
+    """Run one container as dlbench does; returns (wall seconds, exit code, output)."""
+    kwargs = dict(image=image, command=command, detach=True, network_mode="none",
+                  user="65534:65534", read_only=True, tmpfs={"/tmp": "rw,exec,size=2g"},
+                  cap_drop=["ALL"], security_opt=["no-new-privileges"], volumes=volumes,
+                  environment={"HOME": "/tmp", "PYTHONUNBUFFERED": "1",
+                               **{v: str(cpus) for v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+                                                         "MKL_NUM_THREADS")}},
+                  cpuset_cpus="0" if cpus == 1 else f"0-{cpus - 1}", nano_cpus=cpus * 10**9,
+                  labels={f"{build.LABEL}.role": "bench"})
+    if entrypoint:
+        kwargs["entrypoint"] = entrypoint
+    started = time.perf_counter()
+    container = client.containers.run(**kwargs)
+    try:
+        code = container.wait()["StatusCode"]
+        wall = time.perf_counter() - started
+        return wall, code, container.logs().decode("utf-8", "replace")
+    finally:
+        container.remove(force=True)
+
+
+def way_plain(client, framework, data, cpus):
+    wall, code, out = container_run(
+        client, build.image_tag(framework),
+        ["/bench/plain_loop.py", "--threads", str(cpus)],
+        {str(data / "mnist"): {"bind": "/data/mnist", "mode": "ro"},
+         str(REPO / "bench"): {"bind": "/bench", "mode": "ro"}}, cpus, entrypoint=["python3"])
+    lines = [line for line in out.splitlines() if line.startswith("{")]
+    if code != 0 or not lines:
+        raise RuntimeError(f"{framework} plain loop failed ({code}): {out[-500:]}")
+    return {"ips": json.loads(lines[-1])["train_images_per_s"], "wall": wall}
+
+
+def way_runner(client, framework, data, cpus, scratch):
+    out_dir = Path(tempfile.mkdtemp(dir=scratch))
+    os.chmod(out_dir, 0o777)
+    spec = {"framework": framework, "dataset": "mnist", "profile": "quick", "overrides": {},
+            "threads": cpus, "device": "cpu", "seed": 1}
+    (out_dir / "job.json").write_text(json.dumps(spec))
+    wall, code, out = container_run(
+        client, build.image_tag(framework), None,
+        {str(data / "mnist"): {"bind": "/data/mnist", "mode": "ro"},
+         str(out_dir): {"bind": "/out", "mode": "rw"}}, cpus)
+    result = json.loads((out_dir / "result.json").read_text()) if (out_dir / "result.json").exists() else {}
+    if code != 0 or result.get("status") != "ok":
+        raise RuntimeError(f"{framework} runner failed ({code}): {out[-500:]}")
+    return {"ips": result["train_images_per_s"], "wall": wall, "total": result["total_time_s"]}
+
+
+def way_dlbench(framework, data, cpus, scratch, runtime="docker", python=None):
+    results = Path(tempfile.mkdtemp(dir=scratch))
+    command = [sys.executable, "-m", "orchestrator", "run", "--frameworks", framework,
+               "--datasets", "mnist", "--profile", "quick", "--cpus", str(cpus),
+               "--results", str(results), "--data-dir", str(data)]
+    if runtime == "native":
+        command += ["--runtime", "native", "--python", python]
+    started = time.perf_counter()
+    proc = subprocess.run(command, capture_output=True, text=True, cwd=REPO)
+    wall = time.perf_counter() - started
+    if proc.returncode != 0:
+        raise RuntimeError(f"dlbench run {framework} ({runtime}) failed: {proc.stderr[-500:]}")
+    row = pd.read_parquet(results).iloc[0]
+    return {"ips": row["train_images_per_s"], "wall": wall, "total": row["total_time_s"],
+            "job_wall": row["wall_time_s"]}
+
+
+def median(runs, key):
+    return statistics.median(r[key] for r in runs)
+
+
+def main():
+    parser = argparse.ArgumentParser(description="dlbench's own overhead, measured.")
+    parser.add_argument("--data-dir", type=Path, default=os.environ.get("DLBENCH_DATA_DIR"),
+                        help="data sets in the canonical layout (default: $DLBENCH_DATA_DIR)")
+    parser.add_argument("--frameworks", default=",".join(catalog.FRAMEWORKS))
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--cpus", type=int, default=os.cpu_count())
+    parser.add_argument("--native-python", help="a Python with the frameworks, for way (d)")
+    args = parser.parse_args()
+    if args.data_dir is None:
+        fail("give --data-dir or set DLBENCH_DATA_DIR")
+    if args.rounds < 1 or not 1 <= args.cpus <= (os.cpu_count() or 1):
+        fail("--rounds must be >= 1 and --cpus between 1 and this host's CPUs")
+    frameworks = [f.strip() for f in args.frameworks.split(",") if f.strip()]
+    if unknown := [f for f in frameworks if f not in catalog.FRAMEWORKS]:
+        fail(f"unknown framework(s): {', '.join(unknown)}")
+    try:
+        datasets.verify("mnist", args.data_dir)
+        client = docker.from_env(timeout=600)
+        for framework in frameworks:
+            client.images.get(build.image_tag(framework))
+    except docker.errors.ImageNotFound as exc:
+        fail(f"{exc.explanation}: build the images first with `dlbench build-images`")
+    except docker.errors.DockerException as exc:
+        fail(f"Docker: {exc}")
+    except Exception as exc:  # noqa: BLE001 - a bad data directory, said on one line
+        fail(str(exc))
+
+    native_ok = set()
+    if args.native_python:
+        python = native.check_python(args.native_python)
+        for framework in frameworks:
+            reason = native.Target(python, framework).reason
+            if reason:
+                sys.stderr.write(f"no native runs of {framework}: {reason}\n")
+            else:
+                native_ok.add(framework)
+    runs = {(f, w): [] for f in frameworks for w in "abcd"}
+    scratch = Path(tempfile.mkdtemp(prefix="dlbench-overhead-"))
+    try:
+        for round_ in range(args.rounds):
+            for framework in frameworks:
+                ways = ["a", "b", "c"] + (["d"] if framework in native_ok else [])
+                order = ways[round_ % len(ways):] + ways[:round_ % len(ways)]
+                for way in order:
+                    if way == "a":
+                        runs[framework, way].append(way_plain(client, framework, args.data_dir, args.cpus))
+                    elif way == "b":
+                        runs[framework, way].append(way_runner(client, framework, args.data_dir,
+                                                               args.cpus, scratch))
+                    elif way == "c":
+                        runs[framework, way].append(way_dlbench(framework, args.data_dir, args.cpus, scratch))
+                    else:
+                        runs[framework, way].append(way_dlbench(framework, args.data_dir, args.cpus,
+                                                                scratch, "native", args.native_python))
+                    sys.stderr.write(f"round {round_ + 1}/{args.rounds} {framework} ({way}): "
+                                     f"{runs[framework, way][-1]['ips']:.0f} images/s\n")
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    report(frameworks, runs, args)
+
+
+def report(frameworks, runs, args):
+    print(f"dlbench overhead, {dt.date.today().isoformat()}, {hostinfo.cpu_model()}, "
+          f"{os.cpu_count()} CPUs, {hostinfo.memory_gb()} GB, {platform.system()} {platform.release()}")
+    print(f"command: python bench/overhead.py {' '.join(sys.argv[1:])}")
+    print(f"quick MNIST job, --cpus {args.cpus}, medians of {args.rounds} round(s), images/s of training")
+    header = f"{'framework':<11} {'a plain':>9} {'b runner':>9} {'b/a':>6} {'b wall':>8} " \
+             f"{'c wall':>8} {'c/b':>6} {'fixed':>7} {'in ctr':>7} {'host':>6}"
+    if args.native_python:
+        header += f" {'d native':>9} {'d/c':>6}"
+    print(header)
+    worst = {"b/a": [], "fixed": [], "d/c": []}
+    for f in frameworks:
+        a, b, c = (runs[f, w] for w in "abc")
+        ba = median(b, "ips") / median(a, "ips")
+        cb = median(c, "wall") / median(b, "wall")
+        fixed = statistics.median(r["wall"] - r["total"] for r in c)
+        in_container = statistics.median(r["job_wall"] - r["total"] for r in c)
+        host = statistics.median(r["wall"] - r["job_wall"] for r in c)
+        line = f"{f:<11} {median(a, 'ips'):>9.0f} {median(b, 'ips'):>9.0f} {ba:>6.3f} " \
+               f"{median(b, 'wall'):>7.1f}s {median(c, 'wall'):>7.1f}s {cb:>6.3f} {fixed:>6.2f}s " \
+               f"{in_container:>6.2f}s {host:>5.2f}s"
+        worst["b/a"].append(ba)
+        worst["fixed"].append(fixed)
+        if runs[f, "d"]:
+            dc = median(runs[f, "d"], "ips") / median(c, "ips")
+            line += f" {median(runs[f, 'd'], 'ips'):>9.0f} {dc:>6.3f}"
+            worst["d/c"].append(dc)
+        elif args.native_python:
+            line += f" {'-':>9} {'-':>6}"
+        print(line)
+    print(f"goal b/a >= {GOALS['b/a']}: {'met' if min(worst['b/a']) >= GOALS['b/a'] else 'MISSED'} "
+          f"(lowest {min(worst['b/a']):.3f})")
+    print(f"goal fixed cost < {GOALS['fixed']:.0f} s: "
+          f"{'met' if max(worst['fixed']) < GOALS['fixed'] else 'MISSED'} (highest {max(worst['fixed']):.2f} s)")
+    if worst["d/c"]:
+        print(f"goal native/container >= {GOALS['d/c']}: "
+              f"{'met' if min(worst['d/c']) >= GOALS['d/c'] else 'MISSED'} (lowest {min(worst['d/c']):.3f})")
+
+
+if __name__ == "__main__":
+    main()
