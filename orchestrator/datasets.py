@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import os
 import shutil
 import tarfile
@@ -267,13 +268,50 @@ def _mkdir(path: Path) -> Path:
     return path
 
 
+VERIFIED_RECORD = "verified-datasets.json"
+
+
+def _signature(path: Path) -> list:
+    """What identifies the files as they were verified: each one's name, size, mtime, inode."""
+    return sorted([str(p.relative_to(path)), s.st_size, s.st_mtime_ns, s.st_ino]
+                  for p in path.rglob("*") if p.is_file() for s in [p.stat()])
+
+
+def verify_remembered(name: str, root: Path) -> VerifiedDataset:
+    """``verify``, remembered in the user cache: a data set whose files are the same ones
+    (same names, sizes, modification times and inodes) as when they were last verified is
+    not read again.  ``dlbench datasets verify`` always reads everything."""
+    record = Path(platformdirs.user_cache_dir("dlbench")) / VERIFIED_RECORD
+    key = f"{name}:{(root / name).resolve()}"
+    try:
+        known = json.loads(record.read_text())
+    except (OSError, ValueError):
+        known = {}
+    signature = _signature(root / name) if (root / name).is_dir() else None
+    entry = known.get(key) if isinstance(known, dict) else None
+    if signature and isinstance(entry, dict) and entry.get("signature") == signature:
+        return VerifiedDataset(name, root, entry["sha256"], entry["samples"], entry["official"])
+    info = verify(name, root)
+    known = known if isinstance(known, dict) else {}
+    known[key] = {"signature": signature, "sha256": info.sha256, "samples": info.samples,
+                  "official": info.official}
+    try:
+        record.parent.mkdir(parents=True, exist_ok=True)
+        tmp = record.with_name(f".{record.name}.{os.getpid()}")
+        tmp.write_text(json.dumps(known))
+        os.replace(tmp, record)
+    except OSError:
+        pass            # remembering is an optimisation; a read-only cache just verifies again
+    return info
+
+
 def prepare(names: list[str], data_dir=None, progress=None) -> dict[str, VerifiedDataset]:
     """Every named data set, verified; the cache is filled by download where needed."""
     root, local = default_root(data_dir)
     prepared = {}
     for name in names:
         if local or (root / name).is_dir():
-            prepared[name] = verify(name, root)
+            prepared[name] = verify_remembered(name, root)
         else:
             prepared[name] = download(name, root, progress)
     return prepared

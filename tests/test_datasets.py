@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import os
 import http.server
 import shutil
 import threading
@@ -131,3 +132,21 @@ def test_download_with_a_bad_checksum_leaves_nothing(data_root, tmp_path, mirror
 def test_import_copies_a_verified_copy_into_the_cache(data_root, tmp_path):
     info = datasets.import_copy("mnist", data_root, tmp_path / "cache")
     assert info.official and (tmp_path / "cache" / "mnist" / "t10k-labels-idx1-ubyte.gz").is_file()
+
+
+def test_a_verified_copy_is_remembered_until_its_files_change(data_root, tmp_path, monkeypatch):
+    """`dlbench run` does not read an unchanged data set again; a changed file is read
+    (and here refused) as if never seen."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    copy = copy_mnist(data_root, tmp_path, decompress=["t10k-labels-idx1-ubyte"])
+    first = datasets.verify_remembered("mnist", copy)
+    assert (tmp_path / "cache" / "dlbench" / datasets.VERIFIED_RECORD).is_file()
+    labels = copy / "mnist" / "t10k-labels-idx1-ubyte"
+    raw = bytearray(labels.read_bytes())
+    raw[8] = (raw[8] + 1) % 10
+    labels.write_bytes(bytes(raw))                  # same size, a new modification time
+    os.utime(labels, ns=(labels.stat().st_atime_ns, labels.stat().st_mtime_ns + 1))
+    with pytest.raises(DatasetError, match="per-class counts"):
+        datasets.verify_remembered("mnist", copy)
+    assert datasets.verify_remembered("mnist", data_root).sha256 == first.sha256   # the original
+    assert datasets.verify_remembered("mnist", data_root) == datasets.verify("mnist", data_root)
