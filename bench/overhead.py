@@ -41,6 +41,7 @@ import pandas as pd
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+from dlbench_runner.runner import THREAD_VARIABLES  # noqa: E402
 from orchestrator import build, catalog, datasets, hostinfo, native  # noqa: E402
 
 GOALS = {"b/a": 0.98, "fixed": 2.0, "d/c": 0.97}
@@ -57,8 +58,7 @@ def container_run(client, image, command, volumes, cpus, entrypoint=None):
                   user="65534:65534", read_only=True, tmpfs={"/tmp": "rw,exec,size=2g"},
                   cap_drop=["ALL"], security_opt=["no-new-privileges"], volumes=volumes,
                   environment={"HOME": "/tmp", "PYTHONUNBUFFERED": "1",
-                               **{v: str(cpus) for v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
-                                                         "MKL_NUM_THREADS")}},
+                               **{v: str(cpus) for v in THREAD_VARIABLES}},
                   cpuset_cpus="0" if cpus == 1 else f"0-{cpus - 1}", nano_cpus=cpus * 10**9,
                   labels={f"{build.LABEL}.role": "bench"})
     if entrypoint:

@@ -122,13 +122,19 @@ def _settings_source(value) -> str | None:
     return value
 
 
-def parse_settings_from(text: str) -> list[str | None]:
-    sources = []
+def _each(text: str, parse, prefix: str) -> list:
+    """A comma-separated option, each item read as the campaign file's key reads it."""
+    values = []
     for item in (t.strip() for t in text.split(",") if t.strip()):
         try:
-            sources.append(_settings_source(item))
+            values.append(parse(item))
         except ValueError as exc:
-            raise UsageError(f"--settings-from {exc}") from None
+            raise UsageError(f"{prefix}{exc}") from None
+    return values
+
+
+def parse_settings_from(text: str) -> list[str | None]:
+    sources = _each(text, _settings_source, "--settings-from ")
     if not sources:
         raise UsageError("--settings-from takes own or a framework name, e.g. caffe")
     return sources
@@ -301,13 +307,7 @@ class Options(BaseModel):
 
 
 def parse_devices(text: str) -> list[int | None]:
-    devices = []
-    for item in (t.strip() for t in text.split(",") if t.strip()):
-        try:
-            devices.append(_device(item))
-        except ValueError as exc:
-            raise UsageError(f"--devices: {exc}") from None
-    return devices
+    return _each(text, _device, "--devices: ")
 
 
 def make_plan(path: Path | None, options: Options, host_cpus: int | None = None) -> Plan:

@@ -85,9 +85,8 @@ def build_images(frameworks: Frameworks = None, base: BaseOpt = BaseSource.auto,
         if name not in build.VARIANTS:
             raise UsageError(f"--variant {name!r}: choose from {', '.join(build.VARIANTS)}")
     names = catalog.check_frameworks(_names(frameworks)) if frameworks else catalog.available()
-    todo = [(fw, v) for v in variants for fw in names]
-    for fw, v in todo:
-        reason = build.variant_unsupported(fw, v)
+    todo = {(fw, v): build.variant_unsupported(fw, v) for v in variants for fw in names}
+    for reason in todo.values():
         if reason is not None and frameworks:
             raise UsageError(reason)      # asked for by name: say so before building anything
     display = RichDisplay(err, verbose=verbose)
@@ -95,8 +94,7 @@ def build_images(frameworks: Frameworks = None, base: BaseOpt = BaseSource.auto,
                             log_dir=Path(datasets.cache_root()).parent / "build-logs",
                             **_builder_options(base, mirror, ca_bundle, build_network))
     builder.base(rebuild=rebuild)
-    for name, v in todo:
-        reason = build.variant_unsupported(name, v)
+    for (name, v), reason in todo.items():
         if reason is not None:
             err.print(f"[yellow]skipped:[/yellow] {reason}", highlight=False)
             continue
@@ -167,10 +165,10 @@ def run(frameworks: Frameworks = None,
     """Run the benchmark jobs, building missing images first; rows go to the results directory."""
     from . import campaign as campaigns
     from .display import RichDisplay
-    from .run import run_plan
+    from .run import RUNTIMES, run_plan
 
-    if runtime not in ("docker", "native"):
-        raise UsageError(f"--runtime {runtime!r}: choose docker or native")
+    if runtime not in RUNTIMES:
+        raise UsageError(f"--runtime {runtime!r}: choose {' or '.join(RUNTIMES)}")
     if python is not None and runtime != "native":
         raise UsageError("--python goes with --runtime native")
     if cpus is not None and threads is not None:

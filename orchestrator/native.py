@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -49,7 +50,7 @@ def runner_dir() -> Path:
 
 def check_python(python: str) -> str:
     """The interpreter as an absolute path; a one-line error if it cannot be run."""
-    found = python if os.sep in python else (__import__("shutil").which(python) or python)
+    found = python if os.sep in python else (shutil.which(python) or python)
     try:
         out = subprocess.run([found, "-c", "import sys; print(sys.version.split()[0])"],
                              capture_output=True, text=True, timeout=60)
@@ -105,18 +106,11 @@ def unsupported(target: Target, job: Job) -> str | None:
     return None
 
 
-def host_facts() -> dict:
-    from . import hostinfo
-    return hostinfo.host_facts(None)
-
-
 def run_process(job: Job, target: Target, run_id: str, job_id: str, job_dir: Path,
                 dataset_path: Path, display) -> Outcome:
     """Run one job as a child process; what it left behind becomes the row as for a container."""
     (job_dir / "job.json").write_text(json.dumps(job.spec(run_id, job_id), indent=1))
-    threads = str(job.threads)
-    env = {**_quiet_env(), "OMP_NUM_THREADS": threads, "OPENBLAS_NUM_THREADS": threads,
-           "MKL_NUM_THREADS": threads, "PYTHONUNBUFFERED": "1",
+    env = {**_quiet_env(), **job.thread_environment, "PYTHONUNBUFFERED": "1",
            **({"CUDA_VISIBLE_DEVICES": str(job.gpu)} if job.gpu is not None else {}),
            "PYTHONPATH": os.pathsep.join([str(runner_dir())] +
                                          [p for p in [os.environ.get("PYTHONPATH")] if p])}
@@ -166,7 +160,6 @@ def _kill_group(process: subprocess.Popen, flag: threading.Event) -> None:
         os.killpg(process.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
-
 
 
 class ProcessSampler:

@@ -21,6 +21,7 @@ from typing import ClassVar
 from pydantic import BaseModel, ConfigDict
 
 from dlbench_runner import spec as runner_spec
+from dlbench_runner.runner import THREAD_VARIABLES
 
 from . import catalog
 from .errors import UsageError
@@ -75,6 +76,11 @@ class Job(BaseModel):
     @property
     def device(self) -> str:
         return "cpu" if self.gpu is None else "cuda"
+
+    @property
+    def thread_environment(self) -> dict[str, str]:
+        """The variables every BLAS and OpenMP runtime honours, set to the job's threads."""
+        return {name: str(self.threads) for name in THREAD_VARIABLES}
 
     @property
     def variant(self) -> str:

@@ -236,11 +236,9 @@ def run_container(client, job: Job, tag: str, run_id: str, job_id: str, job_dir:
                   dataset_path: Path, display) -> Outcome:
     (job_dir / "job.json").write_text(json.dumps(job.spec(run_id, job_id), indent=1))
     user = _user_for(job_dir)
-    threads = str(job.threads)
     kwargs = dict(
         image=tag, detach=True, user=user, network_mode="none",
-        environment={"OMP_NUM_THREADS": threads, "OPENBLAS_NUM_THREADS": threads,
-                     "MKL_NUM_THREADS": threads, "HOME": "/tmp", "PYTHONUNBUFFERED": "1"},
+        environment={**job.thread_environment, "HOME": "/tmp", "PYTHONUNBUFFERED": "1"},
         volumes={str(dataset_path.resolve()): {"bind": f"/data/{job.dataset}", "mode": "ro"},
                  str(job_dir.resolve()): {"bind": "/out", "mode": "rw"}},
         labels={f"{LABEL}.run-id": run_id, f"{LABEL}.job-id": job_id,

@@ -132,10 +132,9 @@ def _read_rows(path: Path) -> tuple[pa.Table, dict[str, int]]:
     if newest > SCHEMA_VERSION:
         raise StoreError(f"{path.parent}: rows of schema version {newest}; this dlbench reads "
                          f"up to {SCHEMA_VERSION}: upgrade dlbench")
-    if oldest == SCHEMA_VERSION:
-        return table.select(ARROW_SCHEMA.names).cast(ARROW_SCHEMA), {}
-    written = {run: version for run, version in zip(table["run_id"].to_pylist(),
-                                                    table["schema_version"].to_pylist())}
+    written = {} if oldest == SCHEMA_VERSION else {
+        run: version for run, version in zip(table["run_id"].to_pylist(),
+                                             table["schema_version"].to_pylist())}
     try:
         return upgrade(table, oldest), written
     except (pa.ArrowInvalid, KeyError, ValueError) as exc:

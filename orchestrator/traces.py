@@ -15,9 +15,9 @@ A second thread reads the kernel's own peak for the container from the host's
 cgroup files (v2 ``memory.peak``, v1 ``memory.max_usage_in_bytes``) every 50 ms:
 the cgroup is gone as soon as the container exits, so the last value read while
 it lived is kept, and a job killed at its memory limit within its first second
-(before Docker's first stats sample) still has its peak.  The row's ``memory_peak_bytes`` is the highest of the
-samples and of the peak Docker reports (v1); ``memory_peak_cgroup_bytes`` is the
-kernel's, to check it against.
+(before Docker's first stats sample) still has its peak.  The row's
+``memory_peak_bytes`` is the highest of the samples and of the peak Docker reports
+(v1); ``memory_peak_cgroup_bytes`` is the kernel's, to check it against.
 """
 
 from __future__ import annotations
