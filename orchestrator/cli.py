@@ -301,12 +301,27 @@ def version():
     out.print(__version__)
 
 
-def _terminate(signum, frame):
-    raise KeyboardInterrupt
+class Interrupted(KeyboardInterrupt):
+    """A stop signal, raised in the main thread wherever it is, as Ctrl-C is."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.exit_code = 128 + signum
+
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def _interrupt(signum, frame):
+    raise Interrupted(signum)
 
 
 def main():
-    signal.signal(signal.SIGTERM, _terminate)   # stop and remove the running job, as Ctrl-C does
+    # Installed whatever the parent left: a shell starts background jobs with SIGINT
+    # ignored, and Python then never turns Ctrl-C into KeyboardInterrupt, so a
+    # ``kill -INT`` would go by while every job ran to the end.
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, _interrupt)
     code = 0
     try:
         with docker_errors("talking to Docker"):
@@ -317,8 +332,8 @@ def main():
         _fail(exc.format_message(), exc.exit_code)
     except DlbenchError as exc:
         _fail(str(exc), exc.exit_code)
-    except (KeyboardInterrupt, typer.Abort):
-        _fail("interrupted; the rows stored so far are kept", 130)
+    except (KeyboardInterrupt, typer.Abort) as exc:
+        _fail("interrupted; the rows stored so far are kept", getattr(exc, "exit_code", 130))
     if code == 130:
         _fail("interrupted; the rows stored so far are kept", 130)
     sys.exit(code)

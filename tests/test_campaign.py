@@ -276,7 +276,7 @@ def test_sigterm_stops_and_removes_the_running_container(tmp_path, data_root):
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 130 and "interrupted" in stderr
+    assert proc.returncode == 143 and "interrupted" in stderr
     assert containers_of(proc.pid) == []
     assert row_files(results) == {}                 # an unfinished job leaves no row
 
