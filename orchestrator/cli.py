@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import enum
-import signal
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -13,6 +12,7 @@ from typer.exceptions import TyperException
 from rich.console import Console
 
 from . import __version__, build, catalog, datasets, plan as planning, report, store
+from .entry import interrupted, received
 from .errors import DlbenchError, UsageError, docker_errors
 
 app = typer.Typer(add_completion=False, invoke_without_command=True, pretty_exceptions_enable=False,
@@ -301,27 +301,8 @@ def version():
     out.print(__version__)
 
 
-class Interrupted(KeyboardInterrupt):
-    """A stop signal, raised in the main thread wherever it is, as Ctrl-C is."""
-
-    def __init__(self, signum: int):
-        super().__init__(signum)
-        self.exit_code = 128 + signum
-
-
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-
-
-def _interrupt(signum, frame):
-    raise Interrupted(signum)
-
-
 def main():
-    # Installed whatever the parent left: a shell starts background jobs with SIGINT
-    # ignored, and Python then never turns Ctrl-C into KeyboardInterrupt, so a
-    # ``kill -INT`` would go by while every job ran to the end.
-    for signum in STOP_SIGNALS:
-        signal.signal(signum, _interrupt)
+    """The command line, once ``entry.main`` has taken over the stop signals."""
     code = 0
     try:
         with docker_errors("talking to Docker"):
@@ -332,10 +313,10 @@ def main():
         _fail(exc.format_message(), exc.exit_code)
     except DlbenchError as exc:
         _fail(str(exc), exc.exit_code)
-    except (KeyboardInterrupt, typer.Abort) as exc:
-        _fail("interrupted; the rows stored so far are kept", getattr(exc, "exit_code", 130))
-    if code == 130:
-        _fail("interrupted; the rows stored so far are kept", 130)
+    except (KeyboardInterrupt, typer.Abort):
+        code = 130
+    if code == 130 or received:         # typer returns 130 for a KeyboardInterrupt
+        code = interrupted()
     sys.exit(code)
 
 

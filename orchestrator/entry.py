@@ -1,0 +1,53 @@
+"""The ``dlbench`` command's first lines: the stop signals are taken over before
+anything else is imported, so that SIGINT, SIGTERM and SIGHUP stop a run the same way
+in every phase, start-up included.
+
+They are installed whatever the parent left: a shell starts a background job with
+SIGINT ignored, and Python then never turns it into KeyboardInterrupt, so a
+``kill -INT`` went by while every job ran to its end.  The first stop signal raises
+``Interrupted`` in the main thread; the clean-up it starts (removing the running
+container, keeping the rows stored so far) is not interrupted again by a second one.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+INTERRUPTED = "interrupted; the rows stored so far are kept"
+
+
+class Interrupted(KeyboardInterrupt):
+    """A stop signal; the process exits with 128 + its number, as a shell reports it."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.exit_code = 128 + signum
+
+
+received: list[int] = []          # the stop signal that came, if one did
+
+
+def _interrupt(signum, frame):
+    for other in STOP_SIGNALS:          # once: the clean-up runs to its end
+        signal.signal(other, signal.SIG_IGN)
+    received.append(signum)
+    raise Interrupted(signum)
+
+
+def interrupted() -> int:
+    """The one line for an interrupted run; returns the exit code.  (Typer turns the
+    interrupt into a plain exit code 130, so the signal is taken from ``received``.)"""
+    sys.stderr.write(f"dlbench: error: {INTERRUPTED}\n")
+    return 128 + received[0] if received else 130
+
+
+def main():
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, _interrupt)
+    try:
+        from .cli import main as cli_main
+    except KeyboardInterrupt:           # during start-up: nothing to clean up yet
+        sys.exit(interrupted())
+    cli_main()
