@@ -11,6 +11,7 @@ container, keeping the rows stored so far) is not interrupted again by a second 
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import sys
 
@@ -27,13 +28,15 @@ class Interrupted(KeyboardInterrupt):
 
 
 received: list[int] = []          # the stop signal that came, if one did
+_deferring: list[bool] = []        # inside signals_deferred()
 
 
 def _interrupt(signum, frame):
     for other in STOP_SIGNALS:          # once: the clean-up runs to its end
         signal.signal(other, signal.SIG_IGN)
     received.append(signum)
-    raise Interrupted(signum)
+    if not _deferring:
+        raise Interrupted(signum)
 
 
 def interrupted() -> int:
@@ -41,6 +44,23 @@ def interrupted() -> int:
     interrupt into a plain exit code 130, so the signal is taken from ``received``.)"""
     sys.stderr.write(f"dlbench: error: {INTERRUPTED}\n")
     return 128 + received[0] if received else 130
+
+
+@contextlib.contextmanager
+def signals_deferred():
+    """Hold a stop signal back while a resource is made and its handle taken, so that an
+    interrupt never falls between the two (a container started by the daemon but not yet
+    known here would be left running); one that came meanwhile is raised as the block
+    ends.  (Blocking the signal with a mask would not do: the kernel hands a process's
+    signal to any thread that does not block it, and Python runs the handler in the main
+    thread all the same.)"""
+    _deferring.append(True)
+    try:
+        yield
+    finally:
+        _deferring.pop()
+    if received and not _deferring:
+        raise Interrupted(received[0])
 
 
 def main():

@@ -34,6 +34,7 @@ import psutil
 
 from . import catalog
 from .collect import Outcome, follow_output
+from .entry import signals_deferred
 from .errors import UsageError
 from .plan import Job
 from .traces import gpu_sample, summarise
@@ -119,31 +120,35 @@ def run_process(job: Job, target: Target, run_id: str, job_id: str, job_dir: Pat
         # the runner reads DATA/<data set>, as the container's /data/<data set> mount
         os.symlink(dataset_path.resolve(), Path(data_root) / job.dataset)
         started = time.perf_counter()
-        process = subprocess.Popen(
-            [target.python, "-m", "dlbench_runner", "--framework-dir",
-             str(catalog.framework_dir(job.framework)), "--data", data_root, "--out", str(job_dir)],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env=env, cwd=job_dir, start_new_session=True,
-            preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None)
-        sampler = ProcessSampler(process.pid, started, job.gpu).start()
-        timed_out = threading.Event()
-        watchdog = threading.Timer(job.timeout, _kill_group, (process, timed_out)) if job.timeout else None
-        if watchdog:
-            watchdog.start()
+        process, sampler, watchdog, timed_out = None, None, None, threading.Event()
         try:
+            with signals_deferred():    # never a started process we do not know of
+                process = subprocess.Popen(
+                    [target.python, "-m", "dlbench_runner", "--framework-dir",
+                     str(catalog.framework_dir(job.framework)), "--data", data_root,
+                     "--out", str(job_dir)],
+                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                    env=env, cwd=job_dir, start_new_session=True,
+                    preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None)
+            sampler = ProcessSampler(process.pid, started, job.gpu).start()
+            if job.timeout:
+                watchdog = threading.Timer(job.timeout, _kill_group, (process, timed_out))
+                watchdog.start()
             tail = follow_output((raw.decode("utf-8", "replace").rstrip("\r\n") for raw in process.stdout),
                                  job_dir / "log.txt", display)
             _, status, usage = os.wait4(process.pid, 0)
             process.returncode = os.waitstatus_to_exitcode(status)
             wall = time.perf_counter() - started
         except BaseException:
-            _kill_group(process, threading.Event())
-            process.wait()
+            if process is not None:
+                _kill_group(process, threading.Event())
+                process.wait()
             raise
         finally:
             if watchdog:
                 watchdog.cancel()
-            sampler.stop()
+            if sampler is not None:
+                sampler.stop()
     code = process.returncode
     if code < 0:                      # killed by a signal: report it as a shell (and Docker) does
         code = 128 - code

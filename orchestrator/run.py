@@ -27,6 +27,7 @@ from pathlib import Path
 
 from . import build, datasets, hostinfo, native, store
 from .collect import Outcome, collect, follow_output, unsupported
+from .entry import signals_deferred
 from .errors import DlbenchError, DockerUnavailable, GpuError, docker_errors
 from .plan import Job, Plan
 from .traces import Sampler
@@ -260,7 +261,8 @@ def run_container(client, job: Job, tag: str, run_id: str, job_id: str, job_dir:
     container, watchdog, sampler, timed_out = None, None, None, threading.Event()
     try:
         with docker_errors(f"running {job.label}"):
-            container = client.containers.run(**kwargs)
+            with signals_deferred():        # never a started container we do not know of
+                container = client.containers.run(**kwargs)
             sampler = Sampler(container, started, job.gpu).start()
             if timeout:
                 watchdog = threading.Timer(timeout, _kill, (container, timed_out))
