@@ -262,7 +262,7 @@ class Adapter:
                 loss_sum += float(cost) * batch
                 error_sum += float(errors) * batch
                 seen += batch
-                ctx.progress(epoch, (minibatch_index + 1) / n_train_batches, cost)
+                ctx.progress(epoch, (minibatch_index + 1) / n_train_batches, cost, step=it + 1)
                 if (it + 1) % validation_frequency == 0:
                     this_validation_loss = float(np.mean(
                         [self.validate_fn(i) for i in range(n_valid_batches)]))
