@@ -56,8 +56,8 @@ def read_bytes(path, limit=None):
 
 
 def read_idx(path):
-    """An IDX file's bytes, read no further than its header says it holds (one byte
-    more, to tell a longer file); the size is checked by parse_idx."""
+    """An IDX file's bytes, read no further than its header says it holds (and one
+    byte more, to tell a longer file); parse_idx checks the rest."""
     head = read_bytes(path, 16)
     if len(head) >= 8 and struct.unpack(">i", head[:4])[0] in (IDX_IMAGES_MAGIC, IDX_LABELS_MAGIC):
         magic, count = struct.unpack(">ii", head[:8])
@@ -68,7 +68,11 @@ def read_idx(path):
         if min(dims) < 0 or size > MAX_IDX_BYTES:
             raise DataError("%s: its header promises %d bytes (dimensions %s), more than %d"
                             % (path, size, "x".join(str(d) for d in dims), MAX_IDX_BYTES))
-        return read_bytes(path, size + 1)
+        raw = read_bytes(path, size + 1)
+        if len(raw) > size:
+            raise DataError("%s: longer than the %d bytes its header promises (dimensions %s)"
+                            % (path, size, "x".join(str(d) for d in dims)))
+        return raw
     return head                     # parse_idx says what is wrong with it
 
 
