@@ -417,3 +417,88 @@ def test_a_file_corrupted_in_place_with_its_mtime_restored_is_found(data_root, t
     with pytest.raises(DatasetError, match=f"{labels}: label 200 out of range 0-9"):
         datasets.prepare(["mnist"], root)
     one_line_error(dlbench("datasets", "verify", "--data-dir", root), "label 200 out of range", code=1)
+
+
+SWALLOWING = """
+import ctypes
+
+
+class Adapter:
+    '''Sorts with libc's qsort through a Python callback that raises: the C library
+    cannot pass the exception on, so Python prints it and goes on, as MXNet's engine
+    does with its optimizer's errors.'''
+
+    def __init__(self, ctx):
+        self.ctx = ctx
+
+    def setup(self):
+        pass
+
+    def train(self):
+        compare = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_int),
+                                   ctypes.POINTER(ctypes.c_int))
+
+        def broken(a, b):
+            raise ValueError("an update that failed")
+
+        values = (ctypes.c_int * 4)(4, 3, 2, 1)
+        libc = ctypes.CDLL(None)
+        for step in range(1, 5):
+            libc.qsort(values, 4, ctypes.sizeof(ctypes.c_int), compare(broken))
+            self.ctx.progress(1, step / 4, 2.3, step=step)
+        self.ctx.epoch_done(1, 2.3, 0.1)
+
+    def test(self):
+        return {"accuracy": 0.1, "loss": 2.3}
+
+    def describe(self):
+        return {}
+"""
+
+
+def test_an_exception_the_framework_swallows_fails_the_job(data_root, tmp_path):
+    framework = tmp_path / "swallowing"
+    framework.mkdir()
+    (framework / "adapter.py").write_text(SWALLOWING)
+    (framework / "models.json").write_text(json.dumps({"framework": "swallowing", "models": {
+        "mnist": {"model": "none", "hyperparameters": {"epochs": 1}}}}))
+    out = tmp_path / "out"
+    out.mkdir()
+    proc = subprocess.run([sys.executable, "-m", "dlbench_runner", "--framework-dir", str(framework),
+                           "--data", str(data_root), "--out", str(out), "--dataset", "mnist"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1
+    assert "Exception ignored on calling ctypes callback function" in proc.stderr
+    result = json.loads((out / "result.json").read_text())
+    assert result["status"] == "failed"
+    assert result["error"].startswith("SwallowedError during train: the framework ignored ")
+    assert "ValueError: an update that failed (Exception ignored on calling ctypes callback function" \
+        in result["error"]
+
+
+MXNET_NAN = """
+import json
+from dlbench_runner import runner, spec as specs
+catalog = specs.load_catalog("/opt/dlbench/framework")
+job = specs.complete({"framework": "mxnet", "dataset": "mnist", "profile": "quick"}, catalog)
+job["hyperparameters"]["learning_rate"] = float("nan")     # past the spec's check, into the engine
+result = runner.run(job, "/opt/dlbench/framework", "/data", "/tmp")
+print(json.dumps({"status": result["status"], "error": result["error"]}))
+"""
+
+
+@docker
+def test_mxnets_swallowed_optimizer_errors_fail_the_job(data_root):
+    """MXNet runs its optimizer in a ctypes callback of its engine: with a NaN learning
+    rate every update raised and was only printed, and the job was stored as ok."""
+    import docker as sdk
+    dlbench("build-images", "--frameworks", "mxnet", check=True)
+    raw = sdk.from_env().containers.run(
+        "dlbench/mxnet:cpu", entrypoint=["python3", "-c", MXNET_NAN], remove=True,
+        network_mode="none", read_only=True, tmpfs={"/tmp": ""}, environment={"HOME": "/tmp"},
+        user="nobody", labels={"org.dlbench.test": "truth"},
+        volumes={str(data_root): {"bind": "/data", "mode": "ro"}}).decode()
+    result = json.loads(raw.strip().splitlines()[-1])
+    assert result["status"] == "failed"
+    assert result["error"].startswith("SwallowedError during train: the framework ignored ")
+    assert "Invalid Parameter format for lrs" in result["error"]

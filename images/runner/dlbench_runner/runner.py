@@ -16,7 +16,11 @@ test() return, so that the runner's clock covers it.
 
 Every loss an adapter reports is checked here: one that is NaN or infinite
 stops the job as failed, naming the epoch and step (``TrainingDiverged``), so
-that a run that never trained is not stored as ok.
+that a run that never trained is not stored as ok.  So does an exception a
+framework swallows, which Python reports as "Exception ignored ..." through
+``sys.unraisablehook`` (``SwallowedError``): MXNet runs its optimizer in a
+ctypes callback of its engine, and an error there (a NaN learning rate) was only
+printed, 1,600 times, while the weights never changed.
 """
 
 import datetime
@@ -45,6 +49,30 @@ class TrainingDiverged(ArithmeticError):
     """A reported loss is NaN or infinite: the job stops as failed."""
 
 
+class SwallowedError(RuntimeError):
+    """The framework caught an exception and only printed it: the job stops as failed."""
+
+
+class Swallowed:
+    """Records what reaches ``sys.unraisablehook`` (still printed to the log), so
+    that ``check`` can fail the job."""
+
+    def __init__(self):
+        self.count, self.first = 0, None
+
+    def hook(self, unraisable):
+        self.count += 1
+        if self.first is None:
+            self.first = "%s: %s (%s)" % (getattr(unraisable.exc_type, "__name__", "Exception"),
+                                          unraisable.exc_value, unraisable.err_msg or "ignored")
+        sys.__unraisablehook__(unraisable)
+
+    def check(self):
+        if self.count:
+            raise SwallowedError("the framework ignored %d exception(s); the first: %s"
+                                 % (self.count, " ".join(str(self.first).split())[:500]))
+
+
 def utcnow():
     return datetime.datetime.now(datetime.timezone.utc).isoformat()
 
@@ -68,6 +96,7 @@ class Context:
         self._last_progress = 0.0
         self._epoch_start = None
         self._step = None           # the last step reported
+        self.swallowed = Swallowed()
 
     def load_data(self):
         arrays = data.load(self.dataset, self.data_dir)
@@ -79,7 +108,9 @@ class Context:
         self._epoch_start = time.perf_counter()
 
     def check_loss(self, loss, epoch, step=None):
-        """The loss as a float; a NaN or infinite one raises TrainingDiverged."""
+        """The loss as a float; a NaN or infinite one raises TrainingDiverged (and an
+        exception the framework swallowed since the last report, SwallowedError)."""
+        self.swallowed.check()
         loss = float(loss)
         if step is not None:
             self._step = step
@@ -180,20 +211,24 @@ def run(spec, framework_dir, data_dir, out_dir):
         "threads": {"requested": spec["threads"], "env": env_threads},
     }
     phase = "setup"
+    previous_hook, sys.unraisablehook = sys.unraisablehook, ctx.swallowed.hook
     try:
         emit("phase", phase="setup")
         adapter = load_adapter(framework_dir)(ctx)
         adapter.setup()
+        ctx.swallowed.check()
         result["setup_time_s"] = time.perf_counter() - t_start
         phase = "train"
         emit("phase", phase="train")
         t0 = time.perf_counter()
         adapter.train()
+        ctx.swallowed.check()
         result["train_time_s"] = time.perf_counter() - t0
         phase = "test"
         emit("phase", phase="test")
         t0 = time.perf_counter()
         scores = adapter.test()
+        ctx.swallowed.check()
         result["test_time_s"] = time.perf_counter() - t0
         for key in ("accuracy", "loss"):
             if scores.get(key) is not None and not math.isfinite(float(scores[key])):
@@ -213,6 +248,7 @@ def run(spec, framework_dir, data_dir, out_dir):
     except Exception as exc:  # the failure becomes the record, not a lost run
         result["error"] = "%s during %s: %s" % (type(exc).__name__, phase, exc)
         traceback.print_exc()
+    sys.unraisablehook = previous_hook
     result["epochs"] = ctx.epochs
     result["blas"] = loaded_blas()
     result["total_time_s"] = time.perf_counter() - t_start
