@@ -180,25 +180,28 @@ def run_plan(plan: Plan, results: Path, data_dir=None, builder_options: dict | N
                               dataset_sha256=dataset.sha256)
             reason = backend.unsupported(target, job)
             rescue, job_dir = _prepare(results, run_id, index, job_dir=reason is None)
-            if reason is not None:
-                record, samples = unsupported(job, run_id, job_id, reason, provenance), []
-            else:
-                try:
-                    outcome = backend.run(job, target, run_id, job_id, job_dir, dataset.path, display)
-                except DockerUnavailable:
-                    rescue.release()
-                    raise
-                except DlbenchError as exc:     # Docker refused this job's container
-                    outcome = Outcome(exit_code=None, wall_time_s=0.0, log_tail=[], error=str(exc))
-                except OSError as exc:          # the host could not write the job's files
-                    if exc.errno not in store.DISK_ERRORS:
+            try:
+                if reason is not None:
+                    record, samples = unsupported(job, run_id, job_id, reason, provenance), []
+                else:
+                    try:
+                        outcome = backend.run(job, target, run_id, job_id, job_dir, dataset.path, display)
+                    except DockerUnavailable:
                         raise
-                    outcome = Outcome(exit_code=None, wall_time_s=0.0, log_tail=[],
-                                      error=f"dlbench could not write the job's files in {job_dir}: "
-                                            f"{exc.strerror}")
-                samples = outcome.samples
-                record = collect(job, run_id, job_id, job_dir, outcome, provenance)
-            store.store_row(results, record, samples, rescue)   # or keeps it and says how to recover
+                    except DlbenchError as exc:     # Docker refused this job's container
+                        outcome = Outcome(exit_code=None, wall_time_s=0.0, log_tail=[], error=str(exc))
+                    except OSError as exc:          # the host could not write the job's files
+                        if exc.errno not in store.DISK_ERRORS:
+                            raise
+                        outcome = Outcome(exit_code=None, wall_time_s=0.0, log_tail=[],
+                                          error=f"dlbench could not write the job's files in {job_dir}: "
+                                                f"{exc.strerror}")
+                    samples = outcome.samples
+                    record = collect(job, run_id, job_id, job_dir, outcome, provenance)
+                store.store_row(results, record, samples, rescue)   # or keeps it and says how to recover
+            except BaseException:
+                rescue.release()         # unless it holds a row kept by store_row
+                raise
             records.append(record)
             display.job_finished(record)
             if fail_fast and record.status != "ok" and index < len(todo):
