@@ -30,6 +30,7 @@ import errno
 import fcntl
 import json
 import os
+import re
 import tempfile
 import uuid
 from pathlib import Path
@@ -408,7 +409,15 @@ def store_row(results: Path, record: RunRecord, samples: list[dict], rescue: Res
 
 
 def _reason(exc: BaseException) -> str:
-    return exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc).splitlines()[0][:200]
+    """An error in a few words: the system's message for its errno (pyarrow's OSErrors
+    carry it only in their text, as ``[errno 28]``)."""
+    if isinstance(exc, OSError) and exc.errno:
+        return os.strerror(exc.errno)
+    text = str(exc)
+    found = re.search(r"\[errno (\d+)\]", text, re.IGNORECASE)
+    if found:
+        return os.strerror(int(found.group(1)))
+    return (text.splitlines() or [type(exc).__name__])[0][:200]
 
 
 def recover(results: Path) -> tuple[int, list[str]]:

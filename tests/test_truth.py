@@ -31,13 +31,15 @@ QUICK = ("--datasets", "mnist", "--profile", "quick")
 
 
 def one_line_error(proc, *parts, code=None):
-    """The CLI failed with one line on stderr holding every part, and no traceback."""
+    """The CLI failed with one error line, the last on stderr (the live display may be
+    above it), holding every part, and no traceback."""
     lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("dlbench: error: "), proc.stderr
+    errors = [line for line in lines if line.startswith("dlbench: error: ")]
+    assert errors == lines[-1:] and "Traceback" not in proc.stderr, proc.stderr
     for part in parts:
-        assert part in lines[0], (part, lines[0])
+        assert part in errors[0], (part, errors[0])
     assert proc.returncode == (code if code is not None else proc.returncode) != 0
-    return lines[0]
+    return errors[0]
 
 
 def row_files(results: Path) -> dict:
