@@ -39,7 +39,7 @@ def main():
         def epoch_start(self):
             pass
 
-        def progress(self, epoch, fraction, loss):
+        def progress(self, epoch, fraction, loss, step=None):
             pass
 
         def epoch_done(self, epoch, loss, accuracy, samples=None):

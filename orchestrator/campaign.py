@@ -42,7 +42,7 @@ from pydantic import (BaseModel, ConfigDict, Field, PlainValidator, StrictInt, V
 
 from . import catalog
 from .errors import UsageError
-from .plan import Axes, Limits, Plan, PlanError, expand, parse_memory
+from .plan import MAX_TIMEOUT_S, Axes, Limits, Plan, PlanError, expand, parse_memory
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -73,7 +73,7 @@ Values = Annotated[list, PlainValidator(_values)]
 class FileLimits(BaseModel):
     model_config = ConfigDict(extra="forbid")
     memory: Optional[str] = None
-    timeout: Optional[float] = Field(None, gt=0)
+    timeout: Optional[float] = Field(None, gt=0, le=MAX_TIMEOUT_S, allow_inf_nan=False)
 
     @field_validator("memory")
     @classmethod

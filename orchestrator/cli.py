@@ -226,6 +226,19 @@ def compact(results: ResultsOpt = None):
     out.print(f"{target}: merged {rows} row files and {traces} trace files", highlight=False)
 
 
+@app.command()
+def recover(results: ResultsOpt = None):
+    """Store the rows a run could not write (a full or read-only disk) and kept aside
+    in RESULTS/_rescued/."""
+    target = store.results_dir(results)
+    count, problems = store.recover(target)
+    for line in problems:
+        err.print(f"[yellow]warning:[/yellow] {line}", highlight=False)
+    out.print(f"{target}: recovered {count} row(s)", highlight=False)
+    if problems:
+        raise typer.Exit(1)
+
+
 class ReportFormat(str, enum.Enum):
     table = "table"
     md = "md"

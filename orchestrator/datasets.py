@@ -108,9 +108,9 @@ def _class_counts(path: str, labels: bytes, expected: tuple[int, ...]) -> None:
         raise DatasetError(f"{path}: per-class counts {list(got)}, expected {list(expected)}")
 
 
-def _read(path: str) -> bytes:
+def _read(path: str, reader=formats.read_idx) -> bytes:
     try:
-        return formats.read_bytes(path)
+        return reader(path)
     except formats.DataError as exc:
         raise DatasetError(str(exc)) from None
 
@@ -156,7 +156,7 @@ def verify_cifar10(root: Path) -> VerifiedDataset:
         for name in names:
             try:
                 path = formats.find(directory, name)
-                raw = _read(path)
+                raw = _read(path, formats.read_cifar)
                 records = formats.check_cifar(path, raw)
             except formats.DataError as exc:
                 raise DatasetError(str(exc)) from None
@@ -272,15 +272,19 @@ VERIFIED_RECORD = "verified-datasets.json"
 
 
 def _signature(path: Path) -> list:
-    """What identifies the files as they were verified: each one's name, size, mtime, inode."""
-    return sorted([str(p.relative_to(path)), s.st_size, s.st_mtime_ns, s.st_ino]
-                  for p in path.rglob("*") if p.is_file() for s in [p.stat()])
+    """What identifies the files as they were verified: each one's name, size, mtime,
+    inode, device and ctime.  The ctime (inode change time) is set by the kernel on every
+    write and every change of the mtime, and cannot be set back by a user, so a file
+    rewritten in place with its mtime restored no longer matches."""
+    return sorted([str(p.relative_to(path)), s.st_size, s.st_mtime_ns, s.st_ino, s.st_dev,
+                   s.st_ctime_ns] for p in path.rglob("*") if p.is_file() for s in [p.stat()])
 
 
 def verify_remembered(name: str, root: Path) -> VerifiedDataset:
     """``verify``, remembered in the user cache: a data set whose files are the same ones
-    (same names, sizes, modification times and inodes) as when they were last verified is
-    not read again.  ``dlbench datasets verify`` always reads everything."""
+    (same names, sizes, modification and inode change times, inodes and devices) as when
+    they were last verified is not read again.  ``dlbench datasets verify`` always reads
+    everything."""
     record = Path(platformdirs.user_cache_dir("dlbench")) / VERIFIED_RECORD
     key = f"{name}:{(root / name).resolve()}"
     try:

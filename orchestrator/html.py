@@ -3,6 +3,7 @@ rendered to SVG and inlined, with no script, style sheet or font fetched from an
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import html
 import io
@@ -14,6 +15,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from . import __version__, catalog, compare
+from .errors import DlbenchError
 from .report import View, section_views
 
 PAGE = "index.html"
@@ -38,11 +40,19 @@ figure svg { max-width: 100%; height: auto; }
 
 def write_page(rep: compare.Report, directory: Path) -> Path:
     """Write DIRECTORY/index.html; returns its path."""
-    directory.mkdir(parents=True, exist_ok=True)
+    text = render_page(rep)
     page = directory / PAGE
     tmp = directory / f".{PAGE}.tmp"
-    tmp.write_text(render_page(rep), encoding="utf-8")
-    tmp.replace(page)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(page)
+    except FileExistsError:
+        raise DlbenchError(f"--html {directory}: not a directory") from None
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise DlbenchError(f"--html {directory}: cannot write the page there: {exc.strerror}") from None
     return page
 
 

@@ -20,7 +20,6 @@ resident set (``wait4``'s ru_maxrss).
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import shutil
 import signal
@@ -32,7 +31,7 @@ from pathlib import Path
 
 import psutil
 
-from . import catalog
+from . import catalog, store
 from .collect import Outcome, follow_output
 from .entry import signals_deferred
 from .errors import UsageError
@@ -110,7 +109,7 @@ def unsupported(target: Target, job: Job) -> str | None:
 def run_process(job: Job, target: Target, run_id: str, job_id: str, job_dir: Path,
                 dataset_path: Path, display) -> Outcome:
     """Run one job as a child process; what it left behind becomes the row as for a container."""
-    (job_dir / "job.json").write_text(json.dumps(job.spec(run_id, job_id), indent=1))
+    store.write_json(job_dir / "job.json", job.spec(run_id, job_id))
     env = {**_quiet_env(), **job.thread_environment, "PYTHONUNBUFFERED": "1",
            **({"CUDA_VISIBLE_DEVICES": str(job.gpu)} if job.gpu is not None else {}),
            "PYTHONPATH": os.pathsep.join([str(runner_dir())] +

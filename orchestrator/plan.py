@@ -27,6 +27,11 @@ from . import catalog
 from .errors import UsageError
 
 MIN_MEMORY_BYTES = 6 * 2**20        # Docker refuses smaller limits
+MAX_MEMORY_BYTES = 2**50            # 1 PiB: far above any host, well within int64
+MAX_TIMEOUT_S = 7 * 24 * 3600       # a week
+MAX_GPU_INDEX = 1023
+MAX_JOBS = 100_000                  # a plan's size; DLBENCH_MAX_JOBS overrides it
+MAX_JOBS_VARIABLE = "DLBENCH_MAX_JOBS"
 _UNITS = {"": 1, "b": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
 
 
@@ -44,10 +49,34 @@ def parse_memory(text: str, what: str = "--memory") -> int:
     match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([bkmgt]?)(?:i?b)?\s*", str(text), re.IGNORECASE)
     if not match:
         raise PlanError(f"{what} {text!r}: give a size such as 512m or 4g", ("limits", "memory"))
-    size = int(float(match.group(1)) * _UNITS[match.group(2).lower()])
+    size = float(match.group(1)) * _UNITS[match.group(2).lower()]
     if size < MIN_MEMORY_BYTES:
         raise PlanError(f"{what} {text!r}: Docker needs at least 6m", ("limits", "memory"))
-    return size
+    if not size <= MAX_MEMORY_BYTES:
+        raise PlanError(f"{what} {text!r}: at most 1024t", ("limits", "memory"))
+    return int(size)
+
+
+def check_timeout(timeout: float, what: str = "--timeout") -> float:
+    """A time limit in seconds: finite, more than 0, at most a week."""
+    if not 0 < timeout <= MAX_TIMEOUT_S:      # NaN fails this too
+        raise PlanError(f"{what} {timeout:g}: a time limit is more than 0 and at most "
+                        f"{MAX_TIMEOUT_S} seconds (7 days)", ("limits", "timeout"))
+    return timeout
+
+
+def max_jobs() -> int:
+    """The largest plan dlbench makes: MAX_JOBS, or $DLBENCH_MAX_JOBS."""
+    text = os.environ.get(MAX_JOBS_VARIABLE)
+    if text is None:
+        return MAX_JOBS
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise UsageError(f"{MAX_JOBS_VARIABLE}={text!r}: give a whole number of jobs, 1 or more")
+    return value
 
 
 class Job(BaseModel):
@@ -185,7 +214,10 @@ def _value(text: str):
     try:
         return json.loads(text)
     except ValueError:
-        return text.strip()
+        pass
+    if text.strip().lower().lstrip("+-") in ("nan", "inf", "infinity"):
+        return float(text)          # refused as not finite, by name, when it is resolved
+    return text.strip()
 
 
 def make_plan(frameworks: list[str] | None = None, datasets: list[str] | None = None,
@@ -205,6 +237,7 @@ def expand(axes: Axes, host_cpus: int | None = None) -> Plan:
     _check(axes, host_cpus)
     frameworks = catalog.check_frameworks(axes.frameworks) if axes.frameworks else catalog.available()
     datasets = catalog.check_datasets(axes.datasets) if axes.datasets else list(catalog.DATASETS)
+    _check_size(axes, frameworks, datasets)
     cells, skipped = [], []
     for framework in frameworks:
         models = catalog.models(framework)
@@ -294,6 +327,21 @@ def _scaled(keys: list[str], params: dict, value, whole: bool) -> dict:
     return scaled
 
 
+def _check_size(axes: Axes, frameworks: list[str], datasets: list[str]) -> None:
+    """Refuse a plan larger than max_jobs() before making it."""
+    cells = 0
+    for framework in frameworks:
+        grid = {**axes.hyperparameters, **axes.framework_hyperparameters.get(framework, {})}
+        per_dataset = (len(axes.profiles) * len(_sources(axes, framework)) * math.prod(map(len, grid.values()))
+                       * len(axes.threads) * len(axes.devices))
+        cells += per_dataset * sum(d in catalog.models(framework)["models"] for d in datasets)
+    limit = max_jobs()
+    if cells * axes.repeats > limit:
+        raise PlanError(f"the plan has {cells * axes.repeats:,} jobs ({cells:,} x {axes.repeats:,} "
+                        f"repeats), more than {limit:,}; set {MAX_JOBS_VARIABLE} to allow more",
+                        ("repeats",))
+
+
 def _check(axes: Axes, host_cpus: int) -> None:
     for profile in axes.profiles:
         if profile not in catalog.PROFILES:
@@ -303,10 +351,19 @@ def _check(axes: Axes, host_cpus: int) -> None:
         if cpus is not None and not 1 <= cpus <= host_cpus:
             raise PlanError(f"--cpus/--threads {cpus}: this host has {host_cpus} CPUs", ("threads",))
     for gpu in axes.devices:
-        if gpu is not None and gpu < 0:
-            raise PlanError(f"--gpu {gpu}: a GPU index is 0 or more", ("devices",))
+        if gpu is not None and not 0 <= gpu <= MAX_GPU_INDEX:
+            raise PlanError(f"--gpu {gpu}: a GPU index is 0 or more, at most {MAX_GPU_INDEX}", ("devices",))
     if axes.repeats < 1:
         raise PlanError("--repeats must be at least 1", ("repeats",))
+    last = axes.seed + axes.repeats - 1
+    for seed in (axes.seed, last):
+        try:
+            runner_spec.check_seed(seed)
+        except runner_spec.SpecError:
+            raise PlanError(f"--seed {axes.seed}" + (f" with {axes.repeats} repeats (the last seed is {last})"
+                                                    if seed != axes.seed else "")
+                            + f": a seed is a whole number from 0 to {runner_spec.MAX_SEED}",
+                            ("seed",)) from None
     for key, values in axes.hyperparameters.items():
         if not values:
             raise PlanError(f"hyper-parameter {key!r} has no values", ("hyperparameters", key))
@@ -323,9 +380,12 @@ def _limits(axes: Axes, framework: str) -> dict:
             parse_memory(memory)
         except PlanError as exc:
             raise PlanError(str(exc), where + ("memory",)) from None
-    if timeout is not None and timeout <= 0:
-        raise PlanError(f"--timeout {timeout:g}: a time limit is more than 0 seconds",
-                        ("limits",) + ((framework,) if own.timeout is not None else ()) + ("timeout",))
+    if timeout is not None:
+        try:
+            check_timeout(timeout)
+        except PlanError as exc:
+            raise PlanError(str(exc), ("limits",) + ((framework,) if own.timeout is not None else ())
+                            + ("timeout",)) from None
     return {"memory": memory, "timeout": timeout}
 
 

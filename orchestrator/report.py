@@ -284,8 +284,8 @@ def render_report(rep: compare.Report, fmt: str, console: Console | None = None)
 def make_report(results: Path, fmt: str | None, html_dir: Path | None, tolerance: float,
                 console: Console | None = None) -> tuple[str | None, Path | None]:
     """The whole `dlbench report`: load, compare, render; returns (text, page written)."""
-    if tolerance < 0:
-        raise UsageError(f"--tolerance {tolerance:g}: a tolerance is 0 points or more")
+    if not 0 <= tolerance <= 100:
+        raise UsageError(f"--tolerance {tolerance:g}: a tolerance is 0 points or more, at most 100")
     frame, written = store.read(results)
     if not len(frame):
         raise StoreError(f"{results}: no stored runs to report (run `dlbench run` first)")

@@ -14,7 +14,6 @@ far stay, and ``--resume`` runs only the jobs not yet stored as ok.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import shutil
 import socket
@@ -28,7 +27,7 @@ from pathlib import Path
 from . import build, datasets, hostinfo, native, store
 from .collect import Outcome, collect, follow_output, unsupported
 from .entry import signals_deferred
-from .errors import DlbenchError, DockerUnavailable, GpuError, docker_errors
+from .errors import DlbenchError, DockerUnavailable, GpuError, StoreError, docker_errors
 from .plan import Job, Plan
 from .traces import Sampler
 
@@ -149,6 +148,7 @@ def run_plan(plan: Plan, results: Path, data_dir=None, builder_options: dict | N
     replace the jobs' own limits.  ``runtime`` is docker (containers) or native
     (processes of the ``python`` interpreter)."""
     display = display or NullDisplay()
+    store.check_results(results)
     for gpu in plan.gpus:
         check_gpu(gpu)
     backend = DockerBackend(builder_options, display) if runtime == "docker" else NativeBackend(python)
@@ -180,19 +180,29 @@ def run_plan(plan: Plan, results: Path, data_dir=None, builder_options: dict | N
             provenance = dict(provenance_host, image=target.name, image_id=target.id,
                               dataset_sha256=dataset.sha256)
             reason = backend.unsupported(target, job)
-            if reason is not None:
-                record = unsupported(job, run_id, job_id, reason, provenance)
-            else:
-                job_dir = store.job_dir(results, run_id)
-                try:
-                    outcome = backend.run(job, target, run_id, job_id, job_dir, dataset.path, display)
-                except DockerUnavailable:
-                    raise
-                except DlbenchError as exc:     # Docker refused this job's container
-                    outcome = Outcome(exit_code=None, wall_time_s=0.0, log_tail=[], error=str(exc))
-                store.write_trace(results, run_id, outcome.samples)
-                record = collect(job, run_id, job_id, job_dir, outcome, provenance)
-            store.append(results, [record])
+            rescue, job_dir = _prepare(results, run_id, index, job_dir=reason is None)
+            try:
+                if reason is not None:
+                    record, samples = unsupported(job, run_id, job_id, reason, provenance), []
+                else:
+                    try:
+                        outcome = backend.run(job, target, run_id, job_id, job_dir, dataset.path, display)
+                    except DockerUnavailable:
+                        raise
+                    except DlbenchError as exc:     # Docker refused this job's container
+                        outcome = Outcome(exit_code=None, wall_time_s=0.0, log_tail=[], error=str(exc))
+                    except OSError as exc:          # the host could not write the job's files
+                        if exc.errno not in store.DISK_ERRORS:
+                            raise
+                        outcome = Outcome(exit_code=None, wall_time_s=0.0, log_tail=[],
+                                          error=f"dlbench could not write the job's files in {job_dir}: "
+                                                f"{exc.strerror}")
+                    samples = outcome.samples
+                    record = collect(job, run_id, job_id, job_dir, outcome, provenance)
+                store.store_row(results, record, samples, rescue)   # or keeps it and says how to recover
+            except BaseException:
+                rescue.release()         # unless it holds a row kept by store_row
+                raise
             records.append(record)
             display.job_finished(record)
             if fail_fast and record.status != "ok" and index < len(todo):
@@ -205,6 +215,21 @@ def run_plan(plan: Plan, results: Path, data_dir=None, builder_options: dict | N
         rows, traces = store.compact(results)
         display.say(f"compacted {rows} row files and {traces} trace files of {results}")
     return records
+
+
+def _prepare(results: Path, run_id: str, index: int, job_dir: bool) -> tuple[store.Rescue, Path | None]:
+    """Before a job: room for its row (``store.Rescue``) and, for a job that will run, its
+    directory; a results directory that cannot take them stops the run here, with the
+    rows stored so far kept."""
+    rescue = None
+    try:
+        rescue = store.Rescue(results, run_id)
+        return rescue, store.job_dir(results, run_id) if job_dir else None
+    except OSError as exc:
+        if rescue is not None:
+            rescue.release()
+        raise StoreError(f"{results}: cannot set up job {index}: {exc.strerror}; the rows stored "
+                         "so far are kept") from None
 
 
 def owner() -> str:
@@ -235,7 +260,7 @@ def _alive(pid: int) -> bool:
 
 def run_container(client, job: Job, tag: str, run_id: str, job_id: str, job_dir: Path,
                   dataset_path: Path, display) -> Outcome:
-    (job_dir / "job.json").write_text(json.dumps(job.spec(run_id, job_id), indent=1))
+    store.write_json(job_dir / "job.json", job.spec(run_id, job_id))
     user = _user_for(job_dir)
     kwargs = dict(
         image=tag, detach=True, user=user, network_mode="none",

@@ -3,6 +3,7 @@
     RESULTS/runs-<time>-<run id>.parquet   rows; pandas.read_parquet(RESULTS) reads them all
     RESULTS/_traces/<run id>.parquet       a job's resource samples, one file per job
     RESULTS/_jobs/<run id>/                the job's spec, raw result and log
+    RESULTS/_rescued/<run id>.json         a row that could not be stored (``recover``)
 
 Each write goes to a temporary name and is renamed into place, so a row appears
 whole or not at all, and concurrent writers (two ``dlbench run`` processes on the
@@ -25,8 +26,12 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import errno
 import fcntl
+import json
 import os
+import re
+import tempfile
 import uuid
 from pathlib import Path
 
@@ -263,3 +268,185 @@ def compact(results: Path) -> tuple[int, int]:
             for path in traces:
                 path.unlink(missing_ok=True)
     return (len(rows) if len(rows) > 1 else 0), (len(traces) if len(traces) > 1 else 0)
+
+
+# -- a results directory that can take the rows, and rows rescued when it cannot -----------
+RESCUED = "_rescued"
+MIN_FREE_MB = 100               # free space a run needs to start; DLBENCH_MIN_FREE_MB overrides
+MIN_FREE_VARIABLE = "DLBENCH_MIN_FREE_MB"
+RESCUE_RESERVE = 1 << 20        # bytes set aside for each job's row before the job starts
+DISK_ERRORS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG, errno.EIO,
+                         errno.EACCES, errno.EPERM})
+
+
+def min_free_bytes() -> int:
+    text = os.environ.get(MIN_FREE_VARIABLE)
+    if text is None:
+        return MIN_FREE_MB * 2**20
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise StoreError(f"{MIN_FREE_VARIABLE}={text!r}: give a whole number of MB, 0 or more")
+    return value * 2**20
+
+
+def check_results(results: Path) -> Path:
+    """Before any build or job: the results directory exists or can be made, is a
+    directory, can be written, and has at least ``min_free_bytes()`` free."""
+    if results.exists() and not results.is_dir():
+        raise StoreError(f"{results}: not a directory (the results go to a directory)")
+    try:
+        results.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StoreError(f"{results}: cannot make the results directory: {exc.strerror}") from None
+    try:
+        fd, probe = tempfile.mkstemp(dir=results, prefix=".write-check-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise StoreError(f"{results}: cannot write in the results directory: {exc.strerror}") from None
+    stat = os.statvfs(results)
+    free, needed = stat.f_bavail * stat.f_frsize, min_free_bytes()
+    if free < needed:
+        raise StoreError(f"{results}: {free / 2**20:.0f} MB free, a run needs at least "
+                         f"{needed / 2**20:.0f} MB ({MIN_FREE_VARIABLE} sets it)")
+    return results
+
+
+def write_json(path: Path, document) -> None:
+    """A small JSON file, written whole or not at all (no empty file on a full disk)."""
+    tmp = path.parent / f".{path.name}.{os.getpid()}.tmp"
+    try:
+        tmp.write_text(json.dumps(document, indent=1))
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+class Rescue:
+    """Room for one job's row, set aside before the job starts, in
+    ``RESULTS/_rescued/<run id>.json``: where the row goes when the results directory
+    cannot take it after the job (a full disk), so that a finished job is never lost.
+    The file is locked while its run lives; ``release`` removes it once the row is
+    stored, ``recover`` stores what was kept."""
+
+    def __init__(self, results: Path, run_id: str):
+        self.path = results / RESCUED / f"{run_id}.json"
+        self.path.parent.mkdir(exist_ok=True)
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                          | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX)
+            try:
+                os.posix_fallocate(self.fd, 0, RESCUE_RESERVE)
+            except OSError as exc:
+                if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+                    raise
+                os.write(self.fd, b" " * RESCUE_RESERVE)     # blank JSON, as room
+            os.fsync(self.fd)
+        except OSError:
+            self.release()
+            raise
+
+    def keep(self, record: RunRecord, samples: list[dict], row_stored: bool) -> Path | None:
+        """Write the row (and the trace samples) into the room set aside; returns where
+        they are: here, or in the temporary directory if even this failed (None: nowhere)."""
+        data = json.dumps({"row": record.model_dump(mode="json"), "trace": samples,
+                           "row_stored": row_stored}).encode()
+        try:
+            os.pwrite(self.fd, data, 0)
+            os.ftruncate(self.fd, len(data))
+            os.fsync(self.fd)
+            return self.path
+        except OSError:
+            try:
+                fd, other = tempfile.mkstemp(prefix=f"dlbench-rescued-{record.run_id}-", suffix=".json")
+                with os.fdopen(fd, "wb") as f:
+                    f.write(data)
+                return Path(other)
+            except OSError:
+                return None
+        finally:
+            os.close(self.fd)
+            self.fd = None
+
+    def release(self) -> None:
+        """The row is stored: give the room back."""
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+            self.path.unlink(missing_ok=True)
+
+
+def store_row(results: Path, record: RunRecord, samples: list[dict], rescue: Rescue) -> None:
+    """Store a finished job's trace and row; if the results directory cannot take them,
+    keep them in the rescue file and raise one StoreError saying how to recover them."""
+    problems = []
+    try:
+        write_trace(results, record.run_id, samples)
+    except (OSError, pa.ArrowException, OverflowError, ValueError) as exc:
+        problems.append(f"its trace: {_reason(exc)}")
+    try:
+        append(results, [record])
+    except (OSError, pa.ArrowException, OverflowError, ValueError) as exc:
+        problems.insert(0, f"its row: {_reason(exc)}")
+        stored = False
+    else:
+        stored = True
+    if not problems:
+        rescue.release()
+        return
+    kept = rescue.keep(record, samples, stored)
+    what = (f"{results}: cannot store job {record.run_id} ({record.framework}/{record.dataset}, "
+            f"{record.status}): {'; '.join(problems)}")
+    if kept is None:
+        raise StoreError(f"{what}; it could not be kept anywhere else either")
+    where = (f"run `dlbench recover --results {results}`" if kept == rescue.path else
+             f"move it into {results / RESCUED}/ and run `dlbench recover --results {results}`")
+    raise StoreError(f"{what}; it is kept in {kept}: once the problem is fixed, {where}")
+
+
+def _reason(exc: BaseException) -> str:
+    """An error in a few words: the system's message for its errno (pyarrow's OSErrors
+    carry it only in their text, as ``[errno 28]``)."""
+    if isinstance(exc, OSError) and exc.errno:
+        return os.strerror(exc.errno)
+    text = str(exc)
+    found = re.search(r"\[errno (\d+)\]", text, re.IGNORECASE)
+    if found:
+        return os.strerror(int(found.group(1)))
+    return (text.splitlines() or [type(exc).__name__])[0][:200]
+
+
+def recover(results: Path) -> tuple[int, list[str]]:
+    """Store the rows (and traces) kept in ``RESULTS/_rescued/``; returns how many, and a
+    line for each file that could not be (left in place).  Room set aside by a run that
+    still lives is left alone; room left empty by a run that was stopped is removed."""
+    if not results.is_dir():
+        raise StoreError(f"{results}: no such results directory")
+    recovered, problems = 0, []
+    for path in sorted((results / RESCUED).glob("*.json")):
+        try:
+            with open(path, "rb") as f:
+                try:
+                    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    continue                # its run is still going
+                data = f.read()
+            if not data.strip(b"\0 \t\n"):
+                path.unlink()               # room its run never needed
+                continue
+            document = json.loads(data)
+            record = RunRecord.model_validate(document["row"])
+            if document.get("trace") is not None:
+                write_trace(results, record.run_id, document["trace"])
+            if not document.get("row_stored"):
+                append(results, [record])
+        except (OSError, ValueError, KeyError, TypeError, pa.ArrowException) as exc:
+            problems.append(f"{path}: not recovered: {_reason(exc)}")
+            continue
+        path.unlink()
+        recovered += 1
+    return recovered, problems

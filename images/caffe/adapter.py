@@ -239,7 +239,7 @@ class Adapter:
             loss_sum += loss * batch
             correct += int((scores.data.argmax(axis=1) == y).sum())
             seen += batch
-            ctx.progress(epoch, (start % n) / n, loss)
+            ctx.progress(epoch, (start % n) / n, loss, step=it + 1)
         if seen:
             ctx.epoch_done(epoch, loss_sum / seen, correct / seen, samples=seen)
 

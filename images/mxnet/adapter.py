@@ -363,6 +363,7 @@ class Adapter:
         np, mx, hp, ctx = self.np, self.mx, self.hp, self.ctx
         batch, n = hp["batch_size"], len(self.train_y)
         limit = hp.get("max_batches") or 0
+        steps = 0
         for epoch in range(1, hp["epochs"] + 1):
             ctx.epoch_start()
             batches = epoch_order(self.rng, n, batch)
@@ -385,7 +386,8 @@ class Adapter:
                 loss_sum += loss * len(labels)
                 correct += int((probs.argmax(axis=1) == labels).sum())
                 seen += len(labels)
-                ctx.progress(epoch, (i + 1) / len(batches), loss)
+                steps += 1
+                ctx.progress(epoch, (i + 1) / len(batches), loss, step=steps)
             mx.nd.waitall()
             ctx.epoch_done(epoch, loss_sum / seen, correct / seen, samples=seen)
         mx.nd.waitall()

@@ -406,7 +406,7 @@ class Adapter:
                 loss_sum += loss * batch
                 correct += int(right)
                 seen += batch
-                ctx.progress(epoch, (start % n) / n, loss)
+                ctx.progress(epoch, (start % n) / n, loss, step=step + 1)
         if seen:
             ctx.epoch_done(epoch, loss_sum / seen, correct / seen, samples=seen)
 

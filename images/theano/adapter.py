@@ -65,9 +65,11 @@ floatX=float32 (the float64 default breaks the tutorial's float32 updates),
 base_compiledir in a fresh directory under the temporary directory (the job's
 root file system is read-only), blas.ldflags=-lopenblas (Theano calls
 OpenBLAS's sgemm directly), openmp on when more than one thread is requested
-(CorrMM then works on the images of a batch in parallel).  Every function is
-compiled in setup(); a Theano without a C++ compiler would silently run
-Python implementations, so setup() refuses it.
+(CorrMM then works on the images of a batch in parallel), on_opt_error and
+on_shape_error raise (Theano's default prints a warning and goes on without
+the optimisation).  Every function is compiled in setup(); a Theano without a
+C++ compiler would silently run Python implementations, or its Python virtual
+machine instead of the C one, so setup() refuses both.
 """
 
 import os
@@ -85,8 +87,11 @@ SHAPES = {"mnist": (1, 28, 28), "cifar10": (3, 32, 32)}
 
 
 def theano_flags(threads, compiledir):
+    # on_opt_error, on_shape_error: by default Theano prints a warning and goes on
+    # without the optimisation (or with a default shape); here that fails the job.
     flags = ["device=cpu", "floatX=float32", "mode=FAST_RUN",
-             "base_compiledir=%s" % compiledir, "blas.ldflags=-lopenblas"]
+             "base_compiledir=%s" % compiledir, "blas.ldflags=-lopenblas",
+             "on_opt_error=raise", "on_shape_error=raise"]
     if threads:
         flags.append("openmp=%s" % ("True" if threads > 1 else "False"))
     return ",".join(flags)
@@ -224,6 +229,10 @@ class Adapter:
     def _check_compiled(self):
         """Fail loudly if the graph did not become C code: every node of the training
         function must have a C implementation and the convolutions must be CorrMM."""
+        if type(self.train_fn.fn).__name__ != "CVM":
+            raise RuntimeError("Theano runs the training function with %s, not its C virtual "
+                               "machine (CVM): lazylinker_c did not compile"
+                               % type(self.train_fn.fn).__name__)
         fgraph = self.train_fn.maker.fgraph
         ops = sorted({type(node.op).__name__ for node in fgraph.apply_nodes})
         if not any(op.startswith("CorrMM") for op in ops):
@@ -262,7 +271,7 @@ class Adapter:
                 loss_sum += float(cost) * batch
                 error_sum += float(errors) * batch
                 seen += batch
-                ctx.progress(epoch, (minibatch_index + 1) / n_train_batches, cost)
+                ctx.progress(epoch, (minibatch_index + 1) / n_train_batches, cost, step=it + 1)
                 if (it + 1) % validation_frequency == 0:
                     this_validation_loss = float(np.mean(
                         [self.validate_fn(i) for i in range(n_valid_batches)]))

@@ -270,8 +270,9 @@ class Adapter:
                 steps += 1
                 loss_sum += loss.detach() * len(index)
                 correct += (output.argmax(1) == y).sum()
-                if i % 200 == 0:
-                    self.ctx.progress(epoch, start / n, loss.item())
+                # .item() waits for the step (on a GPU): every 200 steps, and the last
+                if i % 200 == 0 or start + batch >= n:
+                    self.ctx.progress(epoch, start / n, loss.item(), step=steps)
             self.ctx.epoch_done(epoch, loss_sum.item() / n, correct.item() / n, samples=n)
         if self.device.type == "cuda":
             torch.cuda.synchronize()

@@ -3,15 +3,23 @@
 Each file may be stored plain or gzip-compressed (``name`` or ``name.gz``).
 The header parsing is shared with the host, which verifies data sets with it;
 only the array readers need numpy.
+
+A file is never read past the size it should have: an IDX file the size its
+header promises (at most MAX_IDX_BYTES), a CIFAR-10 batch at most
+CIFAR_MAX_RECORDS records, so that a small compressed file cannot expand to
+gigabytes in memory; a damaged gzip stream is a DataError naming the file.
 """
 
 import gzip
 import os
 import struct
+import zlib
 
 IDX_IMAGES_MAGIC = 2051
 IDX_LABELS_MAGIC = 2049
 CIFAR_RECORD = 1 + 3 * 32 * 32
+CIFAR_MAX_RECORDS = 10000           # a batch file of the canonical layout
+MAX_IDX_BYTES = 256 << 20           # MNIST's largest file is 47 MB
 
 MNIST_FILES = {
     "train_images": "train-images-idx3-ubyte",
@@ -37,13 +45,44 @@ def find(directory, name):
     raise DataError("%s: missing (neither %s nor %s.gz)" % (os.path.join(directory, name), name, name))
 
 
-def read_bytes(path):
+def read_bytes(path, limit=None):
+    """The file's bytes (decompressed), at most ``limit`` of them (None: all)."""
     opener = gzip.open if path.endswith(".gz") else open
     try:
         with opener(path, "rb") as f:
-            return f.read()
-    except (OSError, EOFError) as exc:
+            return f.read() if limit is None else f.read(limit)
+    except (OSError, EOFError, zlib.error) as exc:
         raise DataError("%s: cannot read: %s" % (path, exc))
+
+
+def read_idx(path):
+    """An IDX file's bytes, read no further than its header says it holds (and one
+    byte more, to tell a longer file); parse_idx checks the rest."""
+    head = read_bytes(path, 16)
+    if len(head) >= 8 and struct.unpack(">i", head[:4])[0] in (IDX_IMAGES_MAGIC, IDX_LABELS_MAGIC):
+        magic, count = struct.unpack(">ii", head[:8])
+        dims = (count,) + (struct.unpack(">ii", head[8:16]) if magic == IDX_IMAGES_MAGIC
+                           and len(head) == 16 else ())
+        header = 16 if magic == IDX_IMAGES_MAGIC else 8
+        size = header + _product(dims)
+        if min(dims) < 0 or size > MAX_IDX_BYTES:
+            raise DataError("%s: its header promises %d bytes (dimensions %s), more than %d"
+                            % (path, size, "x".join(str(d) for d in dims), MAX_IDX_BYTES))
+        raw = read_bytes(path, size + 1)
+        if len(raw) > size:
+            raise DataError("%s: longer than the %d bytes its header promises (dimensions %s)"
+                            % (path, size, "x".join(str(d) for d in dims)))
+        return raw
+    return head                     # parse_idx says what is wrong with it
+
+
+def read_cifar(path):
+    """A CIFAR-10 batch file's bytes, at most CIFAR_MAX_RECORDS records (and one byte
+    more, to tell a longer file)."""
+    raw = read_bytes(path, CIFAR_MAX_RECORDS * CIFAR_RECORD + 1)
+    if len(raw) > CIFAR_MAX_RECORDS * CIFAR_RECORD:
+        raise DataError("%s: more than %d records" % (path, CIFAR_MAX_RECORDS))
+    return raw
 
 
 def parse_idx(path, raw):
@@ -77,7 +116,7 @@ def _product(dims):
 
 def idx_array(path):
     import numpy as np
-    raw = read_bytes(path)
+    raw = read_idx(path)
     _, dims = parse_idx(path, raw)
     header = 16 if len(dims) == 3 else 8
     return np.frombuffer(raw, dtype=np.uint8, offset=header).reshape(dims)
@@ -94,7 +133,7 @@ def cifar_arrays(paths):
     import numpy as np
     parts = []
     for path in paths:
-        raw = read_bytes(path)
+        raw = read_cifar(path)
         check_cifar(path, raw)
         parts.append(np.frombuffer(raw, dtype=np.uint8).reshape(-1, CIFAR_RECORD))
     records = np.concatenate(parts)

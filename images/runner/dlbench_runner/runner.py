@@ -5,18 +5,28 @@ An adapter (``adapter.py`` in the framework directory) defines ``Adapter``::
     class Adapter:
         def __init__(self, ctx): ...
         def setup(self):        # import the framework, load data, build the model
-        def train(self):        # the training loop; calls ctx.epoch_done() per epoch
+        def train(self):        # the training loop; calls ctx.progress() every few steps
+                                #     and ctx.epoch_done() per epoch
         def test(self):         # one pass over the test set -> {"accuracy": .., "loss": ..}
         def describe(self):     # -> {"framework_version", "param_count", "device_name",
                                 #     "threads": {...}, ...}
 
 Asynchronous frameworks must finish all queued work before train() and
 test() return, so that the runner's clock covers it.
+
+Every loss an adapter reports is checked here: one that is NaN or infinite
+stops the job as failed, naming the epoch and step (``TrainingDiverged``), so
+that a run that never trained is not stored as ok.  So does an exception a
+framework swallows, which Python reports as "Exception ignored ..." through
+``sys.unraisablehook`` (``SwallowedError``): MXNet runs its optimizer in a
+ctypes callback of its engine, and an error there (a NaN learning rate) was only
+printed, 1,600 times, while the weights never changed.
 """
 
 import datetime
 import importlib.util
 import json
+import math
 import os
 import platform
 import sys
@@ -33,6 +43,34 @@ def emit(event, **fields):
     fields["event"] = event
     sys.stdout.write("\n" + EVENT_TAG + json.dumps(fields, sort_keys=True) + "\n")
     sys.stdout.flush()
+
+
+class TrainingDiverged(ArithmeticError):
+    """A reported loss is NaN or infinite: the job stops as failed."""
+
+
+class SwallowedError(RuntimeError):
+    """The framework caught an exception and only printed it: the job stops as failed."""
+
+
+class Swallowed:
+    """Records what reaches ``sys.unraisablehook`` (still printed to the log), so
+    that ``check`` can fail the job."""
+
+    def __init__(self):
+        self.count, self.first = 0, None
+
+    def hook(self, unraisable):
+        self.count += 1
+        if self.first is None:
+            self.first = "%s: %s (%s)" % (getattr(unraisable.exc_type, "__name__", "Exception"),
+                                          unraisable.exc_value, unraisable.err_msg or "ignored")
+        sys.__unraisablehook__(unraisable)
+
+    def check(self):
+        if self.count:
+            raise SwallowedError("the framework ignored %d exception(s); the first: %s"
+                                 % (self.count, " ".join(str(self.first).split())[:500]))
 
 
 def utcnow():
@@ -57,6 +95,8 @@ class Context:
         self.test_samples = 0
         self._last_progress = 0.0
         self._epoch_start = None
+        self._step = None           # the last step reported
+        self.swallowed = Swallowed()
 
     def load_data(self):
         arrays = data.load(self.dataset, self.data_dir)
@@ -67,20 +107,37 @@ class Context:
     def epoch_start(self):
         self._epoch_start = time.perf_counter()
 
-    def progress(self, epoch, fraction, loss):
-        """Report progress within an epoch; throttled, so cheap to call often."""
+    def check_loss(self, loss, epoch, step=None):
+        """The loss as a float; a NaN or infinite one raises TrainingDiverged (and an
+        exception the framework swallowed since the last report, SwallowedError)."""
+        self.swallowed.check()
+        loss = float(loss)
+        if step is not None:
+            self._step = step
+        if not math.isfinite(loss):
+            where = "epoch %s" % epoch
+            if self._step is not None:
+                where += " (step %d)" % self._step
+            raise TrainingDiverged("loss became %s at %s" % (loss, where))
+        return loss
+
+    def progress(self, epoch, fraction, loss, step=None):
+        """Report progress within an epoch (``step``: training steps so far, counted
+        over all epochs); the loss is checked on every call, the report throttled,
+        so cheap to call often."""
+        loss = self.check_loss(loss, epoch, step)
         now = time.monotonic()
         if now - self._last_progress >= PROGRESS_INTERVAL_S:
             self._last_progress = now
             emit("progress", epoch=epoch, epochs=self.planned_epochs,
-                 fraction=round(fraction, 4), loss=float(loss))
+                 fraction=round(fraction, 4), loss=loss)
 
     def epoch_done(self, epoch, loss, accuracy, samples=None):
         """Report one finished epoch of training (mean loss, training accuracy)."""
         elapsed = None
         if self._epoch_start is not None:
             elapsed = time.perf_counter() - self._epoch_start
-        record = {"epoch": epoch, "loss": float(loss), "accuracy": float(accuracy),
+        record = {"epoch": epoch, "loss": self.check_loss(loss, epoch), "accuracy": float(accuracy),
                   "time_s": elapsed, "samples": samples}
         self.epochs.append(record)
         emit("epoch", epochs=self.planned_epochs, **record)
@@ -154,21 +211,28 @@ def run(spec, framework_dir, data_dir, out_dir):
         "threads": {"requested": spec["threads"], "env": env_threads},
     }
     phase = "setup"
+    previous_hook, sys.unraisablehook = sys.unraisablehook, ctx.swallowed.hook
     try:
         emit("phase", phase="setup")
         adapter = load_adapter(framework_dir)(ctx)
         adapter.setup()
+        ctx.swallowed.check()
         result["setup_time_s"] = time.perf_counter() - t_start
         phase = "train"
         emit("phase", phase="train")
         t0 = time.perf_counter()
         adapter.train()
+        ctx.swallowed.check()
         result["train_time_s"] = time.perf_counter() - t0
         phase = "test"
         emit("phase", phase="test")
         t0 = time.perf_counter()
         scores = adapter.test()
+        ctx.swallowed.check()
         result["test_time_s"] = time.perf_counter() - t0
+        for key in ("accuracy", "loss"):
+            if scores.get(key) is not None and not math.isfinite(float(scores[key])):
+                raise TrainingDiverged("the test gave %s %s" % (key, float(scores[key])))
         phase = "describe"
         result.update(adapter.describe())
         result["threads"]["env"] = env_threads
@@ -184,6 +248,7 @@ def run(spec, framework_dir, data_dir, out_dir):
     except Exception as exc:  # the failure becomes the record, not a lost run
         result["error"] = "%s during %s: %s" % (type(exc).__name__, phase, exc)
         traceback.print_exc()
+    sys.unraisablehook = previous_hook
     result["epochs"] = ctx.epochs
     result["blas"] = loaded_blas()
     result["total_time_s"] = time.perf_counter() - t_start
