@@ -63,6 +63,8 @@ OLD_TRACES = "_traces"        # traces before schema version 4
 MIGRATED = ".schema_version"  # the version the last migration brought every file to
 COMPACT_AFTER = 200           # row files; ``dlbench run`` compacts past this many
 READ_ATTEMPTS = 5             # a compaction may replace files while they are being read
+DATASET_FILES = 256           # files per pyarrow dataset: each keeps every file's parsed footer
+                              # (~0.25 MiB for a row file) until it is dropped
 INTEGERS = {pa.int64(): pd.Int64Dtype()}.get   # nullable integers stay integers in pandas
 
 
@@ -155,9 +157,10 @@ def _gather(paths: list[Path], schema: pa.Schema, read_one: Callable[[Path], pa.
             kind: str, fate: str) -> tuple[pa.Table, list[Path]]:
     """The rows of these files as one table of ``schema``, and the files they came from.
 
-    Files already in ``schema`` are read through one ``pyarrow.dataset``; the others (older
-    versions) one by one with ``read_one``, which upgrades them.  A file that cannot be
-    read is left out with a warning naming it and its ``fate``."""
+    Files already in ``schema`` are read through a ``pyarrow.dataset`` (one per
+    ``DATASET_FILES``); the others (older versions) one by one with ``read_one``, which
+    upgrades them.  A file that cannot be read is left out with a warning naming it and
+    its ``fate``."""
     current, other, used, tables = [], [], [], []
     for path in paths:
         try:
@@ -168,15 +171,15 @@ def _gather(paths: list[Path], schema: pa.Schema, read_one: Callable[[Path], pa.
             _warn(f"{path}: unreadable {kind} file ({_why(exc)}); {fate}")
             continue
         (current if _is_current(file_schema, schema) else other).append(path)
-    if current:
+    for start in range(0, len(current), DATASET_FILES):
+        part = current[start:start + DATASET_FILES]
         try:
-            tables.append(ds.dataset([str(p) for p in current], schema=schema,
-                                     format="parquet").to_table())
-            used += current
+            tables.append(ds.dataset([str(p) for p in part], schema=schema, format="parquet").to_table())
+            used += part
         except FileNotFoundError:
             raise
         except (pa.ArrowException, OSError):    # damaged past its footer: find it file by file
-            other = current + other
+            other += part
     for path in other:
         try:
             tables.append(read_one(path))
