@@ -150,7 +150,7 @@ def phase(name: str, results: str, rows: int, rows_per_file: int, samples: int, 
     elif name == "load traces":
         details["samples"] = len(store.load_traces(folder))
     else:                     # the whole `dlbench report`, its steps timed as it calls them
-        for module, attr in ((store, "read"), (store, "load_traces"), (compare, "build"),
+        for module, attr in ((store, "load"), (store, "load_traces"), (compare, "build"),
                              (report, "render_report")):
             _time_calls(module, attr, details)
         page = Path(results) / "_html" if name == "report html" else None

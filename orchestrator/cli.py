@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 import sys
+import warnings
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -13,7 +14,7 @@ from rich.console import Console
 
 from . import __version__, build, catalog, datasets, plan as planning, report, store
 from .entry import interrupted, received
-from .errors import DlbenchError, UsageError, docker_errors
+from .errors import DlbenchError, StoreWarning, UsageError, docker_errors
 
 app = typer.Typer(add_completion=False, invoke_without_command=True, pretty_exceptions_enable=False,
                   help="Benchmark deep-learning frameworks in containers, as GTDLBench did.")
@@ -239,6 +240,16 @@ def recover(results: ResultsOpt = None):
         raise typer.Exit(1)
 
 
+@app.command()
+def upgrade(results: ResultsOpt = None):
+    """Rewrite a results directory's older files in the current layout and schema, so that
+    any Parquet reader reads RESULTS/runs whole; nothing is lost."""
+    target = store.results_dir(results)
+    rows, traces = store.migrate(target)
+    out.print(f"{target}: upgraded {rows} row files and {traces} trace files to schema version "
+              f"{store.SCHEMA_VERSION}", highlight=False)
+
+
 class ReportFormat(str, enum.Enum):
     table = "table"
     md = "md"
@@ -316,6 +327,7 @@ def version():
 
 def main():
     """The command line, once ``entry.main`` has taken over the stop signals."""
+    warnings.showwarning = _warning
     code = 0
     try:
         with docker_errors("talking to Docker"):
@@ -331,6 +343,14 @@ def main():
     if code == 130 or received:         # typer returns 130 for a KeyboardInterrupt
         code = interrupted()
     sys.exit(code)
+
+
+def _warning(message, category, filename, lineno, file=None, line=None, _shown=warnings.showwarning):
+    """A file the store left out, on one line; other warnings as Python shows them."""
+    if not issubclass(category, StoreWarning):
+        return _shown(message, category, filename, lineno, file, line)
+    err.print(f"dlbench: warning: {' '.join(str(message).split())}", markup=False, highlight=False,
+              soft_wrap=True)
 
 
 def _fail(message: str, code: int):

@@ -73,7 +73,7 @@ class Section:
     index: int
     host_name: str
     host_cpu_model: str
-    schema_version: int
+    schema_version: int         # the version its rows were written with
     host_cpus: int | None
     host_memory_gb: float | None
     dlbench_versions: list[str]
@@ -119,22 +119,18 @@ class Report:
 
 
 def build(frame: pd.DataFrame, traces: pd.DataFrame | None = None,
-          tolerance: float = TOLERANCE_POINTS, ref: Reference | None = None,
-          versions: dict[str, int] | None = None) -> Report:
-    """The report of the stored rows ``frame`` (as ``store.load`` returns them); ``versions``:
-    the schema version each row was written with, by run id, where it differs from the frame's."""
+          tolerance: float = TOLERANCE_POINTS, ref: Reference | None = None) -> Report:
+    """The report of the stored rows ``frame`` (as ``store.load`` returns them); rows are
+    kept apart by the schema version they were written with (``written_schema_version``)."""
     ref = ref or reference()
     rows = frame.drop_duplicates("run_id").reset_index(drop=True)   # a directory merged twice
-    if versions:
-        rows["schema_version"] = [versions.get(run, version) for run, version
-                                  in zip(rows["run_id"], rows["schema_version"])]
     for column in ("host_name", "host_cpu_model"):
         rows[column] = rows[column].fillna("unknown").astype(str)
     settings = [_settings(r) for r in rows.itertuples()]
     rows["settings"] = [label for label, _ in settings]
     rows["settings_kind"] = [kind for _, kind in settings]
     sections, section_of = _sections(rows)
-    rows["section"] = [section_of[(r.host_name, r.host_cpu_model, r.schema_version)]
+    rows["section"] = [section_of[(r.host_name, r.host_cpu_model, r.written_schema_version)]
                        for r in rows.itertuples()]
     rows["threads"] = rows["threads"].astype("Int64")
     resources = [c for c in RESOURCES if c in rows.columns and rows[c].notna().any()]
@@ -180,7 +176,7 @@ def defaults(framework: str, dataset: str, profile: str) -> dict | None:
 
 
 def _sections(rows: pd.DataFrame):
-    keys = ["host_name", "host_cpu_model", "schema_version"]
+    keys = ["host_name", "host_cpu_model", "written_schema_version"]
     sections, section_of = [], {}
     if not len(rows):
         return sections, section_of

@@ -37,6 +37,10 @@ class StoreError(DlbenchError):
     pass
 
 
+class StoreWarning(UserWarning):
+    """A result file that could not be read and was left out; the CLI shows it on one line."""
+
+
 @contextlib.contextmanager
 def docker_errors(action):
     """Translate the Docker SDK's exceptions raised while doing ``action``."""

@@ -36,7 +36,7 @@ def results_table(frame: pd.DataFrame) -> Table:
 
 
 def _cell(column, value) -> str:
-    if value is None or (isinstance(value, float) and pd.isna(value)):
+    if value is None or value is pd.NA or (isinstance(value, float) and pd.isna(value)):
         return "-"
     if column == "accuracy":
         return f"{value:.4f}"
@@ -286,11 +286,11 @@ def make_report(results: Path, fmt: str | None, html_dir: Path | None, tolerance
     """The whole `dlbench report`: load, compare, render; returns (text, page written)."""
     if not 0 <= tolerance <= 100:
         raise UsageError(f"--tolerance {tolerance:g}: a tolerance is 0 points or more, at most 100")
-    frame, written = store.read(results)
+    frame = store.load(results)
     if not len(frame):
         raise StoreError(f"{results}: no stored runs to report (run `dlbench run` first)")
     traces = store.load_traces(results) if html_dir is not None else None   # only the page plots them
-    rep = compare.build(frame, traces, tolerance, versions=written)
+    rep = compare.build(frame, traces, tolerance)
     page = None
     if html_dir is not None:
         from .html import write_page

@@ -11,11 +11,16 @@ metadata.  History of the row schema:
     3  ``settings_from``: the framework whose default settings the job trained with
        (GTDLBench's cross-settings); empty for a framework's own defaults, as in
        every older row.
+    4  ``written_schema_version``: the version the row was first written with
+       (``schema_version`` is the version of the file that holds it, which an
+       upgrade raises); older rows get their own ``schema_version``.  The results
+       directory moved to ``RESULTS/runs/`` and ``RESULTS/traces/`` (rows were
+       ``RESULTS/runs-*.parquet``, traces ``RESULTS/_traces/``).
 Readers refuse rows newer than they know; older ones are upgraded step by step
 by ``store.upgrade``.
 
 The resource traces are a second table (``TRACE_SCHEMA``), one Parquet file per
-job under ``RESULTS/_traces/``, with its own version:
+job under ``RESULTS/traces/``, with its own version:
     1  first version: run_id, t_s, cpu_percent, memory_bytes, gpu_util,
        gpu_memory_bytes.
 """
@@ -32,7 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from dlbench_runner import SCHEMA_VERSION as RUNNER_SCHEMA_VERSION
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 TRACE_SCHEMA_VERSION = 1
 MAX_RESULT_BYTES = 4 << 20
 STATUSES = ("ok", "failed", "timeout", "oom", "unsupported", "no_result")
@@ -88,6 +93,7 @@ class RunRecord(BaseModel):
     """One stored row: one job's outcome, the runner's measurements, host provenance."""
 
     schema_version: int = SCHEMA_VERSION
+    written_schema_version: int = SCHEMA_VERSION   # kept through upgrades
     run_id: str
     job_id: str
     status: str
@@ -140,7 +146,7 @@ class RunRecord(BaseModel):
     wall_time_s: float | None = None
     memory_limit_bytes: int | None = None
     timeout_s: float | None = None
-    # the resource trace, summarised (the samples are in RESULTS/_traces/<run id>.parquet)
+    # the resource trace, summarised (the samples are in RESULTS/traces/)
     cpu_percent_mean: float | None = None         # 100 = one CPU busy
     memory_peak_bytes: int | None = None          # as the kernel charges the container
     memory_peak_cgroup_bytes: int | None = None   # read from the host's cgroup files
@@ -179,17 +185,25 @@ def _arrow_type(annotation) -> pa.DataType:
     return _ARROW[annotation]
 
 
-ARROW_SCHEMA = pa.schema(
-    [pa.field(name, _arrow_type(f.annotation)) for name, f in RunRecord.model_fields.items()],
-    metadata={b"dlbench.schema_version": str(SCHEMA_VERSION).encode()},
-)
+def _pandas_metadata(fields: list[pa.Field]) -> bytes:
+    """What pandas reads a Parquet file with: its integer columns as nullable ``Int64``
+    (an exit code 137, not 137.0), the others as it would anyway."""
+    return json.dumps({"index_columns": [], "column_indexes": [], "columns": [
+        {"name": f.name, "field_name": f.name, "pandas_type": "int64", "numpy_type": "Int64",
+         "metadata": None} for f in fields if f.type == pa.int64()]}).encode()
 
-# Columns each version added, with their Arrow types: store.upgrade fills them
-# with nulls when it reads older rows.
+
+_FIELDS = [pa.field(name, _arrow_type(f.annotation)) for name, f in RunRecord.model_fields.items()]
+ARROW_SCHEMA = pa.schema(_FIELDS, metadata={b"dlbench.schema_version": str(SCHEMA_VERSION).encode(),
+                                            b"pandas": _pandas_metadata(_FIELDS)})
+
+# Columns each version added: store.upgrade fills them with nulls when it reads
+# older rows (4's with the version the row was written with).
 ADDED_IN = {
     2: ["campaign", "memory_limit_bytes", "timeout_s", "cpu_percent_mean", "memory_peak_bytes",
         "memory_peak_cgroup_bytes", "gpu_util_mean", "gpu_memory_peak_bytes", "trace_samples"],
     3: ["settings_from"],
+    4: ["written_schema_version"],
 }
 
 TRACE_SCHEMA = pa.schema(

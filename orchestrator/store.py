@@ -1,25 +1,38 @@
-"""The results directory: a Parquet dataset of runs, one file per write.
+"""The results directory: two Parquet datasets, rows and traces, one file per write.
 
-    RESULTS/runs-<time>-<run id>.parquet   rows; pandas.read_parquet(RESULTS) reads them all
-    RESULTS/_traces/<run id>.parquet       a job's resource samples, one file per job
-    RESULTS/_jobs/<run id>/                the job's spec, raw result and log
-    RESULTS/_rescued/<run id>.json         a row that could not be stored (``recover``)
+    RESULTS/runs/<time>-<run id>.parquet             a job's row, written when it ends
+    RESULTS/runs/<time>-compacted-<id>.parquet       rows merged by compaction
+    RESULTS/traces/<run id>.parquet                  a job's resource samples
+    RESULTS/traces/<time>-compacted-<id>.parquet     samples merged by compaction
+    RESULTS/_jobs/<run id>/                          the job's spec, raw result and log
+    RESULTS/_rescued/<run id>.json                   a row that could not be stored (``recover``)
 
-Each write goes to a temporary name and is renamed into place, so a row appears
-whole or not at all, and concurrent writers (two ``dlbench run`` processes on the
-same directory) never touch the same file: every name holds the run id.  Names
+Every file in ``runs/`` has the current schema, so any Parquet reader reads the folder
+whole with no options: ``pandas.read_parquet("RESULTS/runs")``, DuckDB's
+``read_parquet('RESULTS/runs/*.parquet')``, polars' ``pl.read_parquet("RESULTS/runs/*.parquet")``.
+
+Each write goes to a hidden temporary name and is renamed into place, so a file
+appears whole or not at all, and concurrent writers (two ``dlbench run`` processes on
+the same directory) never touch the same file: every name holds the run id.  Names
 starting with ``_`` or ``.`` are ignored by Parquet readers.
 
-One file per job keeps every row safe the moment its job ends, but thousands of
-small files are slow to read.  ``compact`` merges the row files of the current
-schema version into one file, and the trace files into one, each written
-atomically before the files it replaces are removed; compactions take a lock, and
-a reader that meets a file removed under it reads the directory again.
-``dlbench run`` compacts when a directory holds more than ``COMPACT_AFTER`` row
-files; ``dlbench compact`` does it at any time.
+One file per job keeps every row safe the moment its job ends, but thousands of small
+files are slow to read.  ``compact`` merges the row files into one, and the trace files
+into one, each written atomically before the files it replaces are removed;
+compactions take a lock, and a reader that meets a file removed under it reads the
+directory again.  ``dlbench run`` compacts when a directory holds more than
+``COMPACT_AFTER`` row files; ``dlbench compact`` does it at any time.
 
-Rows of an older schema version are upgraded step by step as they are read
-(``upgrade``; the history is in ``schema.py``); rows of a newer one are refused.
+Directories written before schema version 4 kept rows as ``RESULTS/runs-*.parquet``
+and traces in ``RESULTS/_traces/``, each row as its version wrote it.  Readers read
+them as they are, upgrading older rows step by step in memory (``upgrade``; the
+history is in ``schema.py``).  ``migrate`` (``dlbench upgrade``, and ``dlbench run``
+at its first write to a directory) rewrites every such file into the current layout
+and schema, each new file written and fsynced before the old one is removed;
+``compact`` migrates before it merges.  A file that cannot be read (truncated,
+garbage, another schema) is left out by readers and left in place by ``migrate`` and
+``compact``, each time with a ``StoreWarning`` naming it.  Rows of a newer schema
+version are refused.
 """
 
 from __future__ import annotations
@@ -33,21 +46,31 @@ import os
 import re
 import tempfile
 import uuid
+import warnings
 from pathlib import Path
+from typing import Callable
 
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-from .errors import StoreError
+from .errors import StoreError, StoreWarning
 from .schema import (ADDED_IN, ARROW_SCHEMA, SCHEMA_VERSION, TRACE_SCHEMA, TRACE_SCHEMA_VERSION,
                      RunRecord)
 
+RUNS = "runs"
+TRACES = "traces"
 JOBS = "_jobs"
-TRACES = "_traces"
-COMPACT_AFTER = 200        # row files; ``dlbench run`` compacts past this many
-READ_ATTEMPTS = 5          # a compaction may replace files while they are being read
+OLD_ROWS = "runs-*.parquet"   # rows before schema version 4, at the top of the directory
+OLD_TRACES = "_traces"        # traces before schema version 4
+MIGRATED = ".schema_version"  # the version the last migration brought every file to
+COMPACT_AFTER = 200           # row files; ``dlbench run`` compacts past this many
+READ_ATTEMPTS = 5             # a compaction may replace files while they are being read
+DATASET_FILES = 256           # files per pyarrow dataset: each keeps every file's parsed footer
+                              # (~0.25 MiB for a row file) until it is dropped
+INTEGERS = {pa.int64(): pd.Int64Dtype()}.get   # nullable integers stay integers in pandas
 
 
 def results_dir(explicit: str | os.PathLike | None) -> Path:
@@ -58,6 +81,36 @@ def job_dir(results: Path, run_id: str) -> Path:
     path = results / JOBS / run_id
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def row_files(results: Path) -> list[Path]:
+    """The row files: those of an old layout first, then ``runs/``'s."""
+    return sorted(results.glob(OLD_ROWS)) + sorted((results / RUNS).glob("*.parquet"))
+
+
+def trace_files(results: Path) -> list[Path]:
+    return sorted((results / OLD_TRACES).glob("*.parquet")) + sorted((results / TRACES).glob("*.parquet"))
+
+
+def row_file_count(results: Path) -> int:
+    return len(row_files(results)) if results.is_dir() else 0
+
+
+def _stamp() -> str:
+    return dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S%f")
+
+
+def _fsync_folder(folder: Path) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)        # the rename itself survives a crash
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def _write_atomic(table: pa.Table, final: Path) -> Path:
@@ -72,28 +125,87 @@ def _write_atomic(table: pa.Table, final: Path) -> Path:
     finally:
         if tmp.exists():
             tmp.unlink()
-    try:
-        folder = os.open(final.parent, os.O_RDONLY)
-    except OSError:
-        return final
-    try:
-        os.fsync(folder)    # the rename itself survives a crash
-    except OSError:
-        pass
-    finally:
-        os.close(folder)
+    _fsync_folder(final.parent)
     return final
 
 
 def append(results: Path, records: list[RunRecord]) -> Path:
-    """Write the records as one new Parquet file, atomically."""
+    """Write the records as one new Parquet file, atomically (migrating an old directory first)."""
+    _migrate_once(results)
     rows = [r.model_dump() for r in records]
     table = pa.Table.from_pylist(rows, schema=ARROW_SCHEMA)
-    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S%f")
-    return _write_atomic(table, results / f"runs-{stamp}-{records[0].run_id}.parquet")
+    return _write_atomic(table, results / RUNS / f"{_stamp()}-{records[0].run_id}.parquet")
 
 
-# -- reading rows, old ones upgraded --------------------------------------------------------
+# -- reading files, old ones upgraded, unreadable ones left out -----------------------------
+class _Unreadable(Exception):
+    """A file that is not what its folder should hold; the message names it."""
+
+
+def _warn(message: str) -> None:
+    warnings.warn(message, StoreWarning, stacklevel=3)
+
+
+def _why(exc: Exception) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
+def _is_current(schema: pa.Schema, target: pa.Schema) -> bool:
+    """Whether a file's schema is ``target``'s, version included (read as it is)."""
+    meta = schema.metadata or {}
+    return (all(meta.get(key) == value for key, value in target.metadata.items()
+                if key.startswith(b"dlbench."))
+            and schema.remove_metadata().equals(target.remove_metadata()))
+
+
+def _gather(paths: list[Path], schema: pa.Schema, read_one: Callable[[Path], pa.Table],
+            kind: str, fate: str) -> tuple[pa.Table, list[Path]]:
+    """The rows of these files as one table of ``schema``, and the files they came from.
+
+    Files already in ``schema`` are read through a ``pyarrow.dataset`` (one per
+    ``DATASET_FILES``); the others (older versions) one by one with ``read_one``, which
+    upgrades them.  A file that cannot be read is left out with a warning naming it and
+    its ``fate``."""
+    current, other, used, tables = [], [], [], []
+    for path in paths:
+        try:
+            file_schema = pq.read_schema(path)
+        except FileNotFoundError:
+            raise
+        except (pa.ArrowException, OSError) as exc:
+            _warn(f"{path}: unreadable {kind} file ({_why(exc)}); {fate}")
+            continue
+        (current if _is_current(file_schema, schema) else other).append(path)
+    for start in range(0, len(current), DATASET_FILES):
+        part = current[start:start + DATASET_FILES]
+        try:
+            tables.append(ds.dataset([str(p) for p in part], schema=schema, format="parquet").to_table())
+            used += part
+        except FileNotFoundError:
+            raise
+        except (pa.ArrowException, OSError):    # damaged past its footer: find it file by file
+            other += part
+    for path in other:
+        try:
+            tables.append(read_one(path))
+        except _Unreadable as exc:
+            _warn(f"{exc}; {fate}")
+            continue
+        used.append(path)
+    table = pa.concat_tables(tables) if tables else schema.empty_table()
+    return table.replace_schema_metadata(schema.metadata), used
+
+
+def _read_table(path: Path, kind: str) -> pa.Table:
+    try:
+        return pq.read_table(path)
+    except FileNotFoundError:
+        raise
+    except (pa.ArrowException, OSError) as exc:
+        raise _Unreadable(f"{path}: unreadable {kind} file ({_why(exc)})") from None
+
+
+# -- rows, old ones upgraded ----------------------------------------------------------------
 def _add_empty(version: int):
     """The step to ``version``: the columns it added, empty (what older rows meant)."""
     def step(table: pa.Table) -> pa.Table:
@@ -106,9 +218,17 @@ def _add_empty(version: int):
     return step
 
 
+def _keep_written_version(table: pa.Table) -> pa.Table:
+    """Version 4 added written_schema_version: an older row was written with its own."""
+    if "written_schema_version" in table.column_names:
+        return table
+    return table.append_column(ARROW_SCHEMA.field("written_schema_version"),
+                               table["schema_version"].cast(pa.int64()))
+
+
 # version -> the step to the next: 2 added the campaign name, the job's limits and the
-# resource summary; 3 the cross-settings source.
-UPGRADES = {1: _add_empty(2), 2: _add_empty(3)}
+# resource summary; 3 the cross-settings source; 4 the version a row was written with.
+UPGRADES = {1: _add_empty(2), 2: _add_empty(3), 3: _keep_written_version}
 
 
 def upgrade(table: pa.Table, version: int) -> pa.Table:
@@ -121,56 +241,51 @@ def upgrade(table: pa.Table, version: int) -> pa.Table:
     return table.select(ARROW_SCHEMA.names).cast(ARROW_SCHEMA)
 
 
-def _read_rows(path: Path) -> tuple[pa.Table, dict[str, int]]:
-    """A row file's rows, upgraded, and the written version of those older than current."""
-    try:
-        table = pq.read_table(path)
-    except FileNotFoundError:
-        raise
-    except (pa.ArrowInvalid, OSError) as exc:
-        raise StoreError(f"{path}: unreadable result file: {exc}") from None
+def _newer(results: Path, version) -> StoreError:
+    return StoreError(f"{results}: rows of schema version {version}; this dlbench reads up to "
+                      f"{SCHEMA_VERSION}: upgrade dlbench")
+
+
+def _read_rows(path: Path) -> pa.Table:
+    """A row file's rows, upgraded to the current schema."""
+    table = _read_table(path, "row")
     if "schema_version" not in table.column_names:
-        raise StoreError(f"{path}: not a dlbench result file (no schema_version)")
+        raise _Unreadable(f"{path}: not a dlbench row file (no schema_version)")
     newest, oldest = pc.max(table["schema_version"]).as_py(), pc.min(table["schema_version"]).as_py()
     if newest is None:
-        return ARROW_SCHEMA.empty_table(), {}
+        return ARROW_SCHEMA.empty_table()
     if newest > SCHEMA_VERSION:
-        raise StoreError(f"{path.parent}: rows of schema version {newest}; this dlbench reads "
-                         f"up to {SCHEMA_VERSION}: upgrade dlbench")
-    written = {} if oldest == SCHEMA_VERSION else {
-        run: version for run, version in zip(table["run_id"].to_pylist(),
-                                             table["schema_version"].to_pylist())}
+        raise _newer(path.parent, newest)
     try:
-        return upgrade(table, oldest), written
-    except (pa.ArrowInvalid, KeyError, ValueError) as exc:
-        raise StoreError(f"{path}: rows of schema version {oldest} do not match it: {exc}") from None
+        return upgrade(table, oldest)
+    except (pa.ArrowException, KeyError, ValueError) as exc:
+        raise _Unreadable(f"{path}: rows of schema version {oldest} do not match it "
+                          f"({_why(exc)})") from None
+
+
+def _refuse_newer(table: pa.Table, results: Path) -> pa.Table:
+    newest = pc.max(table["schema_version"]).as_py()
+    if newest is not None and newest > SCHEMA_VERSION:
+        raise _newer(results, newest)
+    return table
 
 
 def load(results: Path) -> pd.DataFrame:
-    """Every stored row, older ones upgraded; refuses rows written by a newer dlbench."""
-    return read(results)[0]
-
-
-def read(results: Path) -> tuple[pd.DataFrame, dict[str, int]]:
-    """Every stored row, older ones upgraded, and the schema version each older row was
-    written with (by run id: the report keeps rows of different versions apart)."""
+    """Every stored row in the current schema (older ones upgraded, a run stored twice once),
+    in the order they were recorded; integer columns are pandas' nullable ``Int64``.  A file
+    that cannot be read is left out with a ``StoreWarning``; rows written by a newer dlbench
+    are refused."""
     if not results.is_dir():
         raise StoreError(f"{results}: no such results directory")
     for _ in range(READ_ATTEMPTS):
-        tables, written = [], {}
         try:
-            for path in sorted(results.glob("runs-*.parquet")):
-                table, older = _read_rows(path)
-                tables.append(table)
-                written.update(older)
+            table, _ = _gather(row_files(results), ARROW_SCHEMA, _read_rows, "row", "skipped")
         except FileNotFoundError:
-            continue            # compacted under us: read the directory again
-        if not tables:
-            return ARROW_SCHEMA.empty_table().to_pandas(), {}
+            continue            # compacted or migrated under us: read the directory again
         # a compaction writes its merged file before it removes the ones merged: a reader
         # between the two (or after a crash between them) sees those rows twice
-        frame = pa.concat_tables(tables).to_pandas()
-        return frame.drop_duplicates("run_id", ignore_index=True), written
+        frame = _refuse_newer(table, results).to_pandas(types_mapper=INTEGERS).sort_values("recorded_at", kind="stable")
+        return frame.drop_duplicates("run_id", ignore_index=True)
     raise StoreError(f"{results}: the row files kept changing while being read; try again")
 
 
@@ -192,42 +307,42 @@ def trace_path(results: Path, run_id: str) -> Path:
 
 def write_trace(results: Path, run_id: str, samples: list[dict]) -> Path:
     """A job's resource samples as one Parquet file, atomically (possibly with no rows)."""
+    _migrate_once(results)
     rows = [dict(sample, run_id=run_id) for sample in samples]
     table = pa.Table.from_pylist(rows, schema=TRACE_SCHEMA)
     return _write_atomic(table, trace_path(results, run_id))
 
 
+def _read_trace(path: Path) -> pa.Table:
+    table = _read_table(path, "trace")
+    try:
+        version = int((table.schema.metadata or {}).get(b"dlbench.trace_schema_version", b"1"))
+    except ValueError:
+        version = 1
+    if version > TRACE_SCHEMA_VERSION:
+        raise StoreError(f"{path}: trace schema version {version}; this dlbench reads up to "
+                         f"{TRACE_SCHEMA_VERSION}: upgrade dlbench")
+    try:
+        return table.select(TRACE_SCHEMA.names).cast(TRACE_SCHEMA)
+    except (pa.ArrowException, KeyError, ValueError) as exc:
+        raise _Unreadable(f"{path}: not a dlbench trace file ({_why(exc)})") from None
+
+
 def load_traces(results: Path, run_ids=None) -> pd.DataFrame:
-    """The resource samples of every job (or of the given run ids), by run id and time."""
+    """The resource samples of every job (or of the given run ids), by run id and time; a
+    file that cannot be read is left out with a ``StoreWarning``."""
     for _ in range(READ_ATTEMPTS):
         try:
-            table = _read_traces(results)
+            table, _ = _gather(trace_files(results), TRACE_SCHEMA, _read_trace, "trace", "skipped")
         except FileNotFoundError:
-            continue            # compacted under us: read the directory again
+            continue            # compacted or migrated under us: read the directory again
         if run_ids is not None:
             table = table.filter(pc.is_in(table["run_id"], pa.array(list(run_ids), pa.string())))
         return table.to_pandas().sort_values(["run_id", "t_s"], ignore_index=True)
     raise StoreError(f"{results}: the trace files kept changing while being read; try again")
 
 
-def _read_traces(results: Path, paths: list[Path] | None = None) -> pa.Table:
-    tables = []
-    for path in paths if paths is not None else sorted((results / TRACES).glob("*.parquet")):
-        try:
-            table = pq.read_table(path)
-        except FileNotFoundError:
-            raise
-        except (pa.ArrowInvalid, OSError) as exc:
-            raise StoreError(f"{path}: unreadable trace file: {exc}") from None
-        version = int((table.schema.metadata or {}).get(b"dlbench.trace_schema_version", b"1"))
-        if version > TRACE_SCHEMA_VERSION:
-            raise StoreError(f"{path}: trace schema version {version}; this dlbench reads up to "
-                             f"{TRACE_SCHEMA_VERSION}: upgrade dlbench")
-        tables.append(table.select(TRACE_SCHEMA.names).cast(TRACE_SCHEMA))
-    return pa.concat_tables(tables) if tables else TRACE_SCHEMA.empty_table()
-
-
-# -- compaction -----------------------------------------------------------------------------
+# -- migration and compaction ---------------------------------------------------------------
 @contextlib.contextmanager
 def _compaction_lock(results: Path):
     with open(results / ".compact.lock", "a") as lock:
@@ -238,36 +353,101 @@ def _compaction_lock(results: Path):
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-def row_file_count(results: Path) -> int:
-    return sum(1 for _ in results.glob("runs-*.parquet")) if results.is_dir() else 0
+def _migrated(results: Path) -> int | None:
+    try:
+        return int((results / MIGRATED).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _migrate_once(results: Path) -> None:
+    """Before the first write to a directory this dlbench has not migrated: migrate it."""
+    if _migrated(results) != SCHEMA_VERSION:
+        results.mkdir(parents=True, exist_ok=True)
+        with _compaction_lock(results):
+            _migrate_locked(results)
+
+
+def _rewrite(paths: list[Path], folder: Path, schema: pa.Schema, read_one, kind: str,
+             verify: bool) -> tuple[int, set]:
+    """Every file of ``paths`` not in ``folder`` with ``schema``, rewritten there; the old
+    file is removed once its new one is on disk.  Returns how many were rewritten, and the
+    files left in place since they cannot be read (those already current too, if
+    ``verify``: read whole, which a first write need not pay for)."""
+    todo, left, current = [], set(), []
+    for path in paths:
+        if path.parent == folder:
+            with contextlib.suppress(pa.ArrowException, OSError):
+                if _is_current(pq.read_schema(path), schema):
+                    current.append(path)
+                    continue
+        try:
+            todo.append((path, read_one(path)))   # all read before any is written: a newer
+        except _Unreadable as exc:                # version is refused with nothing changed
+            _warn(f"{exc}; left in place")
+            left.add(path)
+    if verify and current:
+        left |= set(current) - set(_gather(current, schema, read_one, kind, "left in place")[1])
+    for path, table in todo:
+        new = _write_atomic(table.replace_schema_metadata(schema.metadata),
+                            folder / path.name.removeprefix("runs-"))
+        if new != path:
+            path.unlink()
+    return len(todo), left
+
+
+def _migrate_locked(results: Path, verify: bool = False) -> tuple[int, int, set]:
+    rows, left = _rewrite(row_files(results), results / RUNS, ARROW_SCHEMA, _read_rows, "row",
+                          verify)
+    traces, left_traces = _rewrite(trace_files(results), results / TRACES, TRACE_SCHEMA,
+                                   _read_trace, "trace", verify)
+    with contextlib.suppress(OSError):
+        (results / OLD_TRACES).rmdir()           # unless a file was left in place
+    tmp = results / f"{MIGRATED}.{os.getpid()}.tmp"
+    tmp.write_text(f"{SCHEMA_VERSION}\n")
+    os.replace(tmp, results / MIGRATED)
+    return rows, traces, left | left_traces
+
+
+def migrate(results: Path) -> tuple[int, int]:
+    """Bring a results directory to the current layout and schema (``dlbench upgrade``):
+    every row file of an older version or layout rewritten into ``runs/`` with its rows
+    upgraded, every trace file into ``traces/``; the files already current are read
+    whole, so that any damaged one is named.  Returns how many files of each were
+    rewritten.  Safe beside running writers, readers and compactions."""
+    if not results.is_dir():
+        raise StoreError(f"{results}: no such results directory")
+    with _compaction_lock(results):
+        return _migrate_locked(results, verify=True)[:2]
+
+
+def _merge(paths: list[Path], folder: Path, schema: pa.Schema, read_one, kind: str,
+           name: str, check=lambda table: table) -> int:
+    if len(paths) < 2:
+        return 0
+    table, used = _gather(paths, schema, read_one, kind, "left in place")
+    if len(used) < 2:
+        return 0
+    _write_atomic(check(table), folder / name)
+    for path in used:
+        path.unlink(missing_ok=True)
+    return len(used)
 
 
 def compact(results: Path) -> tuple[int, int]:
-    """Merge the row files of the current schema version into one, and the trace files
-    into one; returns how many files of each were merged.  Rows of older versions stay
-    in their files as written.  Safe beside running writers and readers."""
+    """Migrate (above), then merge the row files into one and the trace files into one;
+    returns how many files of each were merged.  Safe beside running writers and readers."""
     if not results.is_dir():
         raise StoreError(f"{results}: no such results directory")
-    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S%f")
-    name = f"{stamp}-compacted-{uuid.uuid4().hex[:8]}"
+    name = f"{_stamp()}-compacted-{uuid.uuid4().hex[:8]}.parquet"
     with _compaction_lock(results):
-        rows, tables = [], []
-        for path in sorted(results.glob("runs-*.parquet")):
-            table, older = _read_rows(path)
-            if not older:                   # older rows stay in their files, as written
-                rows.append(path)
-                tables.append(table)
-        if len(rows) > 1:
-            _write_atomic(pa.concat_tables(tables).replace_schema_metadata(ARROW_SCHEMA.metadata),
-                          results / f"runs-{name}.parquet")
-            for path in rows:
-                path.unlink(missing_ok=True)
-        traces = sorted((results / TRACES).glob("*.parquet"))
-        if len(traces) > 1:
-            _write_atomic(_read_traces(results, traces), results / TRACES / f"traces-{name}.parquet")
-            for path in traces:
-                path.unlink(missing_ok=True)
-    return (len(rows) if len(rows) > 1 else 0), (len(traces) if len(traces) > 1 else 0)
+        *_, left = _migrate_locked(results)     # those already said to be left in place
+        rows = _merge([p for p in row_files(results) if p not in left], results / RUNS,
+                      ARROW_SCHEMA, _read_rows, "row", name,
+                      lambda table: _refuse_newer(table, results))
+        traces = _merge([p for p in trace_files(results) if p not in left], results / TRACES,
+                        TRACE_SCHEMA, _read_trace, "trace", name)
+    return rows, traces
 
 
 # -- a results directory that can take the rows, and rows rescued when it cannot -----------

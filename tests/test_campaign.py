@@ -238,7 +238,7 @@ class JobStarts:
 
 
 def row_files(results: Path) -> dict:
-    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in results.glob("runs-*.parquet")}
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in store.row_files(results)}
 
 
 @pytest.mark.docker
@@ -355,4 +355,4 @@ def test_concurrent_writers_never_lose_or_tear_a_row(tmp_path):
     assert [w.wait(timeout=300) for w in writers] == [0, 0]
     frame = store.load(results)
     assert len(frame) == 300 and frame["run_id"].is_unique and seen <= 300
-    assert not list(results.glob(".*"))
+    assert not list(results.rglob("*.tmp"))             # no temporary file left behind

@@ -50,7 +50,7 @@ def campaign_file(tmp_path, name, limits="", extra="") -> Path:
 
 
 def row_files(results: Path) -> dict:
-    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in results.glob("runs-*.parquet")}
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in store.row_files(results)}
 
 
 class Stored:

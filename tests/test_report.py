@@ -58,7 +58,7 @@ def real(data_root, tmp_path_factory) -> Path:
 
 def records(results: Path) -> list[RunRecord]:
     """The stored rows as records, to be stored again (as this dlbench writes them)."""
-    rows = [row for f in sorted(results.glob("runs-*.parquet")) for row in pq.read_table(f).to_pylist()]
+    rows = [row for f in store.row_files(results) for row in pq.read_table(f).to_pylist()]
     return sorted((RunRecord(**dict(row, schema_version=SCHEMA_VERSION)) for row in rows),
                   key=lambda r: r.repeat)
 
@@ -219,7 +219,7 @@ def test_rows_written_by_an_older_schema_version_are_reported_apart(real, tmp_pa
     table = table.set_column(table.schema.get_field_index("schema_version"), "schema_version",
                              pa.array([older], pa.int64()))
     table = table.replace_schema_metadata({b"dlbench.schema_version": str(older).encode()})
-    pq.write_table(table, results / f"runs-20200101T000000000000-{second.run_id}.parquet")
+    pq.write_table(table, results / store.RUNS / f"20200101T000000000000-{second.run_id}.parquet")
     assert list(store.load(results)["schema_version"]) == [SCHEMA_VERSION] * 2   # upgraded on read
     document = report_json(results)
     assert sorted(m["schema_version"] for m in document["machines"]) == [older, SCHEMA_VERSION]
@@ -401,8 +401,11 @@ def test_the_html_page_is_self_contained_with_tables_and_plots(real, traces, tmp
     assert "were not measured alike" in text and "within 1 percentage point" in text
     assert "<th>CPU %</th>" in text
 
-    store.trace_path(results, rows[0].run_id).write_bytes(b"not parquet")
-    one_line_error(dlbench("report", "--results", results, "--html", out), r"unreadable trace file")
+    broken = store.trace_path(results, rows[0].run_id)
+    broken.write_bytes(b"not parquet")                    # left out, with a warning naming it
+    proc = dlbench("report", "--results", results, "--html", out, check=True)
+    assert proc.stderr.splitlines()[0].startswith(f"dlbench: warning: {broken}: unreadable trace file")
+    assert (out / "index.html").read_text().count("<svg") == 2
 
 
 @docker

@@ -5,6 +5,8 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import shutil
+from pathlib import Path
 
 import pandas as pd
 import pyarrow as pa
@@ -13,9 +15,10 @@ import pytest
 
 from orchestrator import plan, store
 from orchestrator.collect import Outcome, collect
-from orchestrator.errors import StoreError
+from orchestrator.errors import StoreError, StoreWarning
 from orchestrator.schema import ARROW_SCHEMA, SCHEMA_VERSION
 
+FIXTURES = Path(__file__).parent / "fixtures"
 JOB, = plan.make_plan(["torch"], ["mnist"], "quick", host_cpus=2).jobs
 
 
@@ -72,26 +75,45 @@ def test_every_outcome_is_exactly_one_row_with_a_status(tmp_path, kwargs, status
 
 def test_rows_round_trip_and_pandas_reads_the_directory(tmp_path):
     first = record_for(tmp_path, good_result())
-    second = record_for(tmp_path, exit_code=1).model_copy(update={"run_id": "run2"})
+    second = record_for(tmp_path, exit_code=137).model_copy(update={"run_id": "run2"})
     store.append(tmp_path / "results", [first])
     store.append(tmp_path / "results", [second])
     (tmp_path / "results" / "_jobs" / "x").mkdir(parents=True)
     (tmp_path / "results" / "_jobs" / "x" / "result.json").write_text("{}")
     frame = store.load(tmp_path / "results")
     assert sorted(frame["status"]) == ["failed", "ok"]
-    direct = pd.read_parquet(tmp_path / "results")
+    assert frame["exit_code"].dtype == "Int64" and list(frame["exit_code"].astype(object)) == [0, 137]
+    direct = pd.read_parquet(tmp_path / "results" / store.RUNS)
     assert len(direct) == 2 and list(direct.columns) == ARROW_SCHEMA.names
-    files = list((tmp_path / "results").glob("runs-*.parquet"))
+    assert direct["exit_code"].dtype == "Int64"             # 137, not 137.0, with no options
+    files = store.row_files(tmp_path / "results")
+    assert [f.parent.name for f in files] == [store.RUNS] * 2
     meta = pq.read_schema(files[0]).metadata
     assert meta[b"dlbench.schema_version"] == str(SCHEMA_VERSION).encode()
-    assert not list((tmp_path / "results").glob(".*tmp"))
+    assert not list((tmp_path / "results" / store.RUNS).glob(".*tmp"))
 
 
 def test_rows_from_a_newer_dlbench_are_refused(tmp_path):
+    from conftest import dlbench
+
+    results = tmp_path / "results"
     record = record_for(tmp_path, good_result()).model_copy(update={"schema_version": SCHEMA_VERSION + 1})
-    store.append(tmp_path / "results", [record])
+    store.append(results, [record])
     with pytest.raises(StoreError, match="upgrade dlbench"):
-        store.load(tmp_path / "results")
+        store.load(results)
+    older = copy_fixture("results-v1", tmp_path / "older")
+    table = pq.read_table(next(older.glob("runs-*.parquet")))
+    table = table.set_column(0, "schema_version", pa.array([SCHEMA_VERSION + 1], pa.int64()))
+    pq.write_table(table.replace_schema_metadata({b"dlbench.schema_version": b"5"}),
+                   results / store.RUNS / "20200101T000000000000-newer.parquet")
+    for command in ("results", "report", "compact", "upgrade"):
+        before = files_of(results)
+        proc = dlbench(command, "--results", results)
+        assert proc.returncode == 1 and proc.stdout == ""
+        assert proc.stderr.splitlines() == [f"dlbench: error: {results}/runs: rows of schema version "
+                                            f"{SCHEMA_VERSION + 1}; this dlbench reads up to "
+                                            f"{SCHEMA_VERSION}: upgrade dlbench"], command
+        assert files_of(results) == before                  # refused with nothing changed
 
 
 def test_an_empty_or_missing_results_directory(tmp_path):
@@ -101,19 +123,31 @@ def test_an_empty_or_missing_results_directory(tmp_path):
     assert store.load(tmp_path / "empty").empty
 
 
-def test_rows_of_schema_version_1_are_read_upgraded(tmp_path):
-    """Golden files written by dlbench 0.1.0 (schema version 1), beside a current row."""
-    import shutil
+def copy_fixture(name: str, results):
+    shutil.copytree(FIXTURES / name, results)
+    return results
 
+
+def files_of(results) -> dict[str, bytes]:
+    return {str(p.relative_to(results)): p.read_bytes() for p in results.rglob("*") if p.is_file()}
+
+
+def test_rows_of_schema_version_1_are_read_upgraded(tmp_path):
+    """Golden files written by dlbench 0.1.0 (schema version 1), read as they are, then
+    beside a current row (whose write migrates the directory)."""
     from orchestrator.schema import ADDED_IN
 
-    results = tmp_path / "results"
-    shutil.copytree(os.path.join(os.path.dirname(__file__), "fixtures", "results-v1"), results)
+    results = copy_fixture("results-v1", tmp_path / "results")
     assert {pq.read_schema(f).metadata[b"dlbench.schema_version"] for f in results.iterdir()} == {b"1"}
+    before = files_of(results)
+    read = store.load(results)
+    assert files_of(results) == before                      # reading changes nothing
     store.append(results, [record_for(tmp_path, good_result()).model_copy(update={"campaign": "new"})])
     frame = store.load(results)
+    pd.testing.assert_frame_equal(frame[frame["run_id"].str.startswith("v1")], read)
     assert list(frame.columns) == ARROW_SCHEMA.names and (frame["schema_version"] == SCHEMA_VERSION).all()
     old = frame[frame["run_id"].str.startswith("v1")].set_index("run_id")
+    assert list(old["written_schema_version"]) == [1, 1]
     assert old.loc["v1okrun000000001", "accuracy"] == 0.9812
     assert old.loc["v1badrun00000001", "exit_code"] == 137
     assert old[ADDED_IN[2] + ADDED_IN[3]].isna().all().all()   # what version 1 did not record
@@ -125,10 +159,7 @@ def test_rows_of_schema_version_1_are_read_upgraded(tmp_path):
 def test_rows_of_schema_version_2_are_read_upgraded(tmp_path):
     """A golden file written with schema version 2: its campaign and resource summary kept,
     the cross-settings source (added in version 3) empty, as its own defaults were."""
-    import shutil
-
-    results = tmp_path / "results"
-    shutil.copytree(os.path.join(os.path.dirname(__file__), "fixtures", "results-v2"), results)
+    results = copy_fixture("results-v2", tmp_path / "results")
     assert {pq.read_schema(f).metadata[b"dlbench.schema_version"] for f in results.iterdir()} == {b"2"}
     store.append(results, [record_for(tmp_path, good_result()).model_copy(update={"settings_from": "caffe"})])
     frame = store.load(results).set_index("run_id")
@@ -136,8 +167,134 @@ def test_rows_of_schema_version_2_are_read_upgraded(tmp_path):
     old = frame.loc["v2okrun000000001"]
     assert old["campaign"] == "v2-campaign" and old["accuracy"] == 0.9731
     assert old["memory_peak_bytes"] == 412_000_000 and old["trace_samples"] == 44
-    assert pd.isna(old["settings_from"])
+    assert pd.isna(old["settings_from"]) and old["written_schema_version"] == 2
     assert list(frame["settings_from"].dropna()) == ["caffe"]
+    assert frame.loc["job1" == frame["job_id"], "written_schema_version"].tolist() == [SCHEMA_VERSION]
+
+
+V3_ROWS = {   # what the version-3 golden directory holds, as this dlbench reads it
+    "v3okrun000000001": dict(status="ok", campaign="v3-campaign", settings_from="caffe",
+                             accuracy=0.9905, train_time_s=300.5, batch_size=64, exit_code=pd.NA,
+                             memory_limit_bytes=3 << 30, memory_peak_bytes=512_000_000,
+                             memory_peak_cgroup_bytes=530_000_000, trace_samples=3,
+                             host_name="v3host", epoch_loss=[0.3, 0.1]),
+    "v3badrun00000001": dict(status="oom", campaign="v3-campaign", settings_from=None,
+                             accuracy=None, train_time_s=None, batch_size=10, exit_code=137,
+                             memory_limit_bytes=3 << 30, memory_peak_bytes=pd.NA,
+                             memory_peak_cgroup_bytes=pd.NA, trace_samples=0,
+                             host_name="v3host", epoch_loss=[]),
+}
+
+
+def assert_v3_rows(frame):
+    rows = frame.set_index("run_id")
+    assert sorted(rows.index) == sorted(V3_ROWS)
+    assert (rows["schema_version"] == SCHEMA_VERSION).all() and (rows["written_schema_version"] == 3).all()
+    for run_id, values in V3_ROWS.items():
+        for column, value in values.items():
+            got = rows.loc[run_id, column]
+            if isinstance(value, list):
+                assert list(got) == value, column
+            elif value is None or value is pd.NA:
+                assert pd.isna(got), column
+            else:
+                assert got == value, column
+                assert isinstance(got, float) == isinstance(value, float), column   # 137, not 137.0
+    assert rows["exit_code"].dtype == "Int64" and rows["trace_samples"].dtype == "Int64"
+
+
+def test_version_3_golden_directory_read_then_upgraded_in_place(tmp_path):
+    """The golden directory of schema version 3 (old layout: rows at the top, traces in
+    _traces/): read as it is, then `dlbench upgrade` rewrites it with nothing lost."""
+    from conftest import dlbench
+
+    results = copy_fixture("results-v3", tmp_path / "results")
+    assert {pq.read_schema(f).metadata[b"dlbench.schema_version"]
+            for f in results.glob("runs-*.parquet")} == {b"3"}
+    rows, traces = store.load(results), store.load_traces(results)
+    assert_v3_rows(rows)
+    assert list(traces["cpu_percent"]) == [190.0, 191.0, 192.0]
+    proc = dlbench("upgrade", "--results", results, check=True)
+    assert proc.stdout.strip() == (f"{results}: upgraded 2 row files and 1 trace files to schema "
+                                   f"version {SCHEMA_VERSION}") and proc.stderr == ""
+    assert sorted(p.relative_to(results).as_posix() for p in results.rglob("*.parquet")) == [
+        "runs/20261124T100000000000-v3okrun000000001.parquet",
+        "runs/20261124T100100000000-v3badrun00000001.parquet",
+        "traces/v3okrun000000001.parquet"]
+    assert not (results / "_traces").exists()
+    for path in store.row_files(results):
+        assert pq.read_schema(path).metadata[b"dlbench.schema_version"] == str(SCHEMA_VERSION).encode()
+    pd.testing.assert_frame_equal(store.load(results), rows)
+    pd.testing.assert_frame_equal(store.load_traces(results), traces)
+    assert_v3_rows(pd.read_parquet(results / store.RUNS))
+    proc = dlbench("upgrade", "--results", results, check=True)     # nothing left to do
+    assert proc.stdout.strip().endswith("upgraded 0 row files and 0 trace files to schema version 4")
+
+
+def test_the_first_write_migrates_an_old_directory(tmp_path):
+    results = copy_fixture("results-v3", tmp_path / "results")
+    rows = store.load(results)
+    store.write_trace(results, "run1", [{"t_s": 0.0, "cpu_percent": 50.0, "memory_bytes": 1}])
+    assert not list(results.glob("runs-*.parquet")) and not (results / "_traces").exists()
+    assert len(store.row_files(results)) == 2 and len(store.trace_files(results)) == 2
+    store.append(results, [record_for(tmp_path, good_result())])
+    frame = store.load(results)
+    pd.testing.assert_frame_equal(frame[frame["run_id"] != "run1"].reset_index(drop=True), rows)
+    assert len(pd.read_parquet(results / store.RUNS)) == 3
+    assert sorted(pd.read_parquet(results / store.TRACES)["run_id"].unique()) == ["run1", "v3okrun000000001"]
+
+
+def three_readers(runs) -> dict[str, pa.Table]:
+    """RESULTS/runs as pandas, DuckDB and polars read it with no options, as Arrow tables."""
+    import duckdb
+    import polars as pl
+
+    frames = {"pandas": pa.Table.from_pandas(pd.read_parquet(runs), preserve_index=False),
+              "duckdb": pa.table(duckdb.sql(f"SELECT * FROM read_parquet('{runs}/*.parquet')")),
+              "polars": pl.read_parquet(f"{runs}/*.parquet").to_arrow()}
+    assert pl.scan_parquet(f"{runs}/*.parquet").collect().to_arrow().num_rows == frames["polars"].num_rows
+    return frames
+
+
+@pytest.mark.parametrize("how", ["upgrade", "compact"])
+def test_a_mixed_version_directory_reads_alike_in_pandas_duckdb_and_polars(tmp_path, how):
+    """Rows of versions 1, 2 and 3 (golden files) beside current ones written by this
+    dlbench; after `dlbench upgrade` (or compaction) the three readers agree, row for row."""
+    from conftest import dlbench
+
+    results = tmp_path / "results"
+    for version in (1, 2, 3):
+        shutil.copytree(FIXTURES / f"results-v{version}", results, dirs_exist_ok=True)
+    old = store.load(results)                               # read as they are, upgraded
+    assert sorted(old["written_schema_version"]) == [1, 1, 2, 3, 3]
+    fill(results, tmp_path, ["now1", "now2"])                # the first write migrates
+    fill(results, tmp_path, ["now3"])
+    expected = store.load(results)
+    pd.testing.assert_frame_equal(expected[expected["run_id"].isin(old["run_id"])]
+                                  .reset_index(drop=True), old)
+    dlbench(how, "--results", results, check=True)
+    assert len(store.row_files(results)) == (1 if how == "compact" else 8)
+    stored = store.load(results)
+    pd.testing.assert_frame_equal(stored, expected)
+    assert dict(zip(stored["run_id"], stored["written_schema_version"])) == {
+        "v1okrun000000001": 1, "v1badrun00000001": 1, "v2okrun000000001": 2,
+        "v3okrun000000001": 3, "v3badrun00000001": 3, "now1": 4, "now2": 4, "now3": 4}
+    tables = three_readers(results / store.RUNS)
+    for reader, table in tables.items():
+        assert table.column_names == ARROW_SCHEMA.names, reader
+        for field in ARROW_SCHEMA:
+            if pa.types.is_integer(field.type):
+                assert pa.types.is_integer(table.schema.field(field.name).type), (reader, field.name)
+    rows = {reader: sorted(table.cast(ARROW_SCHEMA).to_pylist(), key=lambda r: r["run_id"])
+            for reader, table in tables.items()}
+    assert rows["pandas"] == rows["duckdb"] == rows["polars"]
+    assert len(rows["pandas"]) == 8
+    by_run = {r["run_id"]: r for r in rows["pandas"]}
+    assert by_run["v1badrun00000001"]["exit_code"] == 137 and by_run["v3badrun00000001"]["exit_code"] == 137
+    assert by_run["v1okrun000000001"]["written_schema_version"] == 1
+    assert all(r["schema_version"] == SCHEMA_VERSION for r in rows["pandas"])
+    assert by_run == {r["run_id"]: r for r in pa.Table.from_pandas(stored, preserve_index=False)
+                      .cast(ARROW_SCHEMA).to_pylist()}
 
 
 # -- compaction -----------------------------------------------------------------------------
@@ -150,27 +307,102 @@ def fill(results, tmp_path, names, samples=3):
 
 
 def test_compaction_merges_files_and_keeps_every_row_and_sample(tmp_path):
-    import shutil
-
-    results = tmp_path / "results"
-    shutil.copytree(os.path.join(os.path.dirname(__file__), "fixtures", "results-v1"), results)
+    results = copy_fixture("results-v1", tmp_path / "results")
     fill(results, tmp_path, [f"run{i}" for i in range(6)])
-    rows_before, written_before = store.read(results)
+    rows_before = store.load(results)
     traces_before = store.load_traces(results)
-    assert store.compact(results) == (6, 6)
-    files = sorted(p.name for p in results.glob("runs-*.parquet"))
-    assert len(files) == 3 and sum("compacted" in f for f in files) == 1   # the v1 files stay as written
-    assert len(list((results / store.TRACES).glob("*.parquet"))) == 1
-    rows_after, written_after = store.read(results)
-    key = ["run_id"]
-    pd.testing.assert_frame_equal(rows_after.sort_values(key, ignore_index=True),
-                                  rows_before.sort_values(key, ignore_index=True))
-    assert written_after == written_before == {"v1okrun000000001": 1, "v1badrun00000001": 1}
+    assert store.compact(results) == (8, 6)
+    files = store.row_files(results)
+    assert len(files) == 1 and "compacted" in files[0].name     # the v1 rows too, upgraded
+    assert pq.read_schema(files[0]).metadata[b"dlbench.schema_version"] == str(SCHEMA_VERSION).encode()
+    assert len(store.trace_files(results)) == 1
+    rows_after = store.load(results)
+    pd.testing.assert_frame_equal(rows_after, rows_before)
+    assert dict(zip(rows_after["run_id"], rows_after["written_schema_version"])) == {
+        "v1okrun000000001": 1, "v1badrun00000001": 1, **{f"run{i}": SCHEMA_VERSION for i in range(6)}}
     pd.testing.assert_frame_equal(store.load_traces(results), traces_before)
     assert len(store.load_traces(results, ["run2"])) == 3
     assert store.compact(results) == (0, 0)                 # nothing left to merge
     fill(results, tmp_path, ["run6"])
     assert store.compact(results) == (2, 2) and len(store.load(results)) == 9
+
+
+def test_compaction_of_an_old_directory_upgrades_its_rows(tmp_path):
+    results = copy_fixture("results-v1", tmp_path / "results")
+    shutil.copytree(FIXTURES / "results-v3", results, dirs_exist_ok=True)
+    rows, traces = store.load(results), store.load_traces(results)
+    assert store.compact(results) == (4, 0)                 # one trace: moved, nothing to merge
+    assert [p.relative_to(results).parts[0] for p in store.row_files(results)] == [store.RUNS]
+    assert [p.relative_to(results).as_posix() for p in store.trace_files(results)] == [
+        "traces/v3okrun000000001.parquet"]
+    pd.testing.assert_frame_equal(store.load(results), rows)
+    pd.testing.assert_frame_equal(store.load_traces(results), traces)
+
+
+def broken_files(results) -> dict[str, Path]:
+    """Row files no reader can use, beside good ones: cut short, garbage, damaged pages
+    behind a good footer, another table, and dlbench's own metadata on columns of the
+    wrong types."""
+    good = store.row_files(results)[0]
+    runs = results / store.RUNS
+    broken = {kind: runs / f"20200101T00000000000{i}-{kind}.parquet"
+              for i, kind in enumerate(["truncated", "garbage", "damaged", "foreign", "mistyped"])}
+    data = good.read_bytes()
+    broken["truncated"].write_bytes(data[: len(data) // 2])
+    damaged, group = bytearray(data), pq.ParquetFile(good).metadata.row_group(0)
+    for chunk in map(group.column, range(group.num_columns)):
+        start = chunk.dictionary_page_offset or chunk.data_page_offset
+        damaged[start:start + chunk.total_compressed_size] = b"\xab" * chunk.total_compressed_size
+    broken["damaged"].write_bytes(bytes(damaged))
+    broken["garbage"].write_bytes(b"\x00garbage{" * 100)
+    pq.write_table(pa.table({"x": [1, 2]}), broken["foreign"])
+    table = pq.read_table(good)
+    table = table.set_column(table.schema.get_field_index("accuracy"), "accuracy", pa.array(["high"]))
+    pq.write_table(table.replace_schema_metadata(ARROW_SCHEMA.metadata), broken["mistyped"])
+    return broken
+
+
+def test_unreadable_row_files_are_skipped_with_a_warning_naming_each(tmp_path):
+    from conftest import dlbench
+
+    results = tmp_path / "results"
+    fill(results, tmp_path, ["a", "b"])
+    broken = broken_files(results)
+    bad_trace = store.trace_path(results, "a")
+    bad_trace.write_bytes(b"PAR1 not really")
+    with pytest.warns(StoreWarning) as caught:
+        frame = store.load(results)
+    assert sorted(frame["run_id"]) == ["a", "b"]
+    messages = sorted(str(w.message) for w in caught)
+    assert [m.split(":")[0] for m in messages] == sorted(str(p) for p in broken.values())
+    assert all(m.endswith("; skipped") for m in messages)
+    assert "not a dlbench row file" in next(m for m in messages if "foreign" in m)
+    assert "do not match" in next(m for m in messages if "mistyped" in m)
+    with pytest.warns(StoreWarning) as caught:
+        assert store.ok_job_ids(results) == {"job1"}        # --resume
+    assert len(caught) == len(broken)
+    with pytest.warns(StoreWarning, match=f"{bad_trace}: unreadable trace file"):
+        assert list(store.load_traces(results)["run_id"].unique()) == ["b"]
+
+    def warnings_of(proc) -> list[str]:
+        lines = proc.stderr.splitlines()
+        assert all(line.startswith("dlbench: warning: ") for line in lines), proc.stderr
+        return sorted(line.removeprefix("dlbench: warning: ").split(":")[0] for line in lines)
+
+    proc = dlbench("results", "--results", results, "--format", "json", check=True)
+    assert warnings_of(proc) == sorted(str(p) for p in broken.values())
+    assert sorted(row["run_id"] for row in json.loads(proc.stdout)) == ["a", "b"]
+    proc = dlbench("report", "--results", results, "--format", "json", check=True)
+    assert warnings_of(proc) == sorted(str(p) for p in broken.values())
+    assert [group["runs"] for group in json.loads(proc.stdout)["groups"]] == [2]
+    for command in ("upgrade", "compact"):                  # left in place, and said so
+        proc = dlbench(command, "--results", results, check=True)
+        assert warnings_of(proc) == sorted([str(bad_trace)] + [str(p) for p in broken.values()])
+        assert all(line.endswith("; left in place") for line in proc.stderr.splitlines())
+        assert all(path.is_file() for path in [bad_trace, *broken.values()])
+    assert proc.stdout.strip() == f"{results}: merged 2 row files and 0 trace files"   # 1 readable
+    with pytest.warns(StoreWarning):
+        assert sorted(store.load(results)["run_id"]) == ["a", "b"]
 
 
 def test_compaction_beside_a_writer_and_a_reader_loses_nothing(tmp_path):

@@ -77,12 +77,12 @@ def test_traces_are_one_parquet_file_per_job_that_pandas_reads(tmp_path):
     rows = [{"t_s": 1.0, "cpu_percent": 50.0, "memory_bytes": 10, "gpu_util": None, "gpu_memory_bytes": None}]
     store.write_trace(tmp_path, "run-a", rows * 3)
     store.write_trace(tmp_path, "run-b", [])                 # a job that died at once
-    assert sorted(p.name for p in (tmp_path / "_traces").iterdir()) == ["run-a.parquet", "run-b.parquet"]
+    assert sorted(p.name for p in (tmp_path / store.TRACES).iterdir()) == ["run-a.parquet", "run-b.parquet"]
     frame = store.load_traces(tmp_path)
     assert list(frame.columns) == ["run_id", "t_s", "cpu_percent", "memory_bytes", "gpu_util",
                                    "gpu_memory_bytes"]
     assert list(frame.run_id) == ["run-a"] * 3
-    assert len(pd.read_parquet(tmp_path / "_traces")) == 3
+    assert len(pd.read_parquet(tmp_path / store.TRACES)) == 3
     assert pq.read_schema(store.trace_path(tmp_path, "run-a")).metadata == TRACE_SCHEMA.metadata
     assert len(store.load_traces(tmp_path, ["run-b", "missing"])) == 0
 

@@ -43,7 +43,7 @@ def one_line_error(proc, *parts, code=None):
 
 
 def row_files(results: Path) -> dict:
-    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in results.glob("runs-*.parquet")}
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in store.row_files(results)}
 
 
 def a_stored_row(results: Path, tmp_path: Path) -> dict:
