@@ -20,8 +20,7 @@ from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
-from dlbench_runner import spec as runner_spec
-from dlbench_runner.runner import THREAD_VARIABLES
+from dlbench_runner import contract
 
 from . import catalog
 from .errors import UsageError
@@ -80,7 +79,7 @@ class Job(BaseModel):
     @property
     def thread_environment(self) -> dict[str, str]:
         """The variables every BLAS and OpenMP runtime honours, set to the job's threads."""
-        return {name: str(self.threads) for name in THREAD_VARIABLES}
+        return {name: str(self.threads) for name in contract.THREAD_VARIABLES}
 
     @property
     def variant(self) -> str:
@@ -260,7 +259,7 @@ def cross_settings(source: str, target: str, dataset: str, profile: str) -> dict
         if entry is None or "settings" not in entry:
             raise PlanError(f"--settings-from {source}: {framework} has no {dataset} settings to "
                             "carry over", ("settings_from",))
-        params = runner_spec.resolve_hyperparameters(catalog.models(framework), dataset, profile)
+        params = contract.resolve_hyperparameters(catalog.models(framework), dataset, profile)
         return entry["settings"], params
 
     (theirs, their_params), (ours, our_params) = model(source), model(target)
@@ -335,12 +334,12 @@ def _resolve(axes: Axes, models: dict, framework: str, dataset: str, profile: st
     type, is a PlanError naming framework/data set and the key."""
     for key, value in overrides.items():
         try:
-            runner_spec.resolve_hyperparameters(models, dataset, profile, {key: value})
-        except runner_spec.SpecError as exc:
+            contract.resolve_hyperparameters(models, dataset, profile, {key: value})
+        except contract.SpecError as exc:
             own = key in axes.framework_hyperparameters.get(framework, {})
             where = ("hyperparameters",) + ((framework,) if own else ()) + (key,)
             message = str(exc)
             if not message.startswith(f"{framework}/"):
                 message = f"{framework}/{dataset}: {message}"
             raise PlanError(message, where) from None
-    return runner_spec.resolve_hyperparameters(models, dataset, profile, overrides)
+    return contract.resolve_hyperparameters(models, dataset, profile, overrides)

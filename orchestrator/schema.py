@@ -30,7 +30,7 @@ import typing
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field
 
-from dlbench_runner import SCHEMA_VERSION as RUNNER_SCHEMA_VERSION
+from dlbench_runner.contract import SCHEMA_VERSION as RUNNER_SCHEMA_VERSION
 
 SCHEMA_VERSION = 3
 TRACE_SCHEMA_VERSION = 1

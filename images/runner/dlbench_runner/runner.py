@@ -23,9 +23,9 @@ import sys
 import time
 import traceback
 
-from . import EVENT_TAG, SCHEMA_VERSION, data
+from . import data
+from .contract import EVENT_TAG, SCHEMA_VERSION, THREAD_VARIABLES
 
-THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 PROGRESS_INTERVAL_S = 1.0
 
 

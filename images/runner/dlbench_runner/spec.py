@@ -6,47 +6,7 @@ data).  The host reads the same ``models.json`` to plan jobs, so the defaults
 live in one place.
 """
 
-import json
-import os
-
-PROFILES = ("paper", "quick")
-
-
-class SpecError(Exception):
-    """A job spec that cannot be run; the message says why."""
-
-
-def load_catalog(framework_dir):
-    with open(os.path.join(framework_dir, "models.json")) as f:
-        return json.load(f)
-
-
-def resolve_hyperparameters(catalog, dataset, profile, overrides=None):
-    """The paper defaults, then the profile's changes, then the user's overrides."""
-    models = catalog["models"]
-    if dataset not in models:
-        raise SpecError("%s has no model for data set %r (it has: %s)"
-                        % (catalog["framework"], dataset, ", ".join(sorted(models))))
-    entry = models[dataset]
-    if profile not in PROFILES:
-        raise SpecError("unknown profile %r (choose from %s)" % (profile, ", ".join(PROFILES)))
-    params = dict(entry["hyperparameters"])
-    params.update(entry.get("profiles", {}).get(profile, {}))
-    for key, value in (overrides or {}).items():
-        if key not in params:
-            raise SpecError("%s/%s has no hyper-parameter %r (it has: %s)"
-                            % (catalog["framework"], dataset, key, ", ".join(sorted(params))))
-        params[key] = _coerce(key, value, params[key])
-    return params
-
-
-def _coerce(key, value, default):
-    """An override takes the type of the default it replaces (an int may stand for a float)."""
-    if isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    if type(value) is not type(default):
-        raise SpecError("hyper-parameter %r must be %s, not %r" % (key, type(default).__name__, value))
-    return value
+from .contract import PROFILES, SpecError, load_catalog, resolve_hyperparameters  # noqa: F401
 
 
 def complete(spec, catalog):
