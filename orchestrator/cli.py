@@ -12,7 +12,7 @@ import typer
 from typer.exceptions import TyperException
 from rich.console import Console
 
-from . import __version__, build, catalog, datasets, plan as planning, report, store
+from . import __version__, build, catalog, compare, datasets, plan as planning, report, store, text as texts
 from .errors import DlbenchError, UsageError, docker_errors
 
 app = typer.Typer(add_completion=False, invoke_without_command=True, pretty_exceptions_enable=False,
@@ -212,9 +212,12 @@ def run(frameworks: Frameworks = None,
 def results(results: ResultsOpt = None,
             format: Annotated[Format, typer.Option("--format", help="table, csv or json.")] = Format.table):
     """Show the stored runs."""
-    text = report.render(store.load(store.results_dir(results)), format.value, out)
-    if text is not None:
-        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    _write(texts.results_text(store.load(store.results_dir(results)), format.value, out.width,
+                              out.color_system, whole=not out.is_terminal))
+
+
+def _write(text: str) -> None:
+    sys.stdout.write(text if text.endswith("\n") else text + "\n")
 
 
 @app.command()
@@ -242,12 +245,12 @@ def report_(results: ResultsOpt = None,
                 metavar="DIR")] = None,
             tolerance: Annotated[float, typer.Option(
                 help="Accuracy within this many percentage points of the paper counts as "
-                     "reproduced.")] = report.compare.TOLERANCE_POINTS):
+                     "reproduced.")] = compare.TOLERANCE_POINTS):
     """Compare the stored runs with the published GTDLBench numbers: statistics, verdicts, plots."""
     text, page = report.make_report(store.results_dir(results), format and format.value, html,
-                                    tolerance, out)
+                                    tolerance, out.width, out.color_system)
     if text is not None:
-        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+        _write(text)
     if page is not None:
         err.print(f"report written to {page}", highlight=False, soft_wrap=True)
 

@@ -70,3 +70,26 @@ def test_every_imported_package_is_declared():
             assert owners & declared, f"{path.relative_to(REPO)}:{line} imports {top}, " \
                                       f"which pyproject.toml does not declare"
 
+
+def test_the_host_modules_import_no_cycle():
+    graph = {p.stem: set() for p in HOST}
+    for path in HOST:
+        for name, _ in imports(path):
+            parts = name.split(".")
+            if parts[0] == "orchestrator" and len(parts) > 1 and parts[1] in graph and parts[1] != path.stem:
+                graph[path.stem].add(parts[1])
+    done, path = set(), []
+
+    def visit(module):
+        if module in path:
+            raise AssertionError("import cycle: " + " -> ".join(path[path.index(module):] + [module]))
+        if module in done:
+            return
+        path.append(module)
+        for other in sorted(graph[module]):
+            visit(other)
+        path.pop()
+        done.add(module)
+
+    for module in sorted(graph):
+        visit(module)
