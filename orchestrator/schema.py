@@ -11,6 +11,11 @@ metadata.  History of the row schema:
     3  ``settings_from``: the framework whose default settings the job trained with
        (GTDLBench's cross-settings); empty for a framework's own defaults, as in
        every older row.
+    4  host facts that make timings unstable, as pyperf records them: the CPU
+       frequency governor (``host_cpu_governor``), turbo boost (``host_turbo``), the
+       1-minute load average when the run started (``host_load_avg``) and the CPUs
+       isolated from the scheduler (``host_isolated_cpus``, "" for none); each empty
+       where the host does not show it (VMs, containers) and in every older row.
 Readers refuse rows newer than they know; older ones are upgraded step by step
 by ``store.upgrade``.
 
@@ -32,7 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from dlbench_runner.contract import SCHEMA_VERSION as RUNNER_SCHEMA_VERSION
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 TRACE_SCHEMA_VERSION = 1
 MAX_RESULT_BYTES = 4 << 20
 STATUSES = ("ok", "failed", "timeout", "oom", "unsupported", "no_result")
@@ -157,6 +162,10 @@ class RunRecord(BaseModel):
     host_cpus: int | None = None
     host_memory_gb: float | None = None
     host_os: str | None = None
+    host_cpu_governor: str | None = None    # e.g. performance; None: no cpufreq on this host
+    host_turbo: bool | None = None
+    host_load_avg: float | None = None      # 1-minute, when the run started
+    host_isolated_cpus: str | None = None   # e.g. "2-3"; "" for none
     dataset_sha256: str | None = None
     recorded_at: dt.datetime
 
@@ -190,6 +199,7 @@ ADDED_IN = {
     2: ["campaign", "memory_limit_bytes", "timeout_s", "cpu_percent_mean", "memory_peak_bytes",
         "memory_peak_cgroup_bytes", "gpu_util_mean", "gpu_memory_peak_bytes", "trace_samples"],
     3: ["settings_from"],
+    4: ["host_cpu_governor", "host_turbo", "host_load_avg", "host_isolated_cpus"],
 }
 
 TRACE_SCHEMA = pa.schema(
