@@ -163,32 +163,6 @@ def report_json(rep: compare.Report) -> str:
     return json.dumps(document, indent=1, ensure_ascii=False)
 
 
-CSV_DROP = ["settings_kind"]
-
-
-def report_frame(rep: compare.Report) -> pd.DataFrame:
-    """One flat row per group, with its machine: the CSV form."""
-    machines = pd.DataFrame([{"section": s.index, "host_name": s.host_name,
-                              "host_cpu_model": s.host_cpu_model, "schema_version": s.schema_version}
-                             for s in rep.sections])
-    frame = rep.groups.drop(columns=CSV_DROP)
-    if len(machines):
-        frame = machines.merge(frame, on="section")
-    return frame.assign(tolerance_points=rep.tolerance)
-
-
-def report_json(rep: compare.Report) -> str:
-    frame = report_frame(rep)
-    document = {
-        "tolerance_points": rep.tolerance,
-        "reference": rep.reference.meta,
-        "notes": rep.notes(),
-        "machines": [dataclasses.asdict(s) | {"title": s.title} for s in rep.sections],
-        "groups": json.loads(frame.to_json(orient="records", double_precision=15)),
-    }
-    return json.dumps(document, indent=1, ensure_ascii=False)
-
-
 def render_report(rep: compare.Report, fmt: str, width: int = 80,
                   color_system: str | None = None) -> str:
     """The report as terminal tables (fmt 'table'), Markdown, CSV or JSON text."""
