@@ -8,17 +8,9 @@ import platform
 import socket
 from pathlib import Path
 
+from dlbench_runner import contract
 
-@functools.lru_cache(maxsize=None)
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+cpu_model = functools.lru_cache(maxsize=None)(contract.cpu_model)
 
 
 def memory_gb() -> float | None:

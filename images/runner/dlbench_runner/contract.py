@@ -9,6 +9,7 @@ format readers (``formats``).
 
 import json
 import os
+import platform
 
 from . import data as formats
 
@@ -25,7 +26,7 @@ THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"
 PROFILES = ("paper", "quick")
 
 __all__ = ["SCHEMA_VERSION", "EVENT_TAG", "THREAD_VARIABLES", "PROFILES", "SpecError",
-           "load_catalog", "resolve_hyperparameters", "formats"]
+           "load_catalog", "resolve_hyperparameters", "formats", "cpu_model"]
 
 
 class SpecError(Exception):
@@ -64,3 +65,15 @@ def _coerce(key, value, default):
     if type(value) is not type(default):
         raise SpecError("hyper-parameter %r must be %s, not %r" % (key, type(default).__name__, value))
     return value
+
+
+def cpu_model():
+    """The CPU's model name, read alike for the runner's ``cpu_model`` and the host's row."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
