@@ -17,6 +17,7 @@ import pandas as pd
 import pytest
 
 from conftest import dlbench
+from orchestrator import hostinfo
 
 pytestmark = pytest.mark.docker
 
@@ -47,6 +48,9 @@ def test_quick_run_stores_an_ok_row_with_provenance(quick_dir, data_root):
     assert row.image == "dlbench/torch:cpu" and row.image_id.startswith("sha256:")
     assert row.framework_version.startswith("1.7") and "openblas" in row.blas
     assert row.docker_version and row.host_cpu_model and row.dlbench_version
+    # the host's timing facts: the load when the run started, as this host shows it
+    assert 0 <= row.host_load_avg and row.host_isolated_cpus == hostinfo.isolated_cpus()
+    assert row.host_cpu_governor == hostinfo.cpu_governor()
     assert row.dataset_sha256 == __import__("orchestrator.datasets", fromlist=["x"]).verify(
         "mnist", data_root).sha256
     assert json.loads(row.threads_env)["OMP_NUM_THREADS"] == str(row.threads)
