@@ -41,7 +41,7 @@ import pandas as pd
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-from dlbench_runner.runner import THREAD_VARIABLES  # noqa: E402
+from dlbench_runner.contract import THREAD_VARIABLES  # noqa: E402
 from orchestrator import build, catalog, datasets, hostinfo, native  # noqa: E402
 
 GOALS = {"b/a": 0.98, "fixed": 2.0, "d/c": 0.97}

@@ -123,8 +123,7 @@ def make_job(rng: random.Random, index: int, samples: int):
 # -- the phases, each run in a fresh child process ------------------------------------------
 def phase(name: str, results: str, rows: int, rows_per_file: int, samples: int, seed: int):
     """Run one phase; return (seconds, details, peak RSS bytes, RSS after imports)."""
-    from orchestrator import compare, report, store
-    from rich.console import Console
+    from orchestrator import compare, report, store, text
     imported = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024   # Linux: KiB
     folder, details = Path(results), {}
     start = time.perf_counter()
@@ -151,13 +150,13 @@ def phase(name: str, results: str, rows: int, rows_per_file: int, samples: int, 
         details["samples"] = len(store.load_traces(folder))
     else:                     # the whole `dlbench report`, its steps timed as it calls them
         for module, attr in ((store, "load"), (store, "load_traces"), (compare, "build"),
-                             (report, "render_report")):
+                             (text, "render_report")):
             _time_calls(module, attr, details)
         page = Path(results) / "_html" if name == "report html" else None
         if page:              # imported here: the HTML page alone needs matplotlib
             from orchestrator import html
             _time_calls(html, "write_page", details)
-        report.make_report(folder, None if page else "md", page, 1.0, Console(quiet=True))
+        report.make_report(folder, None if page else "md", page, 1.0)
     if name != "append":
         seconds = time.perf_counter() - start
     return seconds, details, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, imported

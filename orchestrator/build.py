@@ -85,7 +85,7 @@ def find_ca_bundle(explicit: str | None = None) -> Path:
     for candidate in (os.environ.get("SSL_CERT_FILE"), *CA_CANDIDATES):
         if candidate and Path(candidate).is_file():
             return Path(candidate)
-    import certifi  # installed with requests
+    import certifi
     return Path(certifi.where())
 
 

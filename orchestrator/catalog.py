@@ -8,13 +8,13 @@ import functools
 import importlib.resources
 from pathlib import Path
 
-from dlbench_runner import spec as runner_spec
+from dlbench_runner import contract
 
 from .errors import UsageError
 
 FRAMEWORKS = ("caffe", "tensorflow", "torch", "mxnet", "theano")
 DATASETS = ("mnist", "cifar10")
-PROFILES = runner_spec.PROFILES
+PROFILES = contract.PROFILES
 
 
 def images_dir() -> Path:
@@ -33,7 +33,7 @@ def available() -> list[str]:
 
 @functools.lru_cache(maxsize=None)
 def models(framework: str) -> dict:
-    return runner_spec.load_catalog(str(framework_dir(framework)))
+    return contract.load_catalog(str(framework_dir(framework)))
 
 
 def check_frameworks(names: list[str]) -> list[str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import json
 import sys
 import warnings
 from pathlib import Path
@@ -12,12 +13,16 @@ import typer
 from typer.exceptions import TyperException
 from rich.console import Console
 
-from . import __version__, build, catalog, datasets, plan as planning, report, store
+from . import __version__, build, catalog, compare, datasets, plan as planning, report, store, text as texts
 from .entry import interrupted, received
-from .errors import DlbenchError, StoreWarning, UsageError, docker_errors
+from .errors import DatasetError, DlbenchError, StoreWarning, UsageError, docker_errors
 
+EXIT_CODES = ("Exit status: 0 ok; 1 an error (one line on stderr); 2 a usage error; 3 some jobs "
+              "not ok (their rows are stored); 128 + the signal's number when stopped by one: 130 "
+              "Ctrl-C (SIGINT), 143 SIGTERM, 129 SIGHUP (the rows stored so far are kept).")
 app = typer.Typer(add_completion=False, invoke_without_command=True, pretty_exceptions_enable=False,
-                  help="Benchmark deep-learning frameworks in containers, as GTDLBench did.")
+                  help="Benchmark deep-learning frameworks in containers, as GTDLBench did.",
+                  epilog=EXIT_CODES)
 datasets_app = typer.Typer(invoke_without_command=True, help="Check, download or import the data sets.")
 app.add_typer(datasets_app, name="datasets")
 out = Console(soft_wrap=True)
@@ -36,8 +41,36 @@ class Format(str, enum.Enum):
     json = "json"
 
 
+class DoctorFormat(str, enum.Enum):
+    table = "table"
+    json = "json"
+
+
+class Runtime(str, enum.Enum):
+    docker = "docker"
+    native = "native"
+
+
+Profile = enum.Enum("Profile", {p: p for p in catalog.PROFILES}, type=str)
+Variant = enum.Enum("Variant", {v: v for v in build.VARIANTS}, type=str)
+
+
 def _names(text: str | None) -> list[str] | None:
     return [n.strip() for n in text.split(",") if n.strip()] if text else None
+
+
+def _choices(text: str | None, choices: type[enum.Enum], option: str) -> list[str] | None:
+    """A comma list of an enum's values (options that sweep), each item checked here."""
+    names = _names(text)
+    allowed = [c.value for c in choices]
+    for name in names or ():
+        if name not in allowed:
+            raise UsageError(f"{option} {name!r}: choose from {', '.join(allowed)}")
+    return names
+
+
+def _one_of(choices: type[enum.Enum]) -> str:
+    return "|".join(c.value for c in choices)
 
 
 Frameworks = Annotated[Optional[str], typer.Option(
@@ -57,7 +90,19 @@ DataOpt = Annotated[Optional[Path], typer.Option(
                        "(default: $DLBENCH_DATA_DIR, else the user cache, downloading as needed).")]
 
 
+def _print_version(value: bool):
+    if value:
+        out.print(__version__)
+        raise typer.Exit()
+
+
 @app.callback()
+def _main(ctx: typer.Context,
+          version: Annotated[bool, typer.Option("--version", callback=_print_version, is_eager=True,
+                                                help="Print dlbench's version and exit.")] = False):
+    _help_without_a_command(ctx)
+
+
 @datasets_app.callback()
 def _help_without_a_command(ctx: typer.Context):
     if ctx.invoked_subcommand is None:
@@ -75,16 +120,14 @@ def build_images(frameworks: Frameworks = None, base: BaseOpt = BaseSource.auto,
                  build_network: NetworkOpt = None,
                  rebuild: Annotated[bool, typer.Option(help="Build again even if nothing changed.")] = False,
                  variant: Annotated[str, typer.Option(
+                     metavar=f"[{_one_of(Variant)}],...",
                      help="cpu, gpu (CUDA builds, where a framework has one) or cpu,gpu.")] = "cpu",
                  verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False):
     """Build the root, base and framework images (no registry needed)."""
     from .display import RichDisplay
     from .run import docker_client
 
-    variants = _names(variant) or []
-    for name in variants:
-        if name not in build.VARIANTS:
-            raise UsageError(f"--variant {name!r}: choose from {', '.join(build.VARIANTS)}")
+    variants = _choices(variant, Variant, "--variant") or []
     names = catalog.check_frameworks(_names(frameworks)) if frameworks else catalog.available()
     todo = {(fw, v): build.variant_unsupported(fw, v) for v in variants for fw in names}
     for reason in todo.values():
@@ -122,6 +165,7 @@ def run(frameworks: Frameworks = None,
         name: Annotated[Optional[str], typer.Option(
             help="The campaign's name, stored in every row (default: the campaign file's name).")] = None,
         profile: Annotated[Optional[str], typer.Option(
+            metavar=f"[{_one_of(Profile)}],...",
             help="paper (the published defaults) or quick; comma-separated for both.")] = None,
         cpus: Annotated[Optional[int], typer.Option(
             help="Pin each job to this many CPUs and set its thread counts to match.")] = None,
@@ -154,9 +198,9 @@ def run(frameworks: Frameworks = None,
                  "of the same campaign when it has a name).")] = False,
         fail_fast: Annotated[bool, typer.Option(
             help="Stop after the first job that is not ok (its row is stored).")] = False,
-        runtime: Annotated[str, typer.Option(
+        runtime: Annotated[Runtime, typer.Option(
             help="docker (each job in its own container) or native (a process of --python "
-                 "on this host, no Docker).")] = "docker",
+                 "on this host, no Docker).")] = Runtime.docker,
         python: Annotated[Optional[str], typer.Option(
             help="With --runtime native: the Python that has the frameworks "
                  "(default: the one running dlbench).")] = None,
@@ -166,11 +210,9 @@ def run(frameworks: Frameworks = None,
     """Run the benchmark jobs, building missing images first; rows go to the results directory."""
     from . import campaign as campaigns
     from .display import RichDisplay
-    from .run import RUNTIMES, run_plan
+    from .run import run_plan
 
-    if runtime not in RUNTIMES:
-        raise UsageError(f"--runtime {runtime!r}: choose {' or '.join(RUNTIMES)}")
-    if python is not None and runtime != "native":
+    if python is not None and runtime is not Runtime.native:
         raise UsageError("--python goes with --runtime native")
     if cpus is not None and threads is not None:
         raise UsageError("give --cpus or --threads, not both")
@@ -184,7 +226,7 @@ def run(frameworks: Frameworks = None,
             sweeps[key] = values
     options = campaigns.Options(
         name=name, frameworks=_names(frameworks), datasets=_names(datasets_),
-        profiles=_names(profile), repeats=repeats, seed=seed, memory=memory, timeout=timeout,
+        profiles=_choices(profile, Profile, "--profile"), repeats=repeats, seed=seed, memory=memory, timeout=timeout,
         threads=[cpus] if cpus is not None else _numbers(threads, "--threads", int),
         devices=[gpu] if gpu is not None else (campaigns.parse_devices(devices) if devices else None),
         settings_from=campaigns.parse_settings_from(settings_from) if settings_from is not None else None,
@@ -202,7 +244,7 @@ def run(frameworks: Frameworks = None,
     records = run_plan(the_plan, target, data_dir,
                        _builder_options(base, mirror, ca_bundle, build_network),
                        RichDisplay(err, verbose=verbose), resume=resume, fail_fast=fail_fast,
-                       runtime=runtime, python=python)
+                       runtime=runtime.value, python=python)
     failed = [r for r in records if r.status != "ok"]
     err.print(f"{len(records) - len(failed)} ok, {len(failed)} not ok; results in {target}")
     if failed:
@@ -213,9 +255,12 @@ def run(frameworks: Frameworks = None,
 def results(results: ResultsOpt = None,
             format: Annotated[Format, typer.Option("--format", help="table, csv or json.")] = Format.table):
     """Show the stored runs."""
-    text = report.render(store.load(store.results_dir(results)), format.value, out)
-    if text is not None:
-        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    _write(texts.results_text(store.load(store.results_dir(results)), format.value, out.width,
+                              out.color_system, whole=not out.is_terminal))
+
+
+def _write(text: str) -> None:
+    sys.stdout.write(text if text.endswith("\n") else text + "\n")
 
 
 @app.command()
@@ -266,12 +311,12 @@ def report_(results: ResultsOpt = None,
                 metavar="DIR")] = None,
             tolerance: Annotated[float, typer.Option(
                 help="Accuracy within this many percentage points of the paper counts as "
-                     "reproduced.")] = report.compare.TOLERANCE_POINTS):
+                     "reproduced.")] = compare.TOLERANCE_POINTS):
     """Compare the stored runs with the published GTDLBench numbers: statistics, verdicts, plots."""
     text, page = report.make_report(store.results_dir(results), format and format.value, html,
-                                    tolerance, out)
+                                    tolerance, out.width, out.color_system)
     if text is not None:
-        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+        _write(text)
     if page is not None:
         err.print(f"report written to {page}", highlight=False, soft_wrap=True)
 
@@ -299,23 +344,32 @@ def datasets_download(names: Annotated[Optional[str], typer.Argument(help="mnist
 @datasets_app.command("import")
 def datasets_import(source: Annotated[Path, typer.Argument(help="A data root in the canonical layout.")]):
     """Verify a local copy and copy it into the user cache."""
-    for name in catalog.DATASETS:
-        if (source / name).is_dir():
-            info = datasets.import_copy(name, source)
-            out.print(f"{name}: imported to {info.path}  sha256 {info.sha256}")
+    found = [name for name in catalog.DATASETS if (source / name).is_dir()]
+    if not found:
+        raise DatasetError(f"{source}: no data set in it (a data root holds "
+                           f"{' or '.join(n + '/' for n in catalog.DATASETS)})"
+                           if source.is_dir() else f"{source}: no such folder")
+    for name in found:
+        info = datasets.import_copy(name, source)
+        out.print(f"{name}: imported to {info.path}  sha256 {info.sha256}")
 
 
 @app.command()
-def doctor(data_dir: DataOpt = None, results: ResultsOpt = None):
-    """Check Docker, images, GPUs, data sets and disk; say what is missing."""
-    from .doctor import checks
+def doctor(data_dir: DataOpt = None, results: ResultsOpt = None,
+           format: Annotated[DoctorFormat, typer.Option(
+               "--format", help="table, or json: a list of {name, status, detail}.")] = DoctorFormat.table):
+    """Check Docker, images, GPUs, data sets, disk and what makes timings unstable; exit 1 on a failure."""
+    from .doctor import FAIL, checks
 
-    bad = 0
-    for name, ok, detail in checks(data_dir, store.results_dir(results)):
-        mark = {True: "[green]ok[/green]  ", False: "[red]FAIL[/red]", None: "[yellow]note[/yellow]"}[ok]
-        out.print(f"{mark} {name}: {detail}", highlight=False)
-        bad += ok is False
-    if bad:
+    found = list(checks(data_dir, store.results_dir(results)))
+    if format is DoctorFormat.json:
+        _write(json.dumps([{"name": n, "status": s, "detail": d} for n, s, d in found], indent=1))
+    else:
+        marks = {"ok": "[green]ok[/green]  ", "fail": "[red]FAIL[/red]", "warn": "[yellow]WARN[/yellow]",
+                 "note": "[blue]note[/blue]"}
+        for name, status, detail in found:
+            out.print(f"{marks[status]} {name}: {detail}", highlight=False)
+    if any(status == FAIL for _, status, _ in found):
         raise typer.Exit(1)
 
 

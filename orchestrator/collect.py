@@ -24,7 +24,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from dlbench_runner import EVENT_TAG
+from dlbench_runner.contract import EVENT_TAG
 
 from . import __version__
 from .plan import Job

@@ -167,11 +167,11 @@ def _settings(row) -> tuple[str, str]:
 @functools.lru_cache(maxsize=None)
 def defaults(framework: str, dataset: str, profile: str) -> dict | None:
     """This dlbench's defaults for a framework's model, or None when it does not know them."""
-    from dlbench_runner import spec as runner_spec
+    from dlbench_runner import contract
 
     try:
-        return runner_spec.resolve_hyperparameters(catalog.models(framework), dataset, profile)
-    except (OSError, KeyError, ValueError, runner_spec.SpecError):
+        return contract.resolve_hyperparameters(catalog.models(framework), dataset, profile)
+    except (OSError, KeyError, ValueError, contract.SpecError):
         return None
 
 

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import platformdirs
 
-from dlbench_runner import data as formats
+from dlbench_runner.contract import formats
 
 from .errors import DatasetError
 

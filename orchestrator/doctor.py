@@ -1,28 +1,33 @@
-"""`dlbench doctor`: what this host has, and what is missing for a run."""
+"""`dlbench doctor`: what this host has, what is missing for a run, and what would make its
+timings unstable."""
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
-from . import build, catalog, datasets
+from . import build, catalog, datasets, hostinfo
 from .errors import DlbenchError
+
+OK, FAIL, WARN, NOTE = "ok", "fail", "warn", "note"
 
 
 def checks(data_dir=None, results: Path | None = None):
-    """Yield (name, ok, detail); ok is True, False, or None for advice only."""
+    """Yield (name, status, detail); status is ok, fail, warn (timings will be unstable) or
+    note (advice only)."""
     client = None
     try:
         from .run import docker_client
         client = docker_client()
         version = client.version()
-        yield "docker", True, f"daemon {version.get('Version')} (API {version.get('ApiVersion')})"
+        yield "docker", OK, f"daemon {version.get('Version')} (API {version.get('ApiVersion')})"
     except DlbenchError as exc:
-        yield "docker", False, str(exc)
+        yield "docker", FAIL, str(exc)
     if client is not None:
         for tag in [build.root_tag(), build.base_tag()] + [build.image_tag(f) for f in catalog.available()]:
             image = build.find_image(client, tag)
-            yield f"image {tag}", None if image is None else True, \
+            yield f"image {tag}", NOTE if image is None else OK, \
                 "not built yet (dlbench build-images, or the first run builds it)" if image is None \
                 else f"{image.short_id}, built {image.labels.get(build.LABEL + '.build-date', '?')}"
         try:
@@ -30,28 +35,61 @@ def checks(data_dir=None, results: Path | None = None):
         except Exception:  # noqa: BLE001
             pulled = None
         has_debootstrap = shutil.which("debootstrap") is not None
-        yield "base source", True if (pulled or has_debootstrap or build.find_image(client, build.root_tag())) else False, \
+        yield "base source", OK if (pulled or has_debootstrap or build.find_image(client, build.root_tag())) else FAIL, \
             ("debootstrap available" if has_debootstrap else "no debootstrap (apt-get install debootstrap)") \
             + (f"; {build.PULL_IMAGE} present" if pulled else "")
     try:
-        yield "CA bundle", True, str(build.find_ca_bundle())
+        yield "CA bundle", OK, str(build.find_ca_bundle())
     except DlbenchError as exc:
-        yield "CA bundle", False, str(exc)
+        yield "CA bundle", FAIL, str(exc)
     from .run import gpu_count
     gpus = gpu_count()
-    yield "GPUs", None, f"{gpus} NVIDIA GPU(s)" if gpus else "none (CPU runs only)"
+    yield "GPUs", NOTE, f"{gpus} NVIDIA GPU(s)" if gpus else "none (CPU runs only)"
     root, local = datasets.default_root(data_dir)
     for name in catalog.DATASETS:
         if not (root / name).is_dir():
-            yield f"data set {name}", None, f"not in {root}; " + \
+            yield f"data set {name}", NOTE, f"not in {root}; " + \
                 ("missing from the local copy" if local else "downloaded on first use")
             continue
         try:
             info = datasets.verify(name, root)
-            yield f"data set {name}", True, f"{info.path} sha256 {info.sha256[:12]}…" + \
+            yield f"data set {name}", OK, f"{info.path} sha256 {info.sha256[:12]}…" + \
                 (" (official files)" if info.official else "")
         except DlbenchError as exc:
-            yield f"data set {name}", False, str(exc)
+            yield f"data set {name}", FAIL, str(exc)
     target = results or Path(".")
     free = shutil.disk_usage(target if target.exists() else Path(".")).free / 2**30
-    yield "disk", free > 10, f"{free:.0f} GiB free (images need about 2 GiB each)"
+    yield from timing(hostinfo.timing_facts(), os.cpu_count() or 1)
+    yield "disk", OK if free > 10 else FAIL, f"{free:.0f} GiB free (images need about 2 GiB each)"
+
+
+def timing(facts: dict, cpus: int):
+    """(name, status, detail) of the host facts that make timings unstable (hostinfo.timing_facts)."""
+    governor = facts["host_cpu_governor"]
+    if governor is None:
+        yield "CPU governor", NOTE, "unknown (no cpufreq in /sys: a virtual machine or a container)"
+    elif governor == "performance":
+        yield "CPU governor", OK, governor
+    else:
+        yield "CPU governor", WARN, (f"{governor}: the clock follows the load, so timings vary; "
+                                     "for benchmarks: cpupower frequency-set -g performance")
+    turbo = facts["host_turbo"]
+    if turbo is None:
+        yield "turbo boost", NOTE, "unknown (neither intel_pstate/no_turbo nor cpufreq/boost in /sys)"
+    elif turbo:
+        yield "turbo boost", WARN, ("on: the clock rises and falls with temperature and load; for "
+                                    "stable timings turn it off (intel_pstate/no_turbo = 1, or "
+                                    "cpufreq/boost = 0)")
+    else:
+        yield "turbo boost", OK, "off"
+    load = facts["host_load_avg"]
+    if load is None:
+        yield "load average", NOTE, "unknown"
+    elif load > 0.5 * cpus:
+        yield "load average", WARN, (f"{load:.2f} with {cpus} CPUs: other work is running, so jobs "
+                                     "will be slower and vary; measure on a quiet machine")
+    else:
+        yield "load average", OK, f"{load:.2f} with {cpus} CPUs"
+    isolated = facts["host_isolated_cpus"]
+    yield "isolated CPUs", NOTE, ("unknown" if isolated is None else isolated or
+                                  "none (isolcpus= keeps CPUs free of other work)")

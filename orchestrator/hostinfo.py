@@ -6,18 +6,11 @@ import functools
 import os
 import platform
 import socket
+from pathlib import Path
 
+from dlbench_runner import contract
 
-@functools.lru_cache(maxsize=None)
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+cpu_model = functools.lru_cache(maxsize=None)(contract.cpu_model)
 
 
 def memory_gb() -> float | None:
@@ -35,4 +28,54 @@ def host_facts(docker_version: str | None) -> dict:
     return {"host_name": socket.gethostname(), "host_cpu_model": cpu_model(),
             "host_cpus": os.cpu_count(), "host_memory_gb": memory_gb(),
             "host_os": f"{platform.system()} {platform.release()}",
-            "docker_version": docker_version}
+            "docker_version": docker_version, **timing_facts()}
+
+
+# -- what makes timings unstable (pyperf records the same) -------------------------------------
+SYS_CPU = Path("/sys/devices/system/cpu")
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return None
+
+
+def cpu_governor(cpu_dir: Path = SYS_CPU) -> str | None:
+    """The CPU frequency governor (``performance``, ``powersave``, ...), the CPUs' different
+    ones comma-separated; None where the kernel shows no cpufreq (most VMs and containers)."""
+    governors = {_read(path) for path in cpu_dir.glob("cpu[0-9]*/cpufreq/scaling_governor")}
+    return ",".join(sorted(g for g in governors if g)) or None
+
+
+def turbo(cpu_dir: Path = SYS_CPU) -> bool | None:
+    """Whether turbo boost is on: intel_pstate's ``no_turbo``, else cpufreq's ``boost``;
+    None where neither is there."""
+    no_turbo = _read(cpu_dir / "intel_pstate" / "no_turbo")
+    if no_turbo in ("0", "1"):
+        return no_turbo == "0"
+    boost = _read(cpu_dir / "cpufreq" / "boost")
+    if boost in ("0", "1"):
+        return boost == "1"
+    return None
+
+
+def isolated_cpus(cpu_dir: Path = SYS_CPU) -> str | None:
+    """The CPUs kept from the scheduler (``isolcpus=``) as the kernel lists them, e.g. "2-3";
+    "" for none; None where the file is missing."""
+    return _read(cpu_dir / "isolated")
+
+
+def load_average() -> float | None:
+    """The 1-minute load average."""
+    try:
+        return round(os.getloadavg()[0], 2)
+    except OSError:
+        return None
+
+
+def timing_facts(cpu_dir: Path = SYS_CPU) -> dict:
+    """The host facts that make timings unstable, as row columns; unknown ones are None."""
+    return {"host_cpu_governor": cpu_governor(cpu_dir), "host_turbo": turbo(cpu_dir),
+            "host_load_avg": load_average(), "host_isolated_cpus": isolated_cpus(cpu_dir)}

@@ -16,7 +16,7 @@ from matplotlib.figure import Figure
 
 from . import __version__, catalog, compare
 from .errors import DlbenchError
-from .report import View, section_views
+from .views import View, section_views
 
 PAGE = "index.html"
 COLOURS = dict(zip(catalog.FRAMEWORKS, ("#d62728", "#ff7f0e", "#1f77b4", "#2ca02c", "#9467bd")))

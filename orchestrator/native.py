@@ -44,8 +44,8 @@ IMPORT_TIMEOUT_S = 300
 
 def runner_dir() -> Path:
     """The folder holding the dlbench_runner package (what PYTHONPATH needs)."""
-    import dlbench_runner
-    return Path(dlbench_runner.__file__).resolve().parent.parent
+    from dlbench_runner import contract
+    return Path(contract.__file__).resolve().parent.parent
 
 
 def check_python(python: str) -> str:

@@ -20,8 +20,7 @@ from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
-from dlbench_runner import spec as runner_spec
-from dlbench_runner.runner import THREAD_VARIABLES
+from dlbench_runner import contract
 
 from . import catalog
 from .errors import UsageError
@@ -109,7 +108,7 @@ class Job(BaseModel):
     @property
     def thread_environment(self) -> dict[str, str]:
         """The variables every BLAS and OpenMP runtime honours, set to the job's threads."""
-        return {name: str(self.threads) for name in THREAD_VARIABLES}
+        return {name: str(self.threads) for name in contract.THREAD_VARIABLES}
 
     @property
     def variant(self) -> str:
@@ -293,7 +292,7 @@ def cross_settings(source: str, target: str, dataset: str, profile: str) -> dict
         if entry is None or "settings" not in entry:
             raise PlanError(f"--settings-from {source}: {framework} has no {dataset} settings to "
                             "carry over", ("settings_from",))
-        params = runner_spec.resolve_hyperparameters(catalog.models(framework), dataset, profile)
+        params = contract.resolve_hyperparameters(catalog.models(framework), dataset, profile)
         return entry["settings"], params
 
     (theirs, their_params), (ours, our_params) = model(source), model(target)
@@ -358,11 +357,11 @@ def _check(axes: Axes, host_cpus: int) -> None:
     last = axes.seed + axes.repeats - 1
     for seed in (axes.seed, last):
         try:
-            runner_spec.check_seed(seed)
-        except runner_spec.SpecError:
+            contract.check_seed(seed)
+        except contract.SpecError:
             raise PlanError(f"--seed {axes.seed}" + (f" with {axes.repeats} repeats (the last seed is {last})"
                                                     if seed != axes.seed else "")
-                            + f": a seed is a whole number from 0 to {runner_spec.MAX_SEED}",
+                            + f": a seed is a whole number from 0 to {contract.MAX_SEED}",
                             ("seed",)) from None
     for key, values in axes.hyperparameters.items():
         if not values:
@@ -395,12 +394,12 @@ def _resolve(axes: Axes, models: dict, framework: str, dataset: str, profile: st
     type, is a PlanError naming framework/data set and the key."""
     for key, value in overrides.items():
         try:
-            runner_spec.resolve_hyperparameters(models, dataset, profile, {key: value})
-        except runner_spec.SpecError as exc:
+            contract.resolve_hyperparameters(models, dataset, profile, {key: value})
+        except contract.SpecError as exc:
             own = key in axes.framework_hyperparameters.get(framework, {})
             where = ("hyperparameters",) + ((framework,) if own else ()) + (key,)
             message = str(exc)
             if not message.startswith(f"{framework}/"):
                 message = f"{framework}/{dataset}: {message}"
             raise PlanError(message, where) from None
-    return runner_spec.resolve_hyperparameters(models, dataset, profile, overrides)
+    return contract.resolve_hyperparameters(models, dataset, profile, overrides)

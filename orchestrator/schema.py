@@ -16,6 +16,11 @@ metadata.  History of the row schema:
        upgrade raises); older rows get their own ``schema_version``.  The results
        directory moved to ``RESULTS/runs/`` and ``RESULTS/traces/`` (rows were
        ``RESULTS/runs-*.parquet``, traces ``RESULTS/_traces/``).
+       Host facts that make timings unstable, as pyperf records them: the CPU
+       frequency governor (``host_cpu_governor``), turbo boost (``host_turbo``), the
+       1-minute load average when the run started (``host_load_avg``) and the CPUs
+       isolated from the scheduler (``host_isolated_cpus``, "" for none); each empty
+       where the host does not show it (VMs, containers) and in every older row.
 Readers refuse rows newer than they know; older ones are upgraded step by step
 by ``store.upgrade``.
 
@@ -35,7 +40,7 @@ import typing
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field
 
-from dlbench_runner import SCHEMA_VERSION as RUNNER_SCHEMA_VERSION
+from dlbench_runner.contract import SCHEMA_VERSION as RUNNER_SCHEMA_VERSION
 
 SCHEMA_VERSION = 4
 TRACE_SCHEMA_VERSION = 1
@@ -163,6 +168,10 @@ class RunRecord(BaseModel):
     host_cpus: int | None = None
     host_memory_gb: float | None = None
     host_os: str | None = None
+    host_cpu_governor: str | None = None    # e.g. performance; None: no cpufreq on this host
+    host_turbo: bool | None = None
+    host_load_avg: float | None = None      # 1-minute, when the run started
+    host_isolated_cpus: str | None = None   # e.g. "2-3"; "" for none
     dataset_sha256: str | None = None
     recorded_at: dt.datetime
 
@@ -203,7 +212,8 @@ ADDED_IN = {
     2: ["campaign", "memory_limit_bytes", "timeout_s", "cpu_percent_mean", "memory_peak_bytes",
         "memory_peak_cgroup_bytes", "gpu_util_mean", "gpu_memory_peak_bytes", "trace_samples"],
     3: ["settings_from"],
-    4: ["written_schema_version"],
+    4: ["written_schema_version", "host_cpu_governor", "host_turbo", "host_load_avg",
+        "host_isolated_cpus"],
 }
 
 TRACE_SCHEMA = pa.schema(

@@ -227,8 +227,10 @@ def _keep_written_version(table: pa.Table) -> pa.Table:
 
 
 # version -> the step to the next: 2 added the campaign name, the job's limits and the
-# resource summary; 3 the cross-settings source; 4 the version a row was written with.
-UPGRADES = {1: _add_empty(2), 2: _add_empty(3), 3: _keep_written_version}
+# resource summary; 3 the cross-settings source; 4 the version a row was written with and
+# the host's timing facts.
+UPGRADES = {1: _add_empty(2), 2: _add_empty(3),
+            3: lambda table: _add_empty(4)(_keep_written_version(table))}
 
 
 def upgrade(table: pa.Table, version: int) -> pa.Table:

@@ -1,4 +1,10 @@
-"""Shared fixtures: the real data sets, a results directory, the CLI as a user runs it."""
+"""Shared fixtures: the real data sets, the CLI as a user runs it, and each framework's image
+and quick runs, made once a test session.
+
+A framework's test module names its framework, ``FRAMEWORK = "caffe"``, and takes ``built``
+(its image, built or found up to date) and ``quick_results`` (its quick rows on both data
+sets, by data set); ``build_image`` and ``quick_run`` serve any other framework and data sets.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
@@ -37,3 +44,45 @@ def dlbench(*args, env=None, check=False, timeout=1800) -> subprocess.CompletedP
         raise AssertionError(f"dlbench {' '.join(map(str, args))} failed ({proc.returncode}):\n"
                              f"{proc.stdout}\n{proc.stderr}")
     return proc
+
+
+@pytest.fixture(scope="session")
+def build_image():
+    """``build_image(framework)``: `dlbench build-images` for it, once a session; the process."""
+    done = {}
+
+    def build(framework: str) -> subprocess.CompletedProcess:
+        if framework not in done:
+            done[framework] = dlbench("build-images", "--frameworks", framework, check=True)
+        return done[framework]
+    return build
+
+
+@pytest.fixture(scope="session")
+def quick_run(build_image, data_root, tmp_path_factory):
+    """``quick_run(framework, datasets)``: the quick profile through the CLI on the real data,
+    its image built first, once a session for each; the results directory."""
+    done = {}
+
+    def run(framework: str, datasets: str = "mnist,cifar10") -> Path:
+        if (framework, datasets) not in done:
+            build_image(framework)
+            results = tmp_path_factory.mktemp(f"{framework}-results")
+            dlbench("run", "--frameworks", framework, "--datasets", datasets, "--profile", "quick",
+                    "--results", results, "--data-dir", data_root, check=True)
+            done[framework, datasets] = results
+        return done[framework, datasets]
+    return run
+
+
+@pytest.fixture(scope="module")
+def built(request, build_image) -> subprocess.CompletedProcess:
+    """The image of the test module's FRAMEWORK."""
+    return build_image(request.module.FRAMEWORK)
+
+
+@pytest.fixture(scope="module")
+def quick_results(request, quick_run) -> dict:
+    """The quick rows of the test module's FRAMEWORK on both data sets, by data set."""
+    frame = pd.read_parquet(quick_run(request.module.FRAMEWORK))
+    return {row.dataset: row for row in frame.itertuples()}

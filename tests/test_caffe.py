@@ -6,26 +6,11 @@ from __future__ import annotations
 
 import json
 
-import pandas as pd
 import pytest
-
-from conftest import dlbench
 
 pytestmark = pytest.mark.docker
 
-
-@pytest.fixture(scope="module")
-def built():
-    return dlbench("build-images", "--frameworks", "caffe", check=True)
-
-
-@pytest.fixture(scope="module")
-def quick_results(built, data_root, tmp_path_factory):
-    results = tmp_path_factory.mktemp("caffe-results")
-    dlbench("run", "--frameworks", "caffe", "--datasets", "mnist,cifar10", "--profile", "quick",
-            "--results", results, "--data-dir", data_root, check=True)
-    frame = pd.read_parquet(results)
-    return {row.dataset: row for row in frame.itertuples()}
+FRAMEWORK = "caffe"
 
 
 def test_both_quick_runs_are_stored_as_ok(quick_results):

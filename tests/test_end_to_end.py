@@ -17,22 +17,17 @@ import pandas as pd
 import pytest
 
 from conftest import dlbench
+from orchestrator import hostinfo
 
 pytestmark = pytest.mark.docker
 
-
-@pytest.fixture(scope="session")
-def built(tmp_path_factory):
-    proc = dlbench("build-images", "--frameworks", "torch", check=True)
-    return proc
+FRAMEWORK = "torch"
 
 
-@pytest.fixture(scope="session")
-def quick_results(built, data_root, tmp_path_factory):
-    results = tmp_path_factory.mktemp("results")
-    dlbench("run", "--frameworks", "torch", "--datasets", "mnist", "--profile", "quick",
-            "--results", results, "--data-dir", data_root, check=True)
-    return results
+@pytest.fixture(scope="module")
+def quick_dir(quick_run) -> Path:
+    """The results directory of one quick torch run on MNIST, which the tests read."""
+    return quick_run(FRAMEWORK, "mnist")
 
 
 def snapshot(results: Path) -> dict:
@@ -40,8 +35,8 @@ def snapshot(results: Path) -> dict:
             for p in sorted(results.rglob("*")) if p.is_file()}
 
 
-def test_quick_run_stores_an_ok_row_with_provenance(quick_results, data_root):
-    frame = pd.read_parquet(quick_results)
+def test_quick_run_stores_an_ok_row_with_provenance(quick_dir, data_root):
+    frame = pd.read_parquet(quick_dir)
     assert len(frame) == 1
     row = frame.iloc[0]
     assert (row.framework, row.dataset, row.profile, row.status) == ("torch", "mnist", "quick", "ok")
@@ -53,20 +48,23 @@ def test_quick_run_stores_an_ok_row_with_provenance(quick_results, data_root):
     assert row.image == "dlbench/torch:cpu" and row.image_id.startswith("sha256:")
     assert row.framework_version.startswith("1.7") and "openblas" in row.blas
     assert row.docker_version and row.host_cpu_model and row.dlbench_version
+    # the host's timing facts: the load when the run started, as this host shows it
+    assert 0 <= row.host_load_avg and row.host_isolated_cpus == hostinfo.isolated_cpus()
+    assert row.host_cpu_governor == hostinfo.cpu_governor()
     assert row.dataset_sha256 == __import__("orchestrator.datasets", fromlist=["x"]).verify(
         "mnist", data_root).sha256
     assert json.loads(row.threads_env)["OMP_NUM_THREADS"] == str(row.threads)
-    job_dir = quick_results / "_jobs" / row.run_id
+    job_dir = quick_dir / "_jobs" / row.run_id
     assert {p.name for p in job_dir.iterdir()} == {"job.json", "result.json", "log.txt"}
 
 
-def test_results_command_prints_table_csv_and_json(quick_results):
-    as_json = json.loads(dlbench("results", "--results", quick_results, "--format", "json",
+def test_results_command_prints_table_csv_and_json(quick_dir):
+    as_json = json.loads(dlbench("results", "--results", quick_dir, "--format", "json",
                                  check=True).stdout)
     assert as_json[0]["status"] == "ok" and as_json[0]["framework"] == "torch"
-    as_csv = dlbench("results", "--results", quick_results, "--format", "csv", check=True).stdout
+    as_csv = dlbench("results", "--results", quick_dir, "--format", "csv", check=True).stdout
     assert as_csv.splitlines()[0].startswith("schema_version,run_id,job_id,status")
-    table = dlbench("results", "--results", quick_results, check=True).stdout
+    table = dlbench("results", "--results", quick_dir, check=True).stdout
     assert "1 stored run(s)" in table and "torch" in table
 
 
@@ -95,12 +93,12 @@ def one_line_error(proc, pattern):
     assert "Traceback" not in proc.stderr
 
 
-def test_bad_inputs_fail_in_one_line_and_lose_no_results(quick_results, data_root, tmp_path):
-    before = snapshot(quick_results)
+def test_bad_inputs_fail_in_one_line_and_lose_no_results(quick_dir, data_root, tmp_path):
+    before = snapshot(quick_dir)
     base = ["run", "--frameworks", "torch", "--datasets", "mnist", "--profile", "quick",
-            "--results", quick_results]
+            "--results", quick_dir]
 
-    one_line_error(dlbench("run", "--frameworks", "tensorfow", "--results", quick_results),
+    one_line_error(dlbench("run", "--frameworks", "tensorfow", "--results", quick_dir),
                    r"^dlbench: error: unknown framework 'tensorfow'")
 
     one_line_error(dlbench(*base, "--data-dir", data_root,
@@ -117,8 +115,8 @@ def test_bad_inputs_fail_in_one_line_and_lose_no_results(quick_results, data_roo
     one_line_error(dlbench(*base, "--data-dir", data_root, "--gpu", "99"),
                    r"--gpu 99: (this host has no NVIDIA GPU|no such GPU)")
 
-    assert snapshot(quick_results) == before
-    assert len(pd.read_parquet(quick_results)) == 1
+    assert snapshot(quick_dir) == before
+    assert len(pd.read_parquet(quick_dir)) == 1
 
 
 def test_images_trust_the_hosts_ca_bundle(built):
@@ -167,12 +165,12 @@ def test_a_job_over_its_time_limit_is_a_timeout_row_and_stale_containers_go(buil
             pass
 
 
-def test_resume_skips_jobs_already_stored_as_ok(quick_results, data_root):
-    before = snapshot(quick_results)
+def test_resume_skips_jobs_already_stored_as_ok(quick_dir, data_root):
+    before = snapshot(quick_dir)
     proc = dlbench("run", "--frameworks", "torch", "--datasets", "mnist", "--profile", "quick",
-                   "--results", quick_results, "--data-dir", data_root, "--resume", check=True)
+                   "--results", quick_dir, "--data-dir", data_root, "--resume", check=True)
     assert "resume: 1 job(s) already stored as ok, 0 to run" in proc.stderr
-    assert snapshot(quick_results) == before
+    assert snapshot(quick_dir) == before
 
 
 def test_a_running_job_is_pinned_limited_and_locked_down(built, data_root, tmp_path):

@@ -10,11 +10,11 @@ import importlib.util
 import json
 
 import numpy as np
-import pandas as pd
 import pytest
 
-from conftest import REPO, dlbench
+from conftest import REPO
 
+FRAMEWORK = "mxnet"
 # LeNet: conv 1->20 5x5 (500+20), conv 20->50 5x5 (25000+50),
 # fc 800->500 (400000+500), fc 500->10 (5000+10)
 LENET_PARAMS = 520 + 25050 + 400500 + 5010
@@ -112,20 +112,6 @@ def test_augmentation_pads_crops_and_subtracts_the_mean():
 
 
 # -- the image ---------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def built():
-    return dlbench("build-images", "--frameworks", "mxnet", check=True)
-
-
-@pytest.fixture(scope="module")
-def quick_results(built, data_root, tmp_path_factory):
-    results = tmp_path_factory.mktemp("mxnet-results")
-    dlbench("run", "--frameworks", "mxnet", "--datasets", "mnist,cifar10", "--profile", "quick",
-            "--results", results, "--data-dir", data_root, check=True)
-    frame = pd.read_parquet(results)
-    return {row.dataset: row for row in frame.itertuples()}
-
-
 @pytest.mark.docker
 def test_both_quick_runs_are_stored_as_ok(quick_results):
     assert set(quick_results) == {"mnist", "cifar10"}

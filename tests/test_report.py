@@ -28,7 +28,8 @@ import pytest
 from markdown_it import MarkdownIt
 
 from conftest import dlbench
-from orchestrator import compare, report, store
+from orchestrator import compare, store, views
+from orchestrator.text import report_markdown
 from orchestrator.schema import ADDED_IN, ARROW_SCHEMA, SCHEMA_VERSION, RunRecord, dumps
 
 docker = pytest.mark.docker
@@ -265,7 +266,7 @@ def test_training_time_ratios_sit_beside_the_papers(real):
         frame.loc[0, "train_time_s"] / frame.loc[1, "train_time_s"])
     assert groups.loc["torch", "paper_train_time_ratio"] == pytest.approx(9647.34 / 512.18)
     assert groups.loc["caffe", "train_time_ratio"] == 1.0
-    ratios = report.section_views(rep, rep.sections[0])[-1]
+    ratios = views.section_views(rep, rep.sections[0])[-1]
     assert ratios.title.startswith("Training-time ratios")
     assert [row[4] for row in ratios.rows] == ["caffe", "torch"]
     assert ratios.rows[1][7] == f"{9647.34 / 512.18:.2f}×"
@@ -294,7 +295,7 @@ def test_rows_with_another_frameworks_settings_are_shown_apart(real):
     judged = compare.build(frame).groups
     assert judged.loc[1, "verdict"] == "not judged: caffe's defaults"
     assert judged.loc[0, "verdict"] in ("reproduced", "not reproduced")
-    markdown = report.report_markdown(compare.build(frame))
+    markdown = report_markdown(compare.build(frame))
     assert "| torch | mnist | cpu | paper | caffe's defaults |" in markdown
 
 

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from dlbench_runner import EVENT_TAG, SCHEMA_VERSION, spec as specs
+from dlbench_runner import spec as specs
+from dlbench_runner.contract import EVENT_TAG, SCHEMA_VERSION
 from orchestrator.schema import RunnerResult
 
 FIXTURE = Path(__file__).parent / "fixtures" / "numpy_softmax"

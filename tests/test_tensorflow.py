@@ -9,28 +9,13 @@ from __future__ import annotations
 import json
 import os
 
-import pandas as pd
 import pytest
-
-from conftest import dlbench
 
 pytestmark = pytest.mark.docker
 
+FRAMEWORK = "tensorflow"
+
 IMAGE = "dlbench/tensorflow:cpu"
-
-
-@pytest.fixture(scope="module")
-def built():
-    return dlbench("build-images", "--frameworks", "tensorflow", check=True)
-
-
-@pytest.fixture(scope="module")
-def quick_results(built, data_root, tmp_path_factory):
-    results = tmp_path_factory.mktemp("tensorflow-results")
-    dlbench("run", "--frameworks", "tensorflow", "--datasets", "mnist,cifar10", "--profile", "quick",
-            "--results", results, "--data-dir", data_root, check=True)
-    frame = pd.read_parquet(results)
-    return {row.dataset: row for row in frame.itertuples()}
 
 
 def in_image(script, data_root, out=None, args=None):

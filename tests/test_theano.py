@@ -8,12 +8,11 @@ from __future__ import annotations
 import json
 import textwrap
 
-import pandas as pd
 import pytest
 
-from conftest import dlbench
-
 pytestmark = pytest.mark.docker
+
+FRAMEWORK = "theano"
 
 IMAGE = "dlbench/theano:cpu"
 # conv 20*1*25+20, conv 50*20*25+50, hidden (50*4*4)*500+500, logistic 500*10+10
@@ -23,20 +22,11 @@ CIFAR_PARAMS = 1520 + 25050 + 625500 + 5010
 
 
 @pytest.fixture(scope="module")
-def built():
-    return dlbench("build-images", "--frameworks", "theano", check=True)
-
-
-@pytest.fixture(scope="module")
-def quick_results(built, data_root, tmp_path_factory):
-    results = tmp_path_factory.mktemp("theano-results")
-    dlbench("run", "--frameworks", "theano", "--datasets", "mnist,cifar10", "--profile", "quick",
-            "--results", results, "--data-dir", data_root, check=True)
-    frame = pd.read_parquet(results)
-    rows = {row.dataset: row for row in frame.itertuples()}
-    documents = {name: json.loads((results / "_jobs" / row.run_id / "result.json").read_text())
-                 for name, row in rows.items()}
-    return rows, documents
+def documents(quick_results, quick_run) -> dict:
+    """The runner's result.json of each quick run, by data set (it holds Theano's own facts)."""
+    results = quick_run(FRAMEWORK)
+    return {name: json.loads((results / "_jobs" / row.run_id / "result.json").read_text())
+            for name, row in quick_results.items()}
 
 
 def run_in_image(script: str) -> str:
@@ -49,10 +39,25 @@ def run_in_image(script: str) -> str:
         tmpfs={"/tmp": "rw,exec,nosuid,size=512m"}, stderr=True).decode()
 
 
-def test_both_quick_runs_are_stored_as_ok(quick_results):
-    rows, documents = quick_results
-    assert set(rows) == {"mnist", "cifar10"}
-    for name, row in rows.items():
+def setup_in_image(device: str, error: str, before: str = "") -> str:
+    """The adapter's setup() for an MNIST job on ``device`` in the image, after the statements
+    ``before``; prints "refused: MESSAGE" where it raises ``error``."""
+    return run_in_image("import os, sys\n"
+                        "sys.path[:0] = ['/opt/dlbench', '/opt/dlbench/framework']\n"
+                        + textwrap.dedent(before) + textwrap.dedent(f"""
+        import adapter
+        from dlbench_runner import runner
+        spec = {{"hyperparameters": {{}}, "dataset": "mnist", "device": "{device}", "seed": 1, "threads": 1}}
+        try:
+            adapter.Adapter(runner.Context(spec, "/data")).setup()
+        except {error} as exc:
+            print("refused:", exc)
+    """))
+
+
+def test_both_quick_runs_are_stored_as_ok(quick_results, documents):
+    assert set(quick_results) == {"mnist", "cifar10"}
+    for name, row in quick_results.items():
         assert (row.framework, row.profile, row.status) == ("theano", "quick", "ok"), row.error
         assert row.image == IMAGE
         assert row.train_time_s > 0 and row.test_time_s > 0 and row.test_samples == 10000
@@ -81,7 +86,7 @@ def test_both_quick_runs_are_stored_as_ok(quick_results):
 
 
 def test_lenet5_on_mnist(quick_results):
-    row = quick_results[0]["mnist"]
+    row = quick_results["mnist"]
     assert row.model == "theano-lenet5"
     assert row.param_count == MNIST_PARAMS == 431080
     assert row.accuracy >= 0.90
@@ -91,7 +96,7 @@ def test_lenet5_on_mnist(quick_results):
 
 
 def test_lenet5_on_cifar10(quick_results):
-    row = quick_results[0]["cifar10"]
+    row = quick_results["cifar10"]
     assert row.model == "theano-lenet5-cifar10"
     assert row.param_count == CIFAR_PARAMS == 657080
     assert row.accuracy >= 0.20          # twice chance
@@ -148,33 +153,14 @@ def test_early_stopping_follows_the_tutorial(built):
 
 def test_a_theano_without_cpp_compiler_is_refused(built):
     """Theano silently runs Python code when it finds no compiler; the adapter refuses."""
-    out = run_in_image("""
-        import os, sys
-        sys.path[:0] = ["/opt/dlbench", "/opt/dlbench/framework"]
+    out = setup_in_image("cpu", "RuntimeError", before="""
         with open("/tmp/theanorc", "w") as f:
             f.write("[global]\\ncxx =\\n")
         os.environ["THEANORC"] = "/tmp/theanorc"
-        import adapter
-        from dlbench_runner import runner
-        spec = {"hyperparameters": {}, "dataset": "mnist", "device": "cpu", "seed": 1, "threads": 1}
-        try:
-            adapter.Adapter(runner.Context(spec, "/data")).setup()
-        except RuntimeError as exc:
-            print("refused:", exc)
     """)
     assert "refused: Theano found no C++ compiler" in out
 
 
 def test_cuda_is_a_clear_error(built):
-    out = run_in_image("""
-        import sys
-        sys.path[:0] = ["/opt/dlbench", "/opt/dlbench/framework"]
-        import adapter
-        from dlbench_runner import runner
-        spec = {"hyperparameters": {}, "dataset": "mnist", "device": "cuda", "seed": 1, "threads": 1}
-        try:
-            adapter.Adapter(runner.Context(spec, "/data")).setup()
-        except ValueError as exc:
-            print("refused:", exc)
-    """)
+    out = setup_in_image("cuda", "ValueError")
     assert "refused: this theano image is a CPU build" in out

@@ -15,7 +15,7 @@ from collections import Counter
 import pandas as pd
 import pytest
 
-from conftest import REPO, dlbench
+from conftest import REPO
 
 pytestmark = pytest.mark.docker
 
@@ -31,11 +31,8 @@ def torch_adapter_module():
 
 
 @pytest.fixture(scope="module")
-def quick_row(data_root, tmp_path_factory):
-    results = tmp_path_factory.mktemp("results")
-    dlbench("run", "--frameworks", "torch", "--datasets", "cifar10", "--profile", "quick",
-            "--results", results, "--data-dir", data_root, check=True)
-    frame = pd.read_parquet(results)
+def quick_row(quick_run):
+    frame = pd.read_parquet(quick_run("torch", "cifar10"))
     assert len(frame) == 1
     return frame.iloc[0]
 

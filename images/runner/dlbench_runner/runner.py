@@ -33,9 +33,9 @@ import sys
 import time
 import traceback
 
-from . import EVENT_TAG, SCHEMA_VERSION, data
+from . import data
+from .contract import EVENT_TAG, SCHEMA_VERSION, THREAD_VARIABLES, cpu_model
 
-THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 PROGRESS_INTERVAL_S = 1.0
 
 
@@ -157,17 +157,6 @@ def apply_threads(threads, environ=os.environ):
         for name in THREAD_VARIABLES:
             environ.setdefault(name, str(threads))
     return {name: environ.get(name) for name in THREAD_VARIABLES}
-
-
-def cpu_model():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def loaded_blas():

@@ -1,0 +1,75 @@
+"""The command line's conventions, as a user meets them in a shell: the version, choices
+checked in one place, documented exit codes, JSON from doctor, one-line errors, and tables
+that a pipe receives whole."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+from conftest import REPO, dlbench
+from orchestrator import __version__
+
+NO_DOCKER = {"DOCKER_HOST": "unix:///nonexistent/docker.sock"}
+
+
+def one_line_error(proc, code: int, message: str):
+    assert proc.returncode == code, proc.stdout + proc.stderr
+    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("dlbench: error: "), proc.stderr
+    assert message in proc.stderr, proc.stderr
+
+
+def test_version_and_the_documented_exit_codes():
+    assert dlbench("--version", check=True).stdout.strip() == __version__
+    assert dlbench("version", check=True).stdout.strip() == __version__
+    text = " ".join(dlbench("--help", env={"COLUMNS": "200"}, check=True).stdout.split())
+    assert "Exit status: 0 ok; 1 an error (one line on stderr); 2 a usage error; 3 some jobs not ok" in text
+    assert "130 Ctrl-C (SIGINT), 143 SIGTERM" in text
+
+
+def test_choices_are_checked_item_by_item():
+    plan = dlbench("run", "--profile", "quick,paper", "--frameworks", "caffe", "--datasets", "mnist",
+                   "--dry-run", env=NO_DOCKER, check=True)
+    assert [json.loads(line)["profile"] for line in plan.stdout.splitlines()] == ["quick", "paper"]
+    one_line_error(dlbench("run", "--profile", "quick,fast", "--dry-run"), 2,
+                   "--profile 'fast': choose from paper, quick")
+    one_line_error(dlbench("build-images", "--variant", "cpu,tpu", env=NO_DOCKER), 2,
+                   "--variant 'tpu': choose from cpu, gpu")
+    one_line_error(dlbench("run", "--runtime", "podman", "--dry-run"), 2, "'podman' is not one of 'docker', 'native'")
+    help_text = dlbench("run", "--help", env={"COLUMNS": "200"}, check=True).stdout
+    assert "[paper|quick],..." in help_text and "docker|native" in help_text
+
+
+def test_importing_a_folder_without_a_data_set_is_an_error(tmp_path):
+    one_line_error(dlbench("datasets", "import", tmp_path), 1,
+                   f"{tmp_path}: no data set in it (a data root holds mnist/ or cifar10/)")
+    (tmp_path / "notes.txt").write_text("no data here\n")
+    (tmp_path / "mnist-old").mkdir()
+    one_line_error(dlbench("datasets", "import", tmp_path), 1, "no data set in it")
+    one_line_error(dlbench("datasets", "import", tmp_path / "missing"), 1, "missing: no such folder")
+
+
+def test_doctor_speaks_json(tmp_path):
+    proc = dlbench("doctor", "--format", "json", "--data-dir", tmp_path, "--results", tmp_path,
+                   env=NO_DOCKER)
+    assert proc.returncode == 1, proc.stderr          # no Docker daemon: a failed check
+    checks = {c["name"]: c for c in json.loads(proc.stdout)}
+    assert checks["docker"]["status"] == "fail" and "cannot reach the Docker daemon" in checks["docker"]["detail"]
+    assert {c["status"] for c in checks.values()} <= {"ok", "fail", "warn", "note"}
+    assert {"CPU governor", "turbo boost", "load average", "isolated CPUs", "disk"} <= set(checks)
+    assert all(set(c) == {"name", "status", "detail"} for c in checks.values())
+    table = dlbench("doctor", "--data-dir", tmp_path, "--results", tmp_path, env=NO_DOCKER)
+    assert table.returncode == 1 and "FAIL docker: cannot reach the Docker daemon" in table.stdout
+
+
+def test_results_in_a_pipe_keep_every_column_whole(tmp_path):
+    results = tmp_path / "results"
+    shutil.copytree(REPO / "tests" / "fixtures" / "results-v1", results)
+    text = dlbench("results", "--results", results, env={"COLUMNS": "60"}, check=True).stdout
+    assert "…" not in text
+    head = next(line for line in text.splitlines() if "when" in line)
+    assert [cell.strip() for cell in head.strip("┃ ").split("┃")] == [
+        "when", "framework", "data", "profile", "dev", "thr", "status", "accuracy", "setup s",
+        "train s", "test s", "img/s", "params", "run"]
+    assert "v1okrun0" in text and "v1badrun" in text and "failed" in text
+
