@@ -14,7 +14,7 @@ from typer.exceptions import TyperException
 from rich.console import Console
 
 from . import __version__, build, catalog, compare, datasets, plan as planning, report, store, text as texts
-from .entry import interrupted, received
+from .interrupts import interrupted, received
 from .errors import DatasetError, DlbenchError, StoreWarning, UsageError, docker_errors
 
 EXIT_CODES = ("Exit status: 0 ok; 1 an error (one line on stderr); 2 a usage error; 3 some jobs "

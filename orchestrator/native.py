@@ -33,7 +33,7 @@ import psutil
 
 from . import catalog, store
 from .collect import Outcome, follow_output
-from .entry import signals_deferred
+from .interrupts import signals_deferred
 from .errors import UsageError
 from .plan import Job
 from .traces import gpu_sample, summarise

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from . import build, datasets, hostinfo, native, store
 from .collect import Outcome, collect, follow_output, unsupported
-from .entry import signals_deferred
+from .interrupts import signals_deferred
 from .errors import DlbenchError, DockerUnavailable, GpuError, StoreError, docker_errors
 from .plan import Job, Plan
 from .traces import Sampler

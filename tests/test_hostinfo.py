@@ -39,7 +39,7 @@ def test_timing_facts_as_the_kernel_shows_them(tmp_path, files, expected):
 
 
 def test_every_row_has_the_timing_facts_and_older_rows_have_them_empty():
-    assert ADDED_IN[max(ADDED_IN)] == list(hostinfo.timing_facts())
+    assert set(hostinfo.timing_facts()) <= set(ADDED_IN[4])
     for name in hostinfo.timing_facts():
         assert name in RunRecord.model_fields and ARROW_SCHEMA.field(name).nullable
     assert ARROW_SCHEMA.field("host_turbo").type == pa.bool_()
