@@ -11,6 +11,9 @@ metadata.  History of the row schema:
     3  ``settings_from``: the framework whose default settings the job trained with
        (GTDLBench's cross-settings); empty for a framework's own defaults, as in
        every older row.
+    4  ``node``, ``slurm_job_id`` (the array's job id), ``slurm_array_task_id``: where a
+       job of a Slurm campaign ran; empty for local runs, as in every older row.  New
+       statuses ``node_fail`` and ``cancelled`` (a Slurm task ended without a row).
 Readers refuse rows newer than they know; older ones are upgraded step by step
 by ``store.upgrade``.
 
@@ -32,10 +35,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from dlbench_runner import SCHEMA_VERSION as RUNNER_SCHEMA_VERSION
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 TRACE_SCHEMA_VERSION = 1
 MAX_RESULT_BYTES = 4 << 20
-STATUSES = ("ok", "failed", "timeout", "oom", "unsupported", "no_result")
+STATUSES = ("ok", "failed", "timeout", "oom", "unsupported", "no_result", "node_fail", "cancelled")
 
 
 class Epoch(BaseModel):
@@ -158,6 +161,10 @@ class RunRecord(BaseModel):
     host_memory_gb: float | None = None
     host_os: str | None = None
     dataset_sha256: str | None = None
+    # where a job of a Slurm campaign ran (empty for local runs)
+    node: str | None = None
+    slurm_job_id: str | None = None          # the array's job id
+    slurm_array_task_id: int | None = None
     recorded_at: dt.datetime
 
 
@@ -190,6 +197,7 @@ ADDED_IN = {
     2: ["campaign", "memory_limit_bytes", "timeout_s", "cpu_percent_mean", "memory_peak_bytes",
         "memory_peak_cgroup_bytes", "gpu_util_mean", "gpu_memory_peak_bytes", "trace_samples"],
     3: ["settings_from"],
+    4: ["node", "slurm_job_id", "slurm_array_task_id"],
 }
 
 TRACE_SCHEMA = pa.schema(
