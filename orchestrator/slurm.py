@@ -27,6 +27,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -129,7 +130,9 @@ def _command(args: list[str], what: str, check: bool = True) -> subprocess.Compl
 def _slurm_message(done: subprocess.CompletedProcess) -> str:
     lines = [line.strip() for line in (done.stderr or done.stdout or "").splitlines() if line.strip()]
     errors = [line for line in lines if "error" in line.lower()] or lines
-    return errors[-1] if errors else f"exit code {done.returncode}"
+    if not errors:
+        return f"exit code {done.returncode}"
+    return re.sub(r"^\w+: (error: )?", "", errors[-1])
 
 
 def check_commands() -> None:
@@ -333,13 +336,11 @@ def ensure_image(client, image: Image, results: Path, say=lambda text: None):
     """The image on this node, by id: loaded from its saved archive when Docker lacks it."""
     import docker.errors
 
-    try:
-        with docker_errors("looking for the job's image"):
+    with docker_errors(f"looking for image {image.tag}"):
+        try:
             found = client.images.get(image.id)
-    except DlbenchError:
-        found = None
-    except docker.errors.ImageNotFound:
-        found = None
+        except docker.errors.ImageNotFound:
+            found = None
     if found is None:
         if not image.archive or not (results / image.archive).is_file():
             raise DlbenchError(f"image {image.tag} ({image.id}) is not on this node and there is "
