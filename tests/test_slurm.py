@@ -132,13 +132,14 @@ def _wait(predicate, what: str, timeout: float = 180.0, every: float = 0.2):
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def _task_containers(array_file: Path) -> dict[int, str]:
-    """The running job containers of the array, by task index (matched by job id)."""
+def _task_containers(array_file: Path, campaign: str) -> dict[int, str]:
+    """The running job containers of the array, by task index (matched by job id; only
+    the campaign's own: other runs on this host may run the very same job)."""
     if not array_file.exists():
         return {}
     tasks = {t["job_id"]: i for i, t in enumerate(json.loads(array_file.read_text())["tasks"])}
     found = {}
-    for cid in _containers("org.dlbench.role=job"):
+    for cid in _containers("org.dlbench.role=job", f"org.dlbench.campaign={campaign}"):
         out = subprocess.run(["docker", "inspect", "-f",
                               '{{index .Config.Labels "org.dlbench.job-id"}} {{.State.Running}}', cid],
                              capture_output=True, text=True).stdout.split()
@@ -162,7 +163,7 @@ def test_tasks_that_slurm_ends_leave_one_row_each_and_resume_reruns_them(cluster
                            "the submission", timeout=300)
         array_id = array_file.stem
         # tasks 0 and 1 start first, one on each node: freeze both jobs as soon as they run
-        first = _wait(lambda: (lambda c: c if {0, 1} <= set(c) else None)(_task_containers(array_file)),
+        first = _wait(lambda: (lambda c: c if {0, 1} <= set(c) else None)(_task_containers(array_file, name)),
                       "tasks 0 and 1 to run")
         for index in (0, 1):
             cluster.run("docker", "pause", first[index])
@@ -171,10 +172,11 @@ def test_tasks_that_slurm_ends_leave_one_row_each_and_resume_reruns_them(cluster
         assert {crashed, survivor} == set(NODES)
         # task 0: its node dies (slurmd, the job, its container)
         cluster.script("kill-node", crashed)
+        assert 0 not in _task_containers(array_file, name)
         # task 1: scancel
         cluster.run("scancel", f"{array_id}_1")
         # task 2 then runs on the surviving node: frozen, and given a one-minute limit
-        third = _wait(lambda: _task_containers(array_file).get(2), "task 2 to run")
+        third = _wait(lambda: _task_containers(array_file, name).get(2), "task 2 to run")
         cluster.run("docker", "pause", third)
         cluster.run("scontrol", "update", f"JobId={array_id}_2", "TimeLimit=1")
         # task 3 runs normally; the follower returns once the array has left the queue
@@ -193,7 +195,7 @@ def test_tasks_that_slurm_ends_leave_one_row_each_and_resume_reruns_them(cluster
     assert by_task.loc[3, "status"] == "ok"
     assert "Slurm ended the task: NODE_FAIL" in by_task.loc[0, "error"]
     assert cluster.queue() == []
-    assert _task_containers(array_file) == {}         # no job container left
+    assert _task_containers(array_file, name) == {}         # no job container left
     status = dlbench("status", "--results", results, check=True)
     assert "1 cancelled, 1 node_fail, 1 stored ok, 1 timeout" in status.stdout
 
