@@ -200,9 +200,9 @@ def run(frameworks: Frameworks = None,
                  "(default: the one running dlbench).")] = None,
         base: BaseOpt = BaseSource.auto, mirror: MirrorOpt = build.DEFAULT_MIRROR,
         ca_bundle: CaOpt = None, build_network: NetworkOpt = None,
-        backend: Annotated[Backend, typer.Option(
-            help="local (one job after another on this host) or slurm (one Slurm job array; "
-                 "the results directory must be shared with the nodes).")] = Backend.local,
+        backend: Annotated[Optional[Backend], typer.Option(
+            help="local (one job after another on this host; the default) or slurm (one Slurm "
+                 "job array; the results directory must be shared with the nodes).")] = None,
         partition: Annotated[Optional[str], typer.Option(help="Slurm partition.")] = None,
         account: Annotated[Optional[str], typer.Option(help="Slurm account.")] = None,
         qos: Annotated[Optional[str], typer.Option(help="Slurm QOS.")] = None,
@@ -253,10 +253,15 @@ def run(frameworks: Frameworks = None,
                                                       if the_plan.campaign else ""), highlight=False)
         return
     target = store.results_dir(results)
+    table = campaigns.load(campaign)[0] if campaign is not None else None
+    if backend is None:
+        backend = Backend((table and table.backend) or "local")
     if backend is Backend.slurm:
         from . import slurm
+        given = table.slurm if table is not None else campaigns.SlurmTable()
         records = _slurm_run(the_plan, target, slurm.SlurmOptions(
-            partition=partition, account=account, qos=qos, sbatch_options=sbatch_option),
+            partition=partition or given.partition, account=account or given.account,
+            qos=qos or given.qos, sbatch_options=[*given.sbatch_options, *sbatch_option]),
             detach, data_dir=data_dir, memory=memory, timeout=timeout, resume=resume,
             runtime=runtime, python=python, verbose=verbose,
             builder_options=_builder_options(base, mirror, ca_bundle, build_network))

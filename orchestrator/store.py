@@ -102,8 +102,8 @@ def _add_empty(version: int):
 
 
 # version -> the step to the next: 2 added the campaign name, the job's limits and the
-# resource summary; 3 the cross-settings source.
-UPGRADES = {1: _add_empty(2), 2: _add_empty(3)}
+# resource summary; 3 the cross-settings source; 4 the Slurm node and ids.
+UPGRADES = {1: _add_empty(2), 2: _add_empty(3), 3: _add_empty(4)}
 
 
 def upgrade(table: pa.Table, version: int) -> pa.Table:

@@ -214,7 +214,8 @@ def test_tasks_that_slurm_ends_leave_one_row_each_and_resume_reruns_them(cluster
     assert "nothing to run" in nothing.stderr
 
 
-@pytest.mark.parametrize("case", ["no sbatch", "unknown partition", "read-only results"])
+@pytest.mark.parametrize("case", ["no sbatch", "unknown partition", "read-only results",
+                                  "campaign's unknown partition"])
 def test_bad_submissions_are_one_line_errors_before_anything_is_submitted(
         case, cluster, data_root, tmp_path):
     results = tmp_path / "results"
@@ -227,19 +228,26 @@ def test_bad_submissions_are_one_line_errors_before_anything_is_submitted(
         env["PATH"] = str(empty)
     elif case == "unknown partition":
         extra = ["--partition", "no-such-partition"]
+    elif case == "campaign's unknown partition":     # backend and [slurm] from a campaign file
+        campaign = tmp_path / "c.toml"
+        campaign.write_text('name = "slurm-test-file"\nbackend = "slurm"\n'
+                            '[slurm]\npartition = "no-such-partition"\n')
+        extra = ["--campaign", campaign]
     else:
         mounted = tmp_path / "ro"
         mounted.mkdir()
         subprocess.run(["mount", "--bind", "-o", "ro", mounted, mounted], check=True)
         results = mounted / "results"
+    backend = [] if case.startswith("campaign") else ["--backend", "slurm"]
     try:
         before = cluster.run("squeue", "-h", "-o", "%i").stdout
-        proc = dlbench("run", "--backend", "slurm", "--frameworks", "mxnet", "--datasets", "mnist",
+        proc = dlbench("run", *backend, "--frameworks", "mxnet", "--datasets", "mnist",
                        "--profile", "quick", "--results", results, "--data-dir", data_root,
                        *extra, env=env)
         line = _one_line_error(proc)
         assert {"no sbatch": "sbatch is not on PATH",
                 "unknown partition": "invalid partition specified: no-such-partition",
+                "campaign's unknown partition": "invalid partition specified: no-such-partition",
                 "read-only results": "cannot be written (Read-only file system)"}[case] in line
         assert cluster.run("squeue", "-h", "-o", "%i").stdout == before == ""
         assert not (results / "_slurm" / "arrays").exists()
