@@ -47,11 +47,11 @@ def cluster(tmp_path_factory):
     if os.geteuid() != 0:
         pytest.skip("the local Slurm cluster needs root (network namespaces, a bridge)")
     root = tmp_path_factory.mktemp("slurm")
-    subprocess.run([SCRIPT, "up", root], check=True, capture_output=True, timeout=600)
-    found = Cluster(root)
     try:
-        yield found
-    finally:
+        up = subprocess.run([SCRIPT, "up", root], capture_output=True, text=True, timeout=600)
+        assert up.returncode == 0, up.stderr
+        yield Cluster(root)
+    finally:         # also after a failed start: what did start is stopped
         subprocess.run([SCRIPT, "down", root], check=True, capture_output=True, timeout=300)
         # nothing left behind: no namespace, no daemon of this cluster, no job container
         assert not [n for n in os.listdir("/run/netns") if n.startswith("dlbench-slurm-")] \
