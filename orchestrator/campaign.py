@@ -35,7 +35,7 @@ import datetime as dt
 import re
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Literal, Optional
 
 from pydantic import (BaseModel, ConfigDict, Field, PlainValidator, StrictInt, ValidationError,
                       field_validator)
@@ -140,6 +140,16 @@ def parse_settings_from(text: str) -> list[str | None]:
     return sources
 
 
+class SlurmTable(BaseModel):
+    """``[slurm]``: how ``backend = "slurm"`` submits the campaign's job array."""
+
+    model_config = ConfigDict(extra="forbid")
+    partition: Optional[str] = None
+    account: Optional[str] = None
+    qos: Optional[str] = None
+    sbatch_options: list[str] = []
+
+
 class CampaignFile(BaseModel):
     """A campaign file, as written."""
 
@@ -157,6 +167,8 @@ class CampaignFile(BaseModel):
         [None], min_length=1)
     hyperparameters: Hyperparameters = Hyperparameters()
     limits: CampaignLimits = CampaignLimits()
+    backend: Optional[Literal["local", "slurm"]] = None     # where it runs (default: local)
+    slurm: SlurmTable = SlurmTable()
 
     @field_validator("frameworks", "datasets")
     @classmethod

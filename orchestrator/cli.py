@@ -147,6 +147,45 @@ def build_images(frameworks: Frameworks = None, base: BaseOpt = BaseSource.auto,
                   f"{image.labels.get(build.LABEL + '.framework-version', '')}")
 
 
+class Backend(str, enum.Enum):
+    local = "local"
+    slurm = "slurm"
+
+
+def _slurm_run(the_plan, target, options, detach, verbose=False, **kwargs):
+    """Submit the plan as one Slurm job array, then follow it (unless detached); the
+    array's rows, or None when nothing was submitted or it was detached."""
+    from . import slurm
+    from .display import RichDisplay
+
+    array_id, array = slurm.submit(the_plan, target, options,
+                                   display=RichDisplay(err, verbose=verbose), **kwargs)
+    if array_id is None:
+        err.print("nothing to run: every job is stored as ok", highlight=False)
+        return None
+    out.print(array_id, highlight=False)
+    err.print(f"submitted {len(array.tasks)} job(s) as Slurm array {array_id}; "
+              f"results in {target}", highlight=False)
+    if detach:
+        return None
+    slurm.follow(target, array, lambda line: err.print(line, markup=False, highlight=False))
+    slurm.reconcile(target, array)
+    frame = slurm._rows(target, array_id)
+    return [r for r in frame.itertuples()]
+
+
+def _slurm_task(plan_file, plan_index, results, verbose):
+    from . import slurm
+    from .display import RichDisplay
+
+    if plan_index is None:
+        raise UsageError("--plan-file goes with --plan-index")
+    records = slurm.run_task(plan_file, plan_index, store.results_dir(results),
+                             RichDisplay(err, verbose=verbose))
+    if any(r.status != "ok" for r in records):
+        raise typer.Exit(3)
+
+
 def _numbers(text: str | None, option: str, kind=float) -> list | None:
     if text is None:
         return None
@@ -206,12 +245,28 @@ def run(frameworks: Frameworks = None,
                  "(default: the one running dlbench).")] = None,
         base: BaseOpt = BaseSource.auto, mirror: MirrorOpt = build.DEFAULT_MIRROR,
         ca_bundle: CaOpt = None, build_network: NetworkOpt = None,
+        backend: Annotated[Optional[Backend], typer.Option(
+            help="local (one job after another on this host; the default) or slurm (one Slurm "
+                 "job array; the results directory must be shared with the nodes).")] = None,
+        partition: Annotated[Optional[str], typer.Option(help="Slurm partition.")] = None,
+        account: Annotated[Optional[str], typer.Option(help="Slurm account.")] = None,
+        qos: Annotated[Optional[str], typer.Option(help="Slurm QOS.")] = None,
+        sbatch_option: Annotated[list[str], typer.Option(
+            "--sbatch-option", help="Another sbatch option, e.g. --sbatch-option=--time=30 "
+                                    "(repeatable; given last, so it wins).")] = [],
+        detach: Annotated[bool, typer.Option(
+            help="With --backend slurm: submit, print the array id and return.")] = False,
+        plan_file: Annotated[Optional[Path], typer.Option(hidden=True)] = None,
+        plan_index: Annotated[Optional[int], typer.Option(hidden=True)] = None,
         verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False):
     """Run the benchmark jobs, building missing images first; rows go to the results directory."""
     from . import campaign as campaigns
     from .display import RichDisplay
     from .run import run_plan
 
+    if plan_file is not None:       # one task of a Slurm array, on its node
+        _slurm_task(plan_file, plan_index, results, verbose)
+        return
     if python is not None and runtime is not Runtime.native:
         raise UsageError("--python goes with --runtime native")
     if cpus is not None and threads is not None:
@@ -241,10 +296,25 @@ def run(frameworks: Frameworks = None,
                                                       if the_plan.campaign else ""), highlight=False)
         return
     target = store.results_dir(results)
-    records = run_plan(the_plan, target, data_dir,
-                       _builder_options(base, mirror, ca_bundle, build_network),
-                       RichDisplay(err, verbose=verbose), resume=resume, fail_fast=fail_fast,
-                       runtime=runtime.value, python=python)
+    table = campaigns.load(campaign)[0] if campaign is not None else None
+    if backend is None:
+        backend = Backend((table and table.backend) or "local")
+    if backend is Backend.slurm:
+        from . import slurm
+        given = table.slurm if table is not None else campaigns.SlurmTable()
+        records = _slurm_run(the_plan, target, slurm.SlurmOptions(
+            partition=partition or given.partition, account=account or given.account,
+            qos=qos or given.qos, sbatch_options=[*given.sbatch_options, *sbatch_option]),
+            detach, data_dir=data_dir, memory=memory, timeout=timeout, resume=resume,
+            runtime=runtime.value, python=python, verbose=verbose,
+            builder_options=_builder_options(base, mirror, ca_bundle, build_network))
+        if records is None:
+            return
+    else:
+        records = run_plan(the_plan, target, data_dir,
+                           _builder_options(base, mirror, ca_bundle, build_network),
+                           RichDisplay(err, verbose=verbose), resume=resume, fail_fast=fail_fast,
+                           runtime=runtime.value, python=python)
     failed = [r for r in records if r.status != "ok"]
     err.print(f"{len(records) - len(failed)} ok, {len(failed)} not ok; results in {target}")
     if failed:
@@ -261,6 +331,21 @@ def results(results: ResultsOpt = None,
 
 def _write(text: str) -> None:
     sys.stdout.write(text if text.endswith("\n") else text + "\n")
+
+
+@app.command()
+def status(results: ResultsOpt = None):
+    """A Slurm campaign's jobs by state: queued, running, stored ok, failed..."""
+    from . import slurm
+
+    target = store.results_dir(results)
+    found = slurm.status(target)
+    if not found:
+        out.print(f"{target}: no Slurm arrays submitted", highlight=False)
+    for array in found:
+        states = ", ".join(f"{n} {s}" for s, n in sorted(array["states"].items()))
+        out.print(f"array {array['array']}" + (f" ({array['campaign']})" if array["campaign"] else "")
+                  + f": {array['jobs']} job(s): {states}", highlight=False)
 
 
 @app.command()

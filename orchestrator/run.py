@@ -140,25 +140,27 @@ RUNTIMES = ("docker", "native")
 def run_plan(plan: Plan, results: Path, data_dir=None, builder_options: dict | None = None,
              display=None, memory: str | None = None, timeout: float | None = None,
              resume: bool = False, fail_fast: bool = False, runtime: str = "docker",
-             python: str | None = None) -> list:
+             python: str | None = None, backend=None, row_fields: dict | None = None) -> list:
     """Run every job of the plan; returns the stored rows.
 
     Each job leaves exactly one row, whatever happened to it; a bad job never stops
     the campaign unless ``fail_fast``.  ``memory`` and ``timeout``, when given,
     replace the jobs' own limits.  ``runtime`` is docker (containers) or native
-    (processes of the ``python`` interpreter)."""
+    (processes of the ``python`` interpreter).  A Slurm task passes its own
+    ``backend`` (the image it was given) and ``row_fields`` (node, Slurm ids)."""
     display = display or NullDisplay()
     store.check_results(results)
     for gpu in plan.gpus:
         check_gpu(gpu)
-    backend = DockerBackend(builder_options, display) if runtime == "docker" else NativeBackend(python)
+    if backend is None:
+        backend = DockerBackend(builder_options, display) if runtime == "docker" else NativeBackend(python)
     data = datasets.prepare(plan.datasets, data_dir, progress=display.download_progress())
     targets = {}
     for job in plan.jobs:
         key = (job.framework, job.variant)
         if key not in targets:
             targets[key] = backend.target(*key)
-    provenance_host = dict(backend.host_facts(), runtime=backend.runtime)
+    provenance_host = dict(backend.host_facts(), runtime=backend.runtime, **(row_fields or {}))
     todo = [(job, job.job_id(targets[job.framework, job.variant].id, data[job.dataset].sha256))
             for job in plan.jobs]
     if resume:

@@ -21,6 +21,9 @@ metadata.  History of the row schema:
        1-minute load average when the run started (``host_load_avg``) and the CPUs
        isolated from the scheduler (``host_isolated_cpus``, "" for none); each empty
        where the host does not show it (VMs, containers) and in every older row.
+       ``node``, ``slurm_job_id`` (the array's job id), ``slurm_array_task_id``: where a
+       job of a Slurm campaign ran; empty for local runs, as in every older row.  New
+       statuses ``node_fail`` and ``cancelled`` (a Slurm task ended without a row).
 Readers refuse rows newer than they know; older ones are upgraded step by step
 by ``store.upgrade``.
 
@@ -45,7 +48,7 @@ from dlbench_runner.contract import SCHEMA_VERSION as RUNNER_SCHEMA_VERSION
 SCHEMA_VERSION = 4
 TRACE_SCHEMA_VERSION = 1
 MAX_RESULT_BYTES = 4 << 20
-STATUSES = ("ok", "failed", "timeout", "oom", "unsupported", "no_result")
+STATUSES = ("ok", "failed", "timeout", "oom", "unsupported", "no_result", "node_fail", "cancelled")
 
 
 class Epoch(BaseModel):
@@ -173,6 +176,10 @@ class RunRecord(BaseModel):
     host_load_avg: float | None = None      # 1-minute, when the run started
     host_isolated_cpus: str | None = None   # e.g. "2-3"; "" for none
     dataset_sha256: str | None = None
+    # where a job of a Slurm campaign ran (empty for local runs)
+    node: str | None = None
+    slurm_job_id: str | None = None          # the array's job id
+    slurm_array_task_id: int | None = None
     recorded_at: dt.datetime
 
 
@@ -213,7 +220,7 @@ ADDED_IN = {
         "memory_peak_cgroup_bytes", "gpu_util_mean", "gpu_memory_peak_bytes", "trace_samples"],
     3: ["settings_from"],
     4: ["written_schema_version", "host_cpu_governor", "host_turbo", "host_load_avg",
-        "host_isolated_cpus"],
+        "host_isolated_cpus", "node", "slurm_job_id", "slurm_array_task_id"],
 }
 
 TRACE_SCHEMA = pa.schema(

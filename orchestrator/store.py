@@ -227,8 +227,8 @@ def _keep_written_version(table: pa.Table) -> pa.Table:
 
 
 # version -> the step to the next: 2 added the campaign name, the job's limits and the
-# resource summary; 3 the cross-settings source; 4 the version a row was written with and
-# the host's timing facts.
+# resource summary; 3 the cross-settings source; 4 the version a row was written with,
+# the host's timing facts, and the Slurm node and ids.
 UPGRADES = {1: _add_empty(2), 2: _add_empty(3),
             3: lambda table: _add_empty(4)(_keep_written_version(table))}
 

@@ -1,0 +1,537 @@
+"""Campaigns on a Slurm cluster: one job array, one array task per job.
+
+``submit`` checks what can be checked before anything is submitted (the Slurm
+commands, the results directory, the job options through ``sbatch --test-only``),
+builds or finds the images on this host, saves each once (``docker save``) into
+the results directory, writes the plan there as JSON and submits ONE
+``sbatch --array`` job.  Each array task runs ``dlbench run --plan-file FILE
+--plan-index I`` on its node (``run_task``): the image is loaded from the saved
+file if the node's Docker lacks it (checked by image id), then the very same
+``run_plan`` runs the one job, as a local run does, and its row records the node
+and the Slurm ids.
+
+The results directory must be on a file system the nodes share: the plan, the
+saved images, the rows, traces and job directories all live there.
+
+Slurm may end a task before it stores its row (node failure, ``scancel``, its
+time limit, preemption).  ``reconcile`` asks ``sacct`` for the tasks of ended
+arrays that left no row and stores one row for each (``STATUS_OF_STATE``), so
+that ``--resume`` reruns exactly the jobs not stored as ok.  All Slurm
+commands are run through ``subprocess``; nothing here schedules anything.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from . import datasets, store
+from .errors import DlbenchError, docker_errors
+from .plan import Job, Plan
+
+SLURM_DIR = "_slurm"
+COMMANDS = ("sbatch", "squeue", "sacct", "scancel")
+ACTIVE = {"PENDING", "RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING", "REQUEUED",
+          "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING", "SIGNALING", "STAGE_OUT", "STOPPED"}
+# What a task that Slurm ended without a row becomes (sacct's State, first word).
+STATUS_OF_STATE = {"NODE_FAIL": "node_fail", "BOOT_FAIL": "node_fail",
+                   "CANCELLED": "cancelled", "PREEMPTED": "cancelled", "REVOKED": "cancelled",
+                   "TIMEOUT": "timeout", "DEADLINE": "timeout",
+                   "OUT_OF_MEMORY": "oom"}       # anything else (FAILED, COMPLETED): failed
+TIME_MARGIN_S = 120            # beyond a job's own timeout: image load, data check, row write
+POLL_S = 2.0
+
+
+class SlurmError(DlbenchError):
+    pass
+
+
+class SlurmOptions(BaseModel):
+    """How the array is submitted (campaign table ``[slurm]``, or options)."""
+
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    sbatch_options: list[str] = []     # extra sbatch options, given last (they win)
+
+
+class Image(BaseModel):
+    tag: str
+    id: str | None
+    archive: str | None = None          # docker save output, relative to the results directory
+
+
+class Task(BaseModel):
+    job: Job
+    job_id: str
+
+
+class ArrayFile(BaseModel):
+    """Everything a task needs to run its job on a node: the plan as a plain value."""
+
+    version: int = 1
+    submission: str
+    campaign: str | None = None
+    tasks: list[Task]
+    images: dict[str, Image] = {}       # "framework:variant" -> the image the jobs run
+    data_dir: str | None = None
+    memory: str | None = None
+    timeout: float | None = None
+    runtime: str = "docker"
+    python: str | None = None
+    array_id: str | None = None         # set once submitted
+    submitted_at: dt.datetime | None = None
+
+
+def _dir(results: Path) -> Path:
+    return results / SLURM_DIR
+
+
+def array_path(results: Path, array_id: str) -> Path:
+    return _dir(results) / "arrays" / f"{array_id}.json"
+
+
+def marker_path(results: Path, array_id: str, index: int) -> Path:
+    return _dir(results) / "tasks" / array_id / f"{index}.json"
+
+
+def _write_json(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.parent / f".{path.name}.{os.getpid()}.tmp"
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+# -- the Slurm commands ----------------------------------------------------------------------
+def _command(args: list[str], what: str, check: bool = True) -> subprocess.CompletedProcess:
+    try:
+        done = subprocess.run(args, capture_output=True, text=True, timeout=120)
+    except FileNotFoundError:
+        raise SlurmError(f"{what}: {args[0]} is not on PATH; is this a Slurm submit host?") from None
+    except subprocess.TimeoutExpired:
+        raise SlurmError(f"{what}: {args[0]} did not answer within 120 s") from None
+    if check and done.returncode != 0:
+        raise SlurmError(f"{what}: {_slurm_message(done)}")
+    return done
+
+
+def _slurm_message(done: subprocess.CompletedProcess) -> str:
+    lines = [line.strip() for line in (done.stderr or done.stdout or "").splitlines() if line.strip()]
+    errors = [line for line in lines if "error" in line.lower()] or lines
+    if not errors:
+        return f"exit code {done.returncode}"
+    return re.sub(r"^\w+: (error: )?", "", errors[-1])
+
+
+def check_commands() -> None:
+    for name in COMMANDS:
+        if shutil.which(name) is None:
+            raise SlurmError(f"--backend slurm: {name} is not on PATH; "
+                             "run from a Slurm submit host (or put Slurm's commands on PATH)")
+
+
+def check_results(results: Path) -> None:
+    """The tasks write rows there: refuse a directory that cannot be written."""
+    probe = _dir(results) / f".probe-{uuid.uuid4().hex[:8]}"
+    try:
+        probe.parent.mkdir(parents=True, exist_ok=True)
+        probe.write_text("dlbench")
+        probe.unlink()
+    except OSError as exc:
+        raise SlurmError(f"results directory {results} cannot be written ({exc.strerror}); the "
+                         "nodes write their rows there: give a writable directory the nodes "
+                         "share") from None
+
+
+def sbatch_args(tasks: list[Task], options: SlurmOptions, results: Path, name: str) -> list[str]:
+    jobs = [t.job for t in tasks]
+    args = ["sbatch", "--parsable", f"--array=0-{len(tasks) - 1}", f"--job-name={name}",
+            f"--output={_dir(results).resolve()}/logs/%A_%a.out", "--open-mode=append",
+            f"--chdir={results.resolve()}"]
+    cpus = {j.cpus for j in jobs}
+    if cpus == {None}:
+        args.append("--exclusive")                   # one job per node, nothing else on it
+    else:
+        args.append(f"--cpus-per-task={max(c or 1 for c in cpus)}")
+    if any(j.gpu is not None for j in jobs):
+        args.append("--gres=gpu:1")
+    timeouts = [j.timeout for j in jobs]
+    if timeouts and all(t is not None for t in timeouts):
+        args.append(f"--time={math.ceil((max(timeouts) + TIME_MARGIN_S) / 60)}")
+    for key in ("partition", "account", "qos"):
+        value = getattr(options, key)
+        if value:
+            args.append(f"--{key}={value}")
+    return args + list(options.sbatch_options)
+
+
+def _script(plan_file: Path, results: Path) -> str:
+    python = sys.executable
+    return ("#!/bin/sh\n# one dlbench job of the array: the same run_plan as a local run\n"
+            f"exec {_quote(python)} -m orchestrator run --results {_quote(str(results.resolve()))} "
+            f"--plan-file {_quote(str(plan_file.resolve()))} --plan-index \"$SLURM_ARRAY_TASK_ID\"\n")
+
+
+def _quote(text: str) -> str:
+    return "'" + text.replace("'", "'\\''") + "'"
+
+
+def queue(array_id: str) -> dict[int, tuple[str, str]]:
+    """The array's tasks still in the queue: index -> (state, node)."""
+    done = _command(["squeue", "-h", "-r", "-j", array_id, "-o", "%K|%T|%N"],
+                    f"squeue for array {array_id}", check=False)
+    tasks = {}
+    for line in done.stdout.splitlines():
+        index, _, rest = line.strip().partition("|")
+        state, _, node = rest.partition("|")
+        if index.isdigit() and state in ACTIVE:
+            tasks[int(index)] = (state, node)
+    return tasks
+
+
+def accounting(array_id: str, raw_ids: dict[str, int]) -> dict[int, tuple[str, str, str]]:
+    """sacct's record of the array's tasks: index -> (state, node, exit code).
+
+    With a Slurm database, ``sacct -j ARRAY``; a cluster without one but with
+    ``JobCompType=jobcomp/filetxt`` answers ``sacct --completion``, whose records
+    name only each task's own job id (``raw_ids``: job id -> index, from the
+    tasks' start markers)."""
+    fields = "JobID,JobIDRaw,State,NodeList,ExitCode"
+    done = _command(["sacct", "-j", array_id, "-X", "-P", "-n", "-o", fields],
+                    f"sacct for array {array_id}", check=False)
+    found: dict[int, tuple[str, str, str]] = {}
+    if done.returncode == 0:
+        for line in done.stdout.splitlines():
+            parts = line.strip().split("|")
+            if len(parts) != 5 or not parts[0].startswith(f"{array_id}_"):
+                continue
+            for index in _indices(parts[0][len(array_id) + 1:]):
+                found[index] = (parts[2], parts[3], parts[4])
+        return found
+    if "accounting storage is disabled" not in (done.stderr + done.stdout).lower():
+        raise SlurmError(f"sacct for array {array_id}: {_slurm_message(done)}")
+    done = _command(["sacct", "--completion", "-X", "-P", "-n", "-o", "JobIDRaw,State,NodeList,ExitCode"],
+                    f"sacct --completion for array {array_id}", check=False)
+    for line in done.stdout.splitlines():
+        parts = line.strip().split("|")
+        if len(parts) == 4 and parts[0] in raw_ids:
+            found[raw_ids[parts[0]]] = (parts[1], parts[2], parts[3])
+    return found
+
+
+def _indices(text: str) -> list[int]:
+    """``3``, or a pending range as sacct prints it: ``[3-5,7%2]``."""
+    text = text.strip("[]").split("%")[0]
+    out = []
+    for part in text.split(","):
+        low, _, high = part.partition("-")
+        if low.isdigit():
+            out.extend(range(int(low), int(high or low) + 1))
+    return out
+
+
+# -- submitting ------------------------------------------------------------------------------
+def submit(plan: Plan, results: Path, options: SlurmOptions, data_dir=None,
+           builder_options: dict | None = None, display=None, memory: str | None = None,
+           timeout: float | None = None, resume: bool = False, runtime: str = "docker",
+           python: str | None = None) -> tuple[str | None, ArrayFile | None]:
+    """Submit the plan as one job array; returns (array id, its file), or (None, None)
+    when nothing is left to run."""
+    from .run import DockerBackend, NativeBackend, NullDisplay
+
+    display = display or NullDisplay()
+    check_commands()
+    check_results(results)
+    if resume:
+        active = [a for a in arrays(results) if a.array_id and queue(a.array_id)]
+        if active:
+            raise SlurmError(f"array {active[0].array_id} of {results} is still queued or running; "
+                             f"wait for it (dlbench status) or scancel it before --resume")
+        for array in arrays(results):
+            reconcile(results, array)
+    jobs = [j.model_copy(update={k: v for k, v in (("memory", memory), ("timeout", timeout))
+                                 if v is not None}) for j in plan.jobs]
+    submission = uuid.uuid4().hex[:12]
+    name = f"dlbench-{plan.campaign or 'run'}"
+    (_dir(results) / "logs").mkdir(parents=True, exist_ok=True)
+    if jobs:    # the partition, account, qos and options, checked by Slurm; nothing submitted
+        probe = [Task(job=j, job_id="0" * 16) for j in jobs]
+        _command(sbatch_args(probe, options, results, name) + ["--test-only", "--wrap=true"],
+                 "sbatch", check=True)
+    backend = (DockerBackend(builder_options, display) if runtime == "docker"
+               else NativeBackend(python))
+    data = datasets.prepare(plan.datasets, data_dir, progress=display.download_progress())
+    targets, images = {}, {}
+    for job in jobs:
+        key = f"{job.framework}:{job.variant}"
+        if key not in targets:
+            targets[key] = backend.target(job.framework, job.variant)
+            images[key] = Image(tag=targets[key].name, id=targets[key].id)
+    tasks = [Task(job=j, job_id=j.job_id(targets[f"{j.framework}:{j.variant}"].id,
+                                          data[j.dataset].sha256)) for j in jobs]
+    if resume:
+        done = store.ok_job_ids(results, plan.campaign)
+        skipped = sum(t.job_id in done for t in tasks)
+        tasks = [t for t in tasks if t.job_id not in done]
+        display.say(f"resume: {skipped} job(s) already stored as ok, {len(tasks)} to run")
+    if not tasks:
+        return None, None
+    if runtime == "docker":
+        for key, image in images.items():
+            if targets[key].reason is None and any(f"{t.job.framework}:{t.job.variant}" == key
+                                                   for t in tasks):
+                image.archive = save_image(backend.client, targets[key].image, results, display)
+    array = ArrayFile(submission=submission, campaign=plan.campaign, tasks=tasks, images=images,
+                      data_dir=str(Path(data_dir).resolve()) if data_dir else None,
+                      memory=memory, timeout=timeout, runtime=runtime, python=python)
+    plan_file = _dir(results) / "plans" / f"{submission}.json"
+    _write_json(plan_file, array.model_dump_json(indent=1))
+    args = sbatch_args(tasks, options, results, name)
+    try:
+        done = subprocess.run(args, input=_script(plan_file, results), capture_output=True,
+                              text=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise SlurmError(f"sbatch: {exc}") from None
+    if done.returncode != 0:
+        raise SlurmError(f"sbatch: {_slurm_message(done)}")
+    array.array_id = done.stdout.strip().split(";")[0]
+    array.submitted_at = dt.datetime.now(dt.timezone.utc)
+    _write_json(array_path(results, array.array_id), array.model_dump_json(indent=1))
+    return array.array_id, array
+
+
+def save_image(client, image, results: Path, display) -> str:
+    """``docker save`` the image once into the shared directory; returns its path there."""
+    relative = f"{SLURM_DIR}/images/{image.id.replace(':', '-')}.tar"
+    final = results / relative
+    if final.exists():
+        return relative
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = final.parent / f".{final.name}.{os.getpid()}.tmp"
+    display.say(f"saving image {image.tags[0] if image.tags else image.short_id} for the nodes")
+    try:
+        with docker_errors(f"saving image {image.short_id}"), open(tmp, "wb") as out:
+            for chunk in image.save(named=True):
+                out.write(chunk)
+        os.replace(tmp, final)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return relative
+
+
+def ensure_image(client, image: Image, results: Path, say=lambda text: None):
+    """The image on this node, by id: loaded from its saved archive when Docker lacks it."""
+    import docker.errors
+
+    with docker_errors(f"looking for image {image.tag}"):
+        try:
+            found = client.images.get(image.id)
+        except docker.errors.ImageNotFound:
+            found = None
+    if found is None:
+        if not image.archive or not (results / image.archive).is_file():
+            raise DlbenchError(f"image {image.tag} ({image.id}) is not on this node and there is "
+                               f"no saved copy of it under {results / SLURM_DIR / 'images'}")
+        say(f"loading image {image.tag} from {image.archive}")
+        with docker_errors(f"loading image {image.tag}"), open(results / image.archive, "rb") as f:
+            client.images.load(f)
+            found = client.images.get(image.id)
+    if image.tag not in found.tags:        # the node's tag pointed elsewhere: run the saved one
+        repository, _, tag = image.tag.rpartition(":")
+        found.tag(repository, tag)
+    return found
+
+
+# -- a task, on its node ---------------------------------------------------------------------
+def task_fields() -> dict:
+    """The node and Slurm ids, as the task's environment gives them."""
+    env = os.environ
+    return {"node": env.get("SLURMD_NODENAME"),
+            "slurm_job_id": env.get("SLURM_ARRAY_JOB_ID") or env.get("SLURM_JOB_ID"),
+            "slurm_array_task_id": int(env["SLURM_ARRAY_TASK_ID"])
+            if env.get("SLURM_ARRAY_TASK_ID", "").isdigit() else None}
+
+
+def run_task(plan_file: Path, index: int, results: Path, display=None, builder_options=None) -> list:
+    """Run one job of an array's plan on this node, exactly as a local run does."""
+    from .run import DockerBackend, NativeBackend, Target, image_unsupported, run_plan
+
+    try:
+        array = ArrayFile.model_validate_json(plan_file.read_text())
+    except (OSError, ValueError) as exc:
+        raise SlurmError(f"cannot read the array's plan {plan_file}: {exc}") from None
+    if not 0 <= index < len(array.tasks):
+        raise SlurmError(f"--plan-index {index}: the plan has {len(array.tasks)} job(s)")
+    fields = task_fields()
+    if fields["slurm_job_id"]:
+        _write_json(marker_path(results, fields["slurm_job_id"], index), json.dumps(
+            {"job_id": os.environ.get("SLURM_JOB_ID"), "node": fields["node"],
+             "started_at": dt.datetime.now(dt.timezone.utc).isoformat()}))
+    task = array.tasks[index]
+
+    if array.runtime == "docker":
+        class Preloaded(DockerBackend):
+            """The image the submitter resolved, by id (loaded here when missing); never built."""
+
+            def target(self, framework, variant):
+                ref = array.images[f"{framework}:{variant}"]
+                if ref.id is None:
+                    return Target(ref.tag, None, f"no image {ref.tag} for this job")
+                image = ensure_image(self.client, ref, results, display.say if display else print)
+                return Target(ref.tag, image.id, image_unsupported(image, ref.tag), image)
+
+        backend = Preloaded(builder_options, display or _Quiet())
+    else:
+        backend = NativeBackend(array.python)
+    one = Plan(jobs=[task.job], campaign=array.campaign)
+    return run_plan(one, results, array.data_dir, display=display, runtime=array.runtime,
+                    python=array.python, backend=backend, row_fields=fields)
+
+
+class _Quiet:
+    def say(self, text):
+        pass
+
+
+# -- following, reconciling, status ----------------------------------------------------------
+def arrays(results: Path) -> list[ArrayFile]:
+    folder = _dir(results) / "arrays"
+    if not folder.is_dir():
+        return []
+    found = []
+    for path in sorted(folder.glob("*.json")):
+        try:
+            found.append(ArrayFile.model_validate_json(path.read_text()))
+        except (OSError, ValueError):
+            continue
+    return sorted(found, key=lambda a: a.submitted_at or dt.datetime.min.replace(tzinfo=dt.timezone.utc))
+
+
+def _rows(results: Path, array_id: str):
+    if not results.is_dir():
+        return None
+    frame = store.load(results)
+    if "slurm_job_id" not in frame.columns or frame.empty:
+        return frame.iloc[0:0]
+    return frame[frame["slurm_job_id"] == array_id]
+
+
+def follow(results: Path, array: ArrayFile, say) -> None:
+    """Show rows as they land and the queue's state, until the array has left the queue."""
+    seen: set[str] = set()
+    last = None
+    while True:
+        tasks = queue(array.array_id)
+        rows = _rows(results, array.array_id)
+        for _, row in rows.iterrows():
+            if row["run_id"] not in seen:
+                seen.add(row["run_id"])
+                accuracy = "" if row["accuracy"] != row["accuracy"] or row["accuracy"] is None \
+                    else f" accuracy {row['accuracy']:.4f}"
+                say(f"task {row['slurm_array_task_id']}: {row['framework']}/{row['dataset']} "
+                    f"{row['status']}{accuracy} on {row['node']}")
+        states = {}
+        for state, node in tasks.values():
+            states[state.lower()] = states.get(state.lower(), 0) + 1
+        summary = ", ".join(f"{n} {s}" for s, n in sorted(states.items()))
+        line = f"array {array.array_id}: {len(seen)}/{len(array.tasks)} stored" + \
+            (f"; queue: {summary}" if summary else "")
+        if line != last:
+            say(line)
+            last = line
+        if not tasks:
+            return
+        time.sleep(POLL_S)
+
+
+def reconcile(results: Path, array: ArrayFile, attempts: int = 5) -> list:
+    """Store one row for each task of an ended array that left none, from sacct."""
+    from .collect import unsupported
+
+    if not array.array_id or queue(array.array_id):
+        return []
+    rows = _rows(results, array.array_id)
+    stored = set(int(i) for i in rows["slurm_array_task_id"].dropna()) if rows is not None else set()
+    missing = [i for i in range(len(array.tasks)) if i not in stored]
+    if not missing:
+        return []
+    markers = {}
+    for index in missing:
+        path = marker_path(results, array.array_id, index)
+        if path.exists():
+            try:
+                markers[index] = json.loads(path.read_text())
+            except (OSError, ValueError):
+                pass
+    raw_ids = {str(m.get("job_id")): i for i, m in markers.items() if m.get("job_id")}
+    for attempt in range(attempts):      # a Slurm database may record an end a moment late
+        known = accounting(array.array_id, raw_ids)
+        if all(i in known or i not in markers for i in missing):
+            break
+        time.sleep(1.0)
+    records = []
+    for index in missing:
+        task = array.tasks[index]
+        state, node, exit_code = known.get(index, ("", "", ""))
+        word = state.split()[0] if state else ""
+        if word in ("RUNNING", "PENDING"):
+            continue
+        status = STATUS_OF_STATE.get(word, "failed")
+        if not word:
+            status = "cancelled" if index not in markers else "failed"
+            why = ("Slurm ended the task before it started and kept no record of it"
+                   if index not in markers else "the task ended without a row and Slurm has no record of it")
+        else:
+            why = f"Slurm ended the task: {state} (exit code {exit_code})"
+        node = node or (markers.get(index) or {}).get("node") or None
+        log = _dir(results) / "logs" / f"{array.array_id}_{index}.out"
+        image = array.images.get(f"{task.job.framework}:{task.job.variant}")
+        run_id = hashlib.sha256(f"slurm:{array.array_id}_{index}".encode()).hexdigest()[:16]
+        provenance = {"runtime": array.runtime, "image": image.tag if image else None,
+                      "image_id": image.id if image else None, "node": node,
+                      "slurm_job_id": array.array_id, "slurm_array_task_id": index}
+        record = unsupported(task.job, run_id, task.job_id, f"{why}; no row stored; log: {log}",
+                             provenance).model_copy(update={"status": status})
+        store.append(results, [record])
+        records.append(record)
+    return records
+
+
+def status(results: Path) -> list[dict]:
+    """Each array of the results directory, its tasks counted by state."""
+    out = []
+    for array in arrays(results):
+        tasks = queue(array.array_id) if array.array_id else {}
+        if not tasks:
+            reconcile(results, array)
+        rows = _rows(results, array.array_id)
+        by_task = {}
+        if rows is not None:
+            for _, row in rows.iterrows():
+                by_task[int(row["slurm_array_task_id"])] = row["status"]
+        counts: dict[str, int] = {}
+        for index in range(len(array.tasks)):
+            if index in tasks:
+                state = tasks[index][0].lower()
+            elif index in by_task:
+                state = "stored ok" if by_task[index] == "ok" else by_task[index]
+            else:
+                state = "ended, no row yet"
+            counts[state] = counts.get(state, 0) + 1
+        out.append({"array": array.array_id, "campaign": array.campaign,
+                    "jobs": len(array.tasks), "states": counts,
+                    "submitted_at": array.submitted_at})
+    return out

@@ -1,0 +1,291 @@
+"""The Slurm back-end on a real local Slurm cluster: two slurmd nodes, one slurmctld,
+munged (``scripts/slurm-cluster``), real arrays, real containers, real MNIST.
+
+The faults are real too: a node whose every process is killed (slurmd, its job
+steps, the dlbench process and its container), a task ``scancel``ed, a task past
+its Slurm time limit (its container frozen with ``docker pause``, a job that hangs).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from conftest import REPO, dlbench
+
+pytestmark = [pytest.mark.slurm, pytest.mark.docker]
+
+SCRIPT = REPO / "scripts" / "slurm-cluster"
+NODES = ("n1", "n2")
+
+
+class Cluster:
+    def __init__(self, root: Path):
+        self.root = root
+        self.env = {"SLURM_CONF": str(root / "slurm.conf")}
+
+    def run(self, *args, check=True) -> subprocess.CompletedProcess:
+        return subprocess.run([str(a) for a in args], capture_output=True, text=True, check=check,
+                              env={**os.environ, **self.env}, timeout=120)
+
+    def script(self, *args):
+        return self.run(SCRIPT, *args, self.root)
+
+    def queue(self) -> list[str]:
+        return self.run("squeue", "-h", "-r", "-o", "%i %T %N").stdout.split("\n")[:-1]
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory):
+    if os.geteuid() != 0:
+        pytest.skip("the local Slurm cluster needs root (network namespaces, a bridge)")
+    root = tmp_path_factory.mktemp("slurm")
+    try:
+        up = subprocess.run([SCRIPT, "up", root], capture_output=True, text=True, timeout=600)
+        assert up.returncode == 0, up.stderr
+        yield Cluster(root)
+    finally:         # also after a failed start: what did start is stopped
+        subprocess.run([SCRIPT, "down", root], check=True, capture_output=True, timeout=300)
+        # nothing left behind: no namespace, no daemon of this cluster, no job container
+        assert not [n for n in os.listdir("/run/netns") if n.startswith("dlbench-slurm-")] \
+            if os.path.isdir("/run/netns") else True
+        leftovers = subprocess.run(["pgrep", "-af", str(root)], capture_output=True, text=True).stdout
+        assert leftovers.strip() == "", leftovers
+        assert [c for c in _campaigns_of_running() if c.startswith("slurm-test-")] == []
+
+
+def _containers(*labels) -> list[str]:
+    args = ["docker", "ps", "-aq"]
+    for label in labels:
+        args += ["--filter", f"label={label}"]
+    return subprocess.run(args, capture_output=True, text=True, check=True).stdout.split()
+
+
+def _campaigns_of_running() -> list[str]:
+    ids = _containers("org.dlbench.role=job")
+    if not ids:
+        return []
+    out = subprocess.run(["docker", "inspect", "-f", '{{index .Config.Labels "org.dlbench.campaign"}}',
+                          *ids], capture_output=True, text=True).stdout
+    return out.split()
+
+
+def _rows(results: Path) -> pd.DataFrame:
+    from orchestrator import store
+    return store.load(results)
+
+
+def _campaign() -> str:
+    return f"slurm-test-{uuid.uuid4().hex[:6]}"
+
+
+def _one_line_error(proc):
+    assert proc.returncode != 0
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("dlbench: error:"), proc.stderr
+    return lines[0]
+
+
+def test_a_campaign_runs_as_one_array_over_both_nodes(cluster, data_root, tmp_path):
+    results, name = tmp_path / "results", _campaign()
+    proc = dlbench("run", "--backend", "slurm", "--frameworks", "mxnet,caffe", "--datasets", "mnist",
+                   "--profile", "quick", "--repeats", "2", "--name", name, "--results", results,
+                   "--data-dir", data_root, env=cluster.env, check=True)
+    array_id = proc.stdout.strip()
+    assert array_id.isdigit()
+    assert f"submitted 4 job(s) as Slurm array {array_id}" in proc.stderr
+    assert "4/4 stored" in proc.stderr
+    frame = _rows(results)
+    assert len(frame) == 4
+    assert list(frame.status) == ["ok"] * 4
+    assert set(frame.node) == set(NODES)                  # spread over both nodes
+    assert set(frame.slurm_job_id) == {array_id}
+    assert sorted(frame.slurm_array_task_id) == [0, 1, 2, 3]
+    assert set(frame.campaign) == {name}
+    assert (frame.accuracy > 0.9).all()
+    # the image that ran, by id: the one the submitter saved for the nodes
+    for _, row in frame.iterrows():
+        saved = results / "_slurm" / "images" / f"{row.image_id.replace(':', '-')}.tar"
+        assert saved.is_file()
+        assert row.image == f"dlbench/{row.framework}:cpu"
+    assert cluster.queue() == []
+    report = dlbench("report", "--results", results, "--format", "csv", check=True)
+    assert "mxnet" in report.stdout and "caffe" in report.stdout
+    status = dlbench("status", "--results", results, check=True)
+    assert f"array {array_id} ({name}): 4 job(s): 4 stored ok" in status.stdout
+
+
+def _wait(predicate, what: str, timeout: float = 180.0, every: float = 0.2):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(every)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _task_containers(array_file: Path, campaign: str) -> dict[int, str]:
+    """The running job containers of the array, by task index (matched by job id; only
+    the campaign's own: other runs on this host may run the very same job)."""
+    if not array_file.exists():
+        return {}
+    tasks = {t["job_id"]: i for i, t in enumerate(json.loads(array_file.read_text())["tasks"])}
+    found = {}
+    for cid in _containers("org.dlbench.role=job", f"org.dlbench.campaign={campaign}"):
+        out = subprocess.run(["docker", "inspect", "-f",
+                              '{{index .Config.Labels "org.dlbench.job-id"}} {{.State.Running}}', cid],
+                             capture_output=True, text=True).stdout.split()
+        if len(out) == 2 and out[0] in tasks and out[1] == "true":
+            found[tasks[out[0]]] = cid
+    return found
+
+
+def test_tasks_that_slurm_ends_leave_one_row_each_and_resume_reruns_them(cluster, data_root, tmp_path):
+    results, name = tmp_path / "results", _campaign()
+    args = ["run", "--backend", "slurm", "--frameworks", "mxnet", "--datasets", "mnist",
+            "--profile", "quick", "--repeats", "4", "--name", name, "--results", results,
+            "--data-dir", data_root]
+    env = {**os.environ, **cluster.env, "PYTHONUNBUFFERED": "1"}
+    env.pop("DLBENCH_DATA_DIR", None)
+    follower = subprocess.Popen([os.sys.executable, "-m", "orchestrator", *map(str, args)],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        arrays = results / "_slurm" / "arrays"
+        array_file = _wait(lambda: next(iter(arrays.glob("*.json")), None) if arrays.is_dir() else None,
+                           "the submission", timeout=300)
+        array_id = array_file.stem
+        # tasks 0 and 1 start first, one on each node: freeze both jobs as soon as they run
+        first = _wait(lambda: (lambda c: c if {0, 1} <= set(c) else None)(_task_containers(array_file, name)),
+                      "tasks 0 and 1 to run")
+        for index in (0, 1):
+            cluster.run("docker", "pause", first[index])
+        nodes = dict(line.split()[::2] for line in cluster.queue() if line.split()[1] == "RUNNING")
+        crashed, survivor = nodes[f"{array_id}_0"], nodes[f"{array_id}_1"]
+        assert {crashed, survivor} == set(NODES)
+        # task 0: its node dies (slurmd, the job, its container)
+        cluster.script("kill-node", crashed)
+        assert 0 not in _task_containers(array_file, name)
+        # task 1: scancel
+        cluster.run("scancel", f"{array_id}_1")
+        # task 2 then runs on the surviving node: frozen, and given a one-minute limit
+        third = _wait(lambda: _task_containers(array_file, name).get(2), "task 2 to run")
+        cluster.run("docker", "pause", third)
+        cluster.run("scontrol", "update", f"JobId={array_id}_2", "TimeLimit=1")
+        # task 3 runs normally; the follower returns once the array has left the queue
+        out, err = follower.communicate(timeout=400)
+    finally:
+        if follower.poll() is None:
+            follower.kill()
+    assert follower.returncode == 3, err            # some jobs are not ok
+    assert f"array {array_id}:" in err and "queue:" in err
+    frame = _rows(results)
+    assert len(frame) == 4                            # exactly one row per task
+    by_task = frame.set_index("slurm_array_task_id")
+    assert by_task.loc[0, "status"] == "node_fail" and by_task.loc[0, "node"] == crashed
+    assert by_task.loc[1, "status"] == "cancelled" and by_task.loc[1, "node"] == survivor
+    assert by_task.loc[2, "status"] == "timeout"
+    assert by_task.loc[3, "status"] == "ok"
+    assert "Slurm ended the task: NODE_FAIL" in by_task.loc[0, "error"]
+    assert cluster.queue() == []
+    assert _task_containers(array_file, name) == {}         # no job container left
+    status = dlbench("status", "--results", results, check=True)
+    assert "1 cancelled, 1 node_fail, 1 stored ok, 1 timeout" in status.stdout
+
+    cluster.script("up")                               # the crashed node comes back
+    again = dlbench(*args, "--resume", env=cluster.env, check=True)
+    assert "resume: 1 job(s) already stored as ok, 3 to run" in again.stderr
+    frame = _rows(results)
+    assert len(frame) == 7
+    rerun = frame[frame.slurm_job_id != array_id]
+    assert sorted(rerun.status) == ["ok"] * 3
+    failed_jobs = set(frame[frame.status != "ok"].job_id)
+    assert set(rerun.job_id) == failed_jobs
+    assert set(frame[frame.status == "ok"].job_id) == set(frame.job_id)   # all jobs now ok
+    assert "already stored as ok, 0 to run" not in again.stderr
+    nothing = dlbench(*args, "--resume", env=cluster.env, check=True)
+    assert "nothing to run" in nothing.stderr
+
+
+@pytest.mark.parametrize("case", ["no sbatch", "unknown partition", "read-only results",
+                                  "campaign's unknown partition"])
+def test_bad_submissions_are_one_line_errors_before_anything_is_submitted(
+        case, cluster, data_root, tmp_path):
+    results = tmp_path / "results"
+    env = dict(cluster.env)
+    extra = []
+    mounted = None
+    if case == "no sbatch":
+        empty = tmp_path / "bin"
+        empty.mkdir()
+        env["PATH"] = str(empty)
+    elif case == "unknown partition":
+        extra = ["--partition", "no-such-partition"]
+    elif case == "campaign's unknown partition":     # backend and [slurm] from a campaign file
+        campaign = tmp_path / "c.toml"
+        campaign.write_text('name = "slurm-test-file"\nbackend = "slurm"\n'
+                            '[slurm]\npartition = "no-such-partition"\n')
+        extra = ["--campaign", campaign]
+    else:
+        mounted = tmp_path / "ro"
+        mounted.mkdir()
+        subprocess.run(["mount", "--bind", "-o", "ro", mounted, mounted], check=True)
+        results = mounted / "results"
+    backend = [] if case.startswith("campaign") else ["--backend", "slurm"]
+    try:
+        before = cluster.run("squeue", "-h", "-o", "%i").stdout
+        proc = dlbench("run", *backend, "--frameworks", "mxnet", "--datasets", "mnist",
+                       "--profile", "quick", "--results", results, "--data-dir", data_root,
+                       *extra, env=env)
+        line = _one_line_error(proc)
+        assert {"no sbatch": "sbatch is not on PATH",
+                "unknown partition": "invalid partition specified: no-such-partition",
+                "campaign's unknown partition": "invalid partition specified: no-such-partition",
+                "read-only results": "cannot be written (Read-only file system)"}[case] in line
+        assert cluster.run("squeue", "-h", "-o", "%i").stdout == before == ""
+        assert not (results / "_slurm" / "arrays").exists()
+    finally:
+        if mounted is not None:
+            subprocess.run(["umount", mounted], check=True)
+
+
+def test_a_node_without_the_image_loads_the_saved_copy_checked_by_id(tmp_path):
+    """The load path, for real: a small image of our own is saved, removed, then found
+    missing by the node's check and loaded back from the saved file, the same id."""
+    import docker
+
+    from orchestrator import slurm
+    from orchestrator.run import NullDisplay
+
+    client = docker.from_env()
+    tag = f"dlbench-test/slurm-load:{uuid.uuid4().hex[:8]}"
+    context = tmp_path / "context"
+    context.mkdir()
+    (context / "Dockerfile").write_text(
+        f"FROM dlbench/root:bullseye\nLABEL org.dlbench.role=test\nRUN echo {tag} > /marker\n")
+    image, _ = client.images.build(path=str(context), tag=tag, labels={"org.dlbench.role": "test"})
+    results = tmp_path / "results"
+    try:
+        archive = slurm.save_image(client, image, results, NullDisplay())
+        assert (results / archive).stat().st_size > 0
+        client.images.remove(image.id, force=True)
+        with pytest.raises(docker.errors.ImageNotFound):
+            client.images.get(image.id)
+        ref = slurm.Image(tag=tag, id=image.id, archive=archive)
+        loaded = slurm.ensure_image(client, ref, results)
+        assert loaded.id == image.id and tag in loaded.tags
+        missing = slurm.Image(tag=tag + "x", id="sha256:" + "0" * 64, archive=None)
+        with pytest.raises(slurm.DlbenchError, match="not on this node and there is no saved copy"):
+            slurm.ensure_image(client, missing, results)
+    finally:
+        try:
+            client.images.remove(tag, force=True)
+        except docker.errors.ImageNotFound:
+            pass
