@@ -8,7 +8,6 @@ import hashlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -198,10 +197,11 @@ def start(*args) -> subprocess.Popen:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
 
-def containers_of(pid: int, all_=True) -> list:
+def containers_of(results: Path, all_=True) -> list:
+    """The job containers of the runs writing to ``results`` (their label)."""
     import docker
     return docker.from_env().containers.list(all=all_, filters={
-        "label": ["org.dlbench.role=job", f"org.dlbench.owner={socket.gethostname()}:{pid}"]})
+        "label": ["org.dlbench.role=job", f"org.dlbench.results={results.resolve()}"]})
 
 
 def row_files(results: Path) -> dict:
@@ -225,7 +225,7 @@ def test_a_campaign_interrupted_in_the_middle_then_resumed(tmp_path, data_root):
     proc = start(*args)
     try:
         # two jobs stored, the third running: then Ctrl-C
-        wait_for(lambda: len(row_files(results)) >= 2 and containers_of(proc.pid, all_=False),
+        wait_for(lambda: len(row_files(results)) >= 2 and containers_of(results, all_=False),
                  900, "two rows and a running job")
         proc.send_signal(signal.SIGINT)
         _, stderr = proc.communicate(timeout=120)
@@ -234,8 +234,10 @@ def test_a_campaign_interrupted_in_the_middle_then_resumed(tmp_path, data_root):
             proc.kill()
     assert proc.returncode == 130, stderr
     assert "interrupted; the rows stored so far are kept" in stderr
-    assert containers_of(proc.pid) == []            # the running job's container is gone
+    assert containers_of(results) == []            # the running job's container is gone
     kept = row_files(results)
+    # the interrupted job's directory went with it; the finished jobs' stay
+    assert {p.name for p in (results / store.JOBS).iterdir()} == set(store.load(results).run_id)
     assert 2 <= len(kept) < 8
     assert (store.load(results)["status"] == "ok").all()
 
@@ -265,20 +267,23 @@ def test_a_campaign_interrupted_in_the_middle_then_resumed(tmp_path, data_root):
 
 
 @pytest.mark.docker
-def test_sigterm_stops_and_removes_the_running_container(tmp_path, data_root):
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_sigterm_or_sighup_stops_and_removes_the_running_container(tmp_path, data_root, signum):
     results = tmp_path / "results"
     proc = start("run", "--frameworks", "caffe", "--datasets", "mnist", "--profile", "quick",
                  "--results", results, "--data-dir", data_root)
     try:
-        wait_for(lambda: containers_of(proc.pid, all_=False), 600, "a running job")
-        proc.send_signal(signal.SIGTERM)
+        wait_for(lambda: containers_of(results, all_=False), 600, "a running job")
+        assert len(list((results / store.JOBS).iterdir())) == 1
+        proc.send_signal(signum)
         _, stderr = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 143 and "interrupted" in stderr
-    assert containers_of(proc.pid) == []
+    assert proc.returncode == 128 + signum and "interrupted" in stderr
+    assert containers_of(results) == []
     assert row_files(results) == {}                 # an unfinished job leaves no row
+    assert list((results / store.JOBS).iterdir()) == []     # and no job directory
 
 
 @pytest.mark.docker
