@@ -312,7 +312,11 @@ class Interrupted(KeyboardInterrupt):
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
+_STOPPED_BY: list[int] = []       # typer turns the interrupt into Exit(130): keep the signal
+
+
 def _interrupt(signum, frame):
+    _STOPPED_BY.append(signum)
     raise Interrupted(signum)
 
 
@@ -335,7 +339,7 @@ def main():
     except (KeyboardInterrupt, typer.Abort) as exc:
         _fail("interrupted; the rows stored so far are kept", getattr(exc, "exit_code", 130))
     if code == 130:
-        _fail("interrupted; the rows stored so far are kept", 130)
+        _fail("interrupted; the rows stored so far are kept", 128 + _STOPPED_BY[-1] if _STOPPED_BY else 130)
     sys.exit(code)
 
 
