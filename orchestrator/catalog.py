@@ -36,6 +36,12 @@ def models(framework: str) -> dict:
     return contract.load_catalog(str(framework_dir(framework)))
 
 
+def compiles_code(framework: str) -> bool:
+    """Whether the framework compiles code at run time and loads it (its jobs then get
+    an exec scratch directory, ``$DLBENCH_COMPILE_DIR``: their /tmp is noexec)."""
+    return bool(models(framework).get("compiles_code"))
+
+
 def check_frameworks(names: list[str]) -> list[str]:
     ready = available()
     for name in names:

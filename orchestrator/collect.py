@@ -26,12 +26,14 @@ from pydantic import ValidationError
 
 from dlbench_runner.contract import EVENT_TAG
 
-from . import __version__
+from . import __version__, jobdir
 from .plan import Job
 from .schema import MAX_RESULT_BYTES, RunnerResult, RunRecord, dumps
 from .traces import Summary
 
 LOG_TAIL_LINES = 50
+MAX_LOG_BYTES = 64 << 20     # log.txt keeps this much of a job's output
+MAX_LINE_CHARS = 10_000      # a log-tail line is cut here
 
 
 @dataclasses.dataclass
@@ -49,17 +51,24 @@ class Outcome:
     ran_as: str = "container"       # or "process" (the native runtime), for messages
 
 
-def follow_output(lines, log_path: Path, display, keep: int = LOG_TAIL_LINES) -> list[str]:
-    """The job's output as it comes: every line to its log file, the runner's event
+def follow_output(lines, log, display, keep: int = LOG_TAIL_LINES,
+                  limit: int = MAX_LOG_BYTES) -> list[str]:
+    """The job's output as it comes: every line to its log file (``log``, open for
+    writing, closed here; at most ``limit`` bytes of it), the runner's event
     lines to the display; returns the last ``keep`` other lines (the row's log tail)."""
     tail = deque(maxlen=keep)
-    with open(log_path, "w", buffering=1) as log:
+    written, cut = 0, False
+    with log:
         for line in lines:
-            log.write(line + "\n")
+            if not cut:
+                size = len(line.encode("utf-8", "replace")) + 1
+                cut = written + size > limit
+                log.write(f"[dlbench: the log stops here: over {limit} bytes]\n" if cut else line + "\n")
+                written += size
             if line.startswith(EVENT_TAG):
                 display.event(_event(line))
             elif line.strip():
-                tail.append(line)
+                tail.append(line[:MAX_LINE_CHARS])
     return list(tail)
 
 
@@ -71,14 +80,15 @@ def _event(line: str) -> dict:
         return {}
 
 
-def read_result(path: Path) -> tuple[RunnerResult | None, str | None]:
-    """The validated result, or None and why not."""
-    if not path.is_file():
-        return None, "the runner wrote no result.json"
-    if path.stat().st_size > MAX_RESULT_BYTES:
-        return None, f"result.json is {path.stat().st_size} bytes (limit {MAX_RESULT_BYTES})"
+def read_result(job_dir: Path) -> tuple[RunnerResult | None, str | None]:
+    """The validated result the runner left in the job's out/, or None and why not.
+    It is taken as hostile input (``jobdir.take_result``: no links followed, regular
+    files only, size-capped) and copied beside out/ as the job's result.json."""
+    data, problem = jobdir.take_result(job_dir, MAX_RESULT_BYTES)
+    if data is None:
+        return None, problem
     try:
-        return RunnerResult.model_validate(json.loads(path.read_bytes())), None
+        return RunnerResult.model_validate(json.loads(data)), None
     except (ValueError, ValidationError) as exc:
         first = str(exc).strip().splitlines()
         return None, "result.json is invalid: " + " ".join(first[:3])[:500]
@@ -106,7 +116,7 @@ def unsupported(job: Job, run_id: str, job_id: str, reason: str, provenance: dic
 
 def collect(job: Job, run_id: str, job_id: str, job_dir: Path, outcome: Outcome,
             provenance: dict) -> RunRecord:
-    result, problem = read_result(job_dir / "result.json")
+    result, problem = read_result(job_dir)
     status, error = _status(outcome, result, problem)
     fields = _job_fields(job, run_id, job_id, provenance)
     fields.update(status=status, error=error, exit_code=outcome.exit_code,

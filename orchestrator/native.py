@@ -3,7 +3,7 @@
 For hosts where Docker is not allowed (many HPC clusters) and to measure what the
 container itself costs.  ``--runtime native --python PATH`` runs each job as
 ``PATH -m dlbench_runner`` with the framework directory of this dlbench, the data
-set read in place and the job's directory as its output: the same job spec, the
+set read in place and the job directory's out/ as its output: the same job spec, the
 same result.json, the same row (``runtime`` says ``native``).
 
 What a container gives and a process does not:
@@ -31,7 +31,7 @@ from pathlib import Path
 
 import psutil
 
-from . import catalog, store
+from . import catalog, jobdir
 from .collect import Outcome, follow_output
 from .interrupts import signals_deferred
 from .errors import UsageError
@@ -109,13 +109,13 @@ def unsupported(target: Target, job: Job) -> str | None:
 def run_process(job: Job, target: Target, run_id: str, job_id: str, job_dir: Path,
                 dataset_path: Path, display) -> Outcome:
     """Run one job as a child process; what it left behind becomes the row as for a container."""
-    store.write_json(job_dir / "job.json", job.spec(run_id, job_id))
+    log = jobdir.prepare(job_dir, job.spec(run_id, job_id))
     env = {**_quiet_env(), **job.thread_environment, "PYTHONUNBUFFERED": "1",
            **({"CUDA_VISIBLE_DEVICES": str(job.gpu)} if job.gpu is not None else {}),
            "PYTHONPATH": os.pathsep.join([str(runner_dir())] +
                                          [p for p in [os.environ.get("PYTHONPATH")] if p])}
     cpus = list(range(job.cpus)) if job.cpus else None
-    with tempfile.TemporaryDirectory(prefix="dlbench-data-") as data_root:
+    with log, tempfile.TemporaryDirectory(prefix="dlbench-data-") as data_root:
         # the runner reads DATA/<data set>, as the container's /data/<data set> mount
         os.symlink(dataset_path.resolve(), Path(data_root) / job.dataset)
         started = time.perf_counter()
@@ -125,16 +125,16 @@ def run_process(job: Job, target: Target, run_id: str, job_id: str, job_dir: Pat
                 process = subprocess.Popen(
                     [target.python, "-m", "dlbench_runner", "--framework-dir",
                      str(catalog.framework_dir(job.framework)), "--data", data_root,
-                     "--out", str(job_dir)],
+                     "--spec", str(job_dir / "job.json"), "--out", str(job_dir / jobdir.OUT)],
                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                    env=env, cwd=job_dir, start_new_session=True,
+                    env=env, cwd=job_dir / jobdir.OUT, start_new_session=True,
                     preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None)
             sampler = ProcessSampler(process.pid, started, job.gpu).start()
             if job.timeout:
                 watchdog = threading.Timer(job.timeout, _kill_group, (process, timed_out))
                 watchdog.start()
             tail = follow_output((raw.decode("utf-8", "replace").rstrip("\r\n") for raw in process.stdout),
-                                 job_dir / "log.txt", display)
+                                 log, display)
             _, status, usage = os.wait4(process.pid, 0)
             process.returncode = os.waitstatus_to_exitcode(status)
             wall = time.perf_counter() - started

@@ -1,22 +1,28 @@
 """Carry out a plan: one container per job, one after another, each job's row stored at once.
 
-Every container is labelled, runs without network as an unprivileged user,
-reads its data set read-only and writes only its own job directory.  While it
-runs, a sampler thread records its resource trace (``traces.py``).
+Every container is labelled, runs without network as an unprivileged user
+under an init process, with a memory limit (``--memory``, or 90% of the Docker
+host's memory), a pids limit, ulimits and a bounded, noexec ``/tmp``; it reads
+its data set and spec read-only and writes only its own ``out/`` directory, which
+the host treats as hostile input (``jobdir.py``).  While it runs, a sampler
+thread records its resource trace (``traces.py``).
 
 Every job leaves exactly one row, whatever happens to it (``collect.py`` lists
 the statuses); a job the image cannot run is stored as ``unsupported`` without
 starting a container.  A bad job never stops the campaign unless ``fail_fast``.
-Ctrl-C or SIGTERM stops and removes the running container; the rows stored so
-far stay, and ``--resume`` runs only the jobs not yet stored as ok.
+Ctrl-C, SIGTERM or SIGHUP stops and removes the running container and its job
+directory; the rows stored so far stay, and ``--resume`` runs only the jobs not
+yet stored as ok.  A container left by a dlbench that died is found by its
+owner's lock file (``owners.py``) and removed at the next start, with its job
+directory.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import threading
@@ -24,7 +30,7 @@ import time
 import uuid
 from pathlib import Path
 
-from . import build, datasets, hostinfo, native, store
+from . import build, catalog, datasets, hostinfo, jobdir, native, owners, store
 from .collect import Outcome, collect, follow_output, unsupported
 from .interrupts import signals_deferred
 from .errors import DlbenchError, DockerUnavailable, GpuError, StoreError, docker_errors
@@ -33,6 +39,13 @@ from .traces import Sampler
 
 LABEL = build.LABEL
 NOBODY = 65534
+SPEC = "/job.json"                  # where a job container finds its spec (read-only)
+TMP_SIZE = "2g"                     # the /tmp tmpfs (noexec); charged to the container's memory
+COMPILE_DIR = "/compile"            # an exec tmpfs, for frameworks that compile code at run time
+COMPILE_SIZE = "1g"
+PIDS_LIMIT = 4096
+NOFILE = 4096                       # open files, soft and hard
+DEFAULT_MEMORY_SHARE = 0.9          # of the Docker host's memory, when no --memory is given
 
 
 def docker_client():
@@ -91,7 +104,11 @@ class DockerBackend:
         self.client = docker_client()
         for short_id in remove_stale(self.client):
             display.say(f"removed container {short_id} left by an interrupted run")
+        self.owner = owners.current()
         self.builder = build.Builder(self.client, say=display.say, **(builder_options or {}))
+        with docker_errors("asking Docker for the host's memory"):
+            total = self.client.info().get("MemTotal")
+        self.default_memory = int(total * DEFAULT_MEMORY_SHARE) if total else None
 
     def host_facts(self) -> dict:
         return hostinfo.host_facts(self.client.version().get("Version"))
@@ -109,13 +126,14 @@ class DockerBackend:
 
     def run(self, job, target, run_id, job_id, job_dir, dataset_path, display) -> Outcome:
         return run_container(self.client, job, target.name, run_id, job_id, job_dir,
-                             dataset_path, display)
+                             dataset_path, display, self.owner.token)
 
 
 class NativeBackend:
     """Jobs as processes of a Python on the host (``native.py``)."""
 
     runtime = "native"
+    default_memory = None
 
     def __init__(self, python: str | None):
         self.python = native.check_python(python or sys.executable)
@@ -175,6 +193,8 @@ def run_plan(plan: Plan, results: Path, data_dir=None, builder_options: dict | N
             if memory is not None or timeout is not None:
                 job = job.model_copy(update={k: v for k, v in (("memory", memory), ("timeout", timeout))
                                              if v is not None})
+            if job.memory is None and backend.default_memory:
+                job = job.model_copy(update={"memory": str(backend.default_memory)})
             target = targets[job.framework, job.variant]
             dataset = data[job.dataset]
             run_id = uuid.uuid4().hex[:16]
@@ -190,6 +210,7 @@ def run_plan(plan: Plan, results: Path, data_dir=None, builder_options: dict | N
                     try:
                         outcome = backend.run(job, target, run_id, job_id, job_dir, dataset.path, display)
                     except DockerUnavailable:
+                        jobdir.remove(job_dir)
                         raise
                     except DlbenchError as exc:     # Docker refused this job's container
                         outcome = Outcome(exit_code=None, wall_time_s=0.0, log_tail=[], error=str(exc))
@@ -199,6 +220,9 @@ def run_plan(plan: Plan, results: Path, data_dir=None, builder_options: dict | N
                         outcome = Outcome(exit_code=None, wall_time_s=0.0, log_tail=[],
                                           error=f"dlbench could not write the job's files in {job_dir}: "
                                                 f"{exc.strerror}")
+                    except BaseException:           # interrupted (Ctrl-C, SIGTERM, SIGHUP): no row, no directory
+                        jobdir.remove(job_dir)
+                        raise
                     samples = outcome.samples
                     record = collect(job, run_id, job_id, job_dir, outcome, provenance)
                 store.store_row(results, record, samples, rescue)   # or keeps it and says how to recover
@@ -234,45 +258,55 @@ def _prepare(results: Path, run_id: str, index: int, job_dir: bool) -> tuple[sto
                          "so far are kept") from None
 
 
-def owner() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
-
-
 def remove_stale(client) -> list[str]:
-    """Remove job containers left by dlbench processes of this host that are gone."""
-    removed = []
-    host = socket.gethostname()
+    """Remove the job containers whose owner is dead on this machine (``owners.py``),
+    with their job directories; returns their short ids."""
+    import docker.errors
+
+    removed, by_owner = [], {}
     for container in client.containers.list(all=True, filters={"label": f"{LABEL}.role=job"}):
-        name, _, pid = container.labels.get(f"{LABEL}.owner", "").rpartition(":")
-        if name == host and pid.isdigit() and not _alive(int(pid)):
-            container.remove(force=True)
-            removed.append(container.short_id)
+        by_owner.setdefault(container.labels.get(f"{LABEL}.owner", ""), []).append(container)
+    for token, containers in by_owner.items():
+        lapsed = owners.Lapsed.claim(token)
+        if lapsed is None:
+            continue                    # alive, or not this machine's
+        with lapsed:
+            for container in containers:
+                with contextlib.suppress(docker.errors.NotFound):   # removed meanwhile
+                    container.remove(force=True)
+                removed.append(container.short_id)
+                _remove_job_dir(container.labels)
+    owners.sweep_lock_files(keep=by_owner)
     return removed
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+def _remove_job_dir(labels: dict) -> None:
+    run_id, results = labels.get(f"{LABEL}.run-id", ""), labels.get(f"{LABEL}.results")
+    if results and jobdir.RUN_ID.fullmatch(run_id):
+        jobdir.remove(Path(results) / store.JOBS / run_id)
 
 
 def run_container(client, job: Job, tag: str, run_id: str, job_id: str, job_dir: Path,
-                  dataset_path: Path, display) -> Outcome:
-    store.write_json(job_dir / "job.json", job.spec(run_id, job_id))
-    user = _user_for(job_dir)
+                  dataset_path: Path, display, owner: str) -> Outcome:
+    root = os.getuid() == 0
+    environment = {**job.thread_environment, "HOME": "/tmp", "PYTHONUNBUFFERED": "1"}
+    tmpfs = {"/tmp": f"rw,noexec,nosuid,nodev,size={TMP_SIZE}"}
+    if catalog.compiles_code(job.framework):
+        tmpfs[COMPILE_DIR] = f"rw,exec,nosuid,nodev,size={COMPILE_SIZE}"
+        environment["DLBENCH_COMPILE_DIR"] = COMPILE_DIR
     kwargs = dict(
-        image=tag, detach=True, user=user, network_mode="none",
-        environment={**job.thread_environment, "HOME": "/tmp", "PYTHONUNBUFFERED": "1"},
+        image=tag, command=["--spec", SPEC], detach=True,
+        user=f"{NOBODY}:{NOBODY}" if root else f"{os.getuid()}:{os.getgid()}",
+        network_mode="none", environment=environment,
         volumes={str(dataset_path.resolve()): {"bind": f"/data/{job.dataset}", "mode": "ro"},
-                 str(job_dir.resolve()): {"bind": "/out", "mode": "rw"}},
+                 str((job_dir / "job.json").resolve()): {"bind": SPEC, "mode": "ro"},
+                 str((job_dir / jobdir.OUT).resolve()): {"bind": "/out", "mode": "rw"}},
         labels={f"{LABEL}.run-id": run_id, f"{LABEL}.job-id": job_id,
                 f"{LABEL}.framework": job.framework, f"{LABEL}.role": "job",
-                f"{LABEL}.owner": owner(), **({f"{LABEL}.campaign": job.campaign} if job.campaign else {})},
-        read_only=True, tmpfs={"/tmp": "rw,exec,nosuid,size=2g"},
+                f"{LABEL}.owner": owner, f"{LABEL}.results": str(job_dir.parent.parent.resolve()),
+                **({f"{LABEL}.campaign": job.campaign} if job.campaign else {})},
+        read_only=True, tmpfs=tmpfs, init=True, pids_limit=PIDS_LIMIT,
+        ulimits=[docker_ulimit("nofile", NOFILE), docker_ulimit("core", 0)],
         cap_drop=["ALL"], security_opt=["no-new-privileges"],
     )
     if job.cpus:
@@ -286,28 +320,34 @@ def run_container(client, job: Job, tag: str, run_id: str, job_id: str, job_dir:
     timeout = job.timeout
     started = time.perf_counter()
     container, watchdog, sampler, timed_out = None, None, None, threading.Event()
+    out_watch = None
+    log = jobdir.prepare(job_dir, job.spec(run_id, job_id), owner=NOBODY if root else None)
     try:
         with docker_errors(f"running {job.label}"):
             with signals_deferred():        # never a started container we do not know of
                 container = client.containers.run(**kwargs)
             sampler = Sampler(container, started, job.gpu).start()
+            out_watch = OutWatch(job_dir, container).start()
             if timeout:
                 watchdog = threading.Timer(timeout, _kill, (container, timed_out))
                 watchdog.start()
-            tail = follow_output(_lines(container.logs(stream=True, follow=True)),
-                                 job_dir / "log.txt", display)
+            tail = follow_output(_lines(container.logs(stream=True, follow=True)), log, display)
             state = container.wait()
             wall = time.perf_counter() - started
             container.reload()
             oom = bool(container.attrs["State"].get("OOMKilled"))
         sampler.stop()
+        out_watch.stop()
+        error = f"the job ran past its time limit of {timeout:g} s" if timed_out.is_set() else out_watch.reason
         return Outcome(exit_code=state.get("StatusCode"), wall_time_s=wall,
-                       log_tail=tail, oom_killed=oom, timed_out=timed_out.is_set(),
-                       error=f"the job ran past its time limit of {timeout:g} s" if timed_out.is_set() else None,
+                       log_tail=tail, oom_killed=oom, timed_out=timed_out.is_set(), error=error,
                        samples=sampler.samples, trace=sampler.summary())
     finally:
+        log.close()
         if watchdog is not None:
             watchdog.cancel()
+        if out_watch is not None:
+            out_watch.stop()
         if container is not None:
             try:
                 container.remove(force=True)
@@ -325,13 +365,40 @@ def _kill(container, flag: threading.Event) -> None:
         pass
 
 
-def _user_for(job_dir: Path) -> str:
-    """Jobs never run as root: as the invoking user, or as nobody when that is root."""
-    uid, gid = os.getuid(), os.getgid()
-    if uid == 0:
-        os.chown(job_dir, NOBODY, NOBODY)
-        return f"{NOBODY}:{NOBODY}"
-    return f"{uid}:{gid}"
+def docker_ulimit(name: str, limit: int):
+    import docker.types
+    return docker.types.Ulimit(name=name, soft=limit, hard=limit)
+
+
+class OutWatch:
+    """Stops a job (kills its container) once its out/ holds more than jobdir's bound;
+    checked once a second: a bind mount has no size limit of its own."""
+
+    def __init__(self, job_dir: Path, container, interval: float = 1.0):
+        self.job_dir, self.container, self.interval = job_dir, container, interval
+        self.reason: str | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="out-watch", daemon=True)
+
+    def start(self) -> "OutWatch":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(5.0)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            reason = jobdir.over_limit(self.job_dir)
+            if reason is not None:
+                self.reason = reason + " (stopped)"
+                _kill(self.container, threading.Event())
+                return
+
+
+MAX_LINE_BYTES = 1 << 20        # a longer line without a newline is split
 
 
 def _lines(chunks):
@@ -339,6 +406,9 @@ def _lines(chunks):
     for chunk in chunks:
         buffer += chunk
         *lines, buffer = buffer.split(b"\n")
+        while len(buffer) > MAX_LINE_BYTES:
+            lines.append(buffer[:MAX_LINE_BYTES])
+            buffer = buffer[MAX_LINE_BYTES:]
         for line in lines:
             yield line.decode("utf-8", "replace").rstrip("\r")
     if buffer:

@@ -264,6 +264,8 @@ def test_a_campaign_interrupted_in_the_middle_then_resumed(tmp_path, data_root):
     assert campaign_containers(name) == []          # the running job's container is gone
     kept = row_files(results)
     assert len(kept) == 2, stderr
+    # the interrupted job's directory went with it; the finished jobs' stay
+    assert {p.name for p in (results / store.JOBS).iterdir()} == set(store.load(results).run_id)
     assert (store.load(results)["status"] == "ok").all()
 
     resumed = dlbench(*args, "--resume", check=True)
@@ -301,6 +303,7 @@ def test_sigterm_or_sighup_stops_and_removes_the_running_container(tmp_path, dat
                  "--name", name, "--results", results, "--data-dir", data_root)
     try:
         starts.wait(1, proc, 600)
+        assert len(list((results / store.JOBS).iterdir())) == 1
         proc.send_signal(signum)
         _, stderr = proc.communicate(timeout=60)
     finally:
@@ -310,6 +313,7 @@ def test_sigterm_or_sighup_stops_and_removes_the_running_container(tmp_path, dat
     assert proc.returncode == 128 + signum and "interrupted" in stderr, stderr
     assert campaign_containers(name) == []
     assert row_files(results) == {}                 # an unfinished job leaves no row
+    assert list((results / store.JOBS).iterdir()) == []     # and no job directory
 
 
 @pytest.mark.docker

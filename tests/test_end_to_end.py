@@ -137,17 +137,23 @@ def test_images_trust_the_hosts_ca_bundle(built):
 
 
 def test_a_job_over_its_time_limit_is_a_timeout_row_and_stale_containers_go(built, data_root, tmp_path):
-    import socket
     import subprocess
+    import sys
 
     import docker
 
+    from orchestrator import owners
+
     client = docker.from_env()
-    gone = subprocess.Popen(["true"])
-    gone.wait()
+    # a dlbench that died: its lock file is here, and nobody holds it
+    code = "import os; from orchestrator import owners; print(owners.Owner().token, flush=True); os._exit(0)"
+    dead = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    stale_dir = tmp_path / "results" / "_jobs" / "00000000deadbeef"
+    stale_dir.mkdir(parents=True)
     stale = client.containers.run(
         "dlbench/torch:cpu", entrypoint=["sleep", "600"], detach=True, network_mode="none",
-        labels={"org.dlbench.role": "job", "org.dlbench.owner": f"{socket.gethostname()}:{gone.pid}"})
+        labels={"org.dlbench.role": "job", "org.dlbench.owner": dead,
+                "org.dlbench.run-id": stale_dir.name, "org.dlbench.results": str(tmp_path / "results")})
     try:
         proc = dlbench("run", "--frameworks", "torch", "--datasets", "mnist", "--profile", "quick",
                        "--results", tmp_path / "results", "--data-dir", data_root, "--timeout", "4")
@@ -157,6 +163,7 @@ def test_a_job_over_its_time_limit_is_a_timeout_row_and_stale_containers_go(buil
         assert 4 <= row.wall_time_s < 60
         with pytest.raises(docker.errors.NotFound):
             client.containers.get(stale.id)
+        assert not stale_dir.exists() and not (owners.owners_dir() / f"{dead}.lock").exists()
         assert not client.containers.list(all=True, filters={"label": f"org.dlbench.run-id={row.run_id}"})
     finally:
         try:
@@ -199,12 +206,13 @@ def test_a_running_job_is_pinned_limited_and_locked_down(built, data_root, tmp_p
         assert host["CpusetCpus"] == "0" and host["NanoCpus"] == 10**9
         assert host["Memory"] == 3 * 2**30
         assert host["NetworkMode"] == "none"
-        assert host["ReadonlyRootfs"] is True and "/tmp" in host["Tmpfs"]
+        assert host["ReadonlyRootfs"] is True and "noexec" in host["Tmpfs"]["/tmp"].split(",")
+        assert host["Init"] is True and host["PidsLimit"] > 0
         assert host["CapDrop"] == ["ALL"] and "no-new-privileges" in host["SecurityOpt"]
         assert attrs["Config"]["User"] not in ("", "0", "root", "0:0")
         assert attrs["Config"]["Env"].count("OMP_NUM_THREADS=1") == 1
         binds = {b.split(":")[1]: b.split(":")[2] for b in host["Binds"]}
-        assert binds["/data/mnist"] == "ro" and binds["/out"] == "rw"
+        assert binds["/data/mnist"] == "ro" and binds["/job.json"] == "ro" and binds["/out"] == "rw"
     finally:
         proc.wait(timeout=300)
     row = pd.read_parquet(tmp_path / "results").iloc[0]

@@ -8,7 +8,6 @@ meets the fault, then a short caffe job that must still run and be ok.
 from __future__ import annotations
 
 import hashlib
-import socket
 import subprocess
 import sys
 import time
@@ -118,7 +117,7 @@ def test_a_job_killed_from_outside_is_a_failed_row(results, data_root, tmp_path)
         deadline = time.monotonic() + 600
         while victim is None and time.monotonic() < deadline and proc.poll() is None:
             found = client.containers.list(filters={"label": [
-                "org.dlbench.framework=torch", f"org.dlbench.owner={socket.gethostname()}:{proc.pid}"]})
+                "org.dlbench.framework=torch", f"org.dlbench.results={results.resolve()}"]})
             victim = found[0] if found else None
             time.sleep(0.5)
         assert victim is not None, "the torch job was never seen running"

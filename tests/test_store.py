@@ -37,11 +37,11 @@ def good_result(**changes):
 
 def record_for(tmp_path, result=None, raw=None, **outcome):
     job_dir = tmp_path / "job"
-    job_dir.mkdir(exist_ok=True)
+    (job_dir / "out").mkdir(parents=True, exist_ok=True)       # what the job may write
     if result is not None:
-        (job_dir / "result.json").write_text(json.dumps(result))
+        (job_dir / "out" / "result.json").write_text(json.dumps(result))
     if raw is not None:
-        (job_dir / "result.json").write_bytes(raw)
+        (job_dir / "out" / "result.json").write_bytes(raw)
     outcome = Outcome(**{"exit_code": 0, "wall_time_s": 70.0, "log_tail": ["last line"], **outcome})
     return collect(JOB, "run1", "job1", job_dir, outcome, {"image": "dlbench/torch:cpu"})
 

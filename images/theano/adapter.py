@@ -62,14 +62,16 @@ hyper-parameters and the last 10,000 training images for validation.
 
 Theano settings (THEANO_FLAGS, set before the import): device=cpu,
 floatX=float32 (the float64 default breaks the tutorial's float32 updates),
-base_compiledir in a fresh directory under the temporary directory (the job's
-root file system is read-only), blas.ldflags=-lopenblas (Theano calls
-OpenBLAS's sgemm directly), openmp on when more than one thread is requested
-(CorrMM then works on the images of a batch in parallel), on_opt_error and
-on_shape_error raise (Theano's default prints a warning and goes on without
-the optimisation).  Every function is compiled in setup(); a Theano without a
-C++ compiler would silently run Python implementations, or its Python virtual
-machine instead of the C one, so setup() refuses both.
+base_compiledir in a fresh directory under $DLBENCH_COMPILE_DIR, else under
+the temporary directory (the job's root file system is read-only, and its /tmp
+is noexec while the compiled modules are loaded as shared objects),
+blas.ldflags=-lopenblas (Theano calls OpenBLAS's sgemm directly), openmp on
+when more than one thread is requested (CorrMM then works on the images of a
+batch in parallel), on_opt_error and on_shape_error raise (Theano's default
+prints a warning and goes on without the optimisation).  Every function is
+compiled in setup(); a Theano without a C++ compiler would silently run Python
+implementations, or its Python virtual machine instead of the C one, so setup()
+refuses both.
 """
 
 import os
@@ -119,7 +121,8 @@ class Adapter:
                              % self.ctx.device)
         if self.ctx.dataset not in SHAPES:
             raise ValueError("no theano model for %s" % self.ctx.dataset)
-        self.compiledir = tempfile.mkdtemp(prefix="dlbench-theano-")
+        self.compiledir = tempfile.mkdtemp(prefix="dlbench-theano-",
+                                           dir=os.environ.get("DLBENCH_COMPILE_DIR") or None)
         os.environ["THEANO_FLAGS"] = theano_flags(self.ctx.threads, self.compiledir)
         import numpy
         import theano

@@ -1,7 +1,8 @@
 """Command line of the runner.
 
-In a container the host mounts the data at /data (read-only) and the job's
-directory at /out, holding ``job.json``; the result goes to /out/result.json.
+In a container dlbench mounts the data at /data and the job spec at /job.json
+(both read-only, passed as ``--spec /job.json``) and the job's only writable
+directory at /out; the result goes to /out/result.json.
 Stand-alone use needs no spec file::
 
     python3 -m dlbench_runner --framework-dir images/torch --data DIR --out DIR \\
