@@ -51,7 +51,7 @@ def check_images(frameworks: list[str]) -> tuple[str | None, str]:
     """(why build-images would build rather than only check, or None; Docker's version)."""
     from orchestrator.build import Builder, image_tag
     from orchestrator.errors import DlbenchError
-    from orchestrator.run import docker_client
+    from orchestrator.runtimes.docker import docker_client
 
     said = []
     try:

@@ -42,7 +42,8 @@ import pandas as pd
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 from dlbench_runner.contract import THREAD_VARIABLES  # noqa: E402
-from orchestrator import build, catalog, datasets, hostinfo, native  # noqa: E402
+from orchestrator import build, catalog, datasets, hostinfo  # noqa: E402
+from orchestrator.runtimes import native  # noqa: E402
 
 GOALS = {"b/a": 0.98, "fixed": 2.0, "d/c": 0.97}
 
@@ -154,7 +155,7 @@ def main():
     if args.native_python:
         python = native.check_python(args.native_python)
         for framework in frameworks:
-            reason = native.Target(python, framework).reason
+            reason = native.Interpreter(python, framework).reason
             if reason:
                 sys.stderr.write(f"no native runs of {framework}: {reason}\n")
             else:

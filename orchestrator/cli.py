@@ -125,7 +125,7 @@ def build_images(frameworks: Frameworks = None, base: BaseOpt = BaseSource.auto,
                  verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False):
     """Build the root, base and framework images (no registry needed)."""
     from .display import RichDisplay
-    from .run import docker_client
+    from .runtimes.docker import docker_client
 
     variants = _choices(variant, Variant, "--variant") or []
     names = catalog.check_frameworks(_names(frameworks)) if frameworks else catalog.available()
@@ -152,30 +152,8 @@ class Backend(str, enum.Enum):
     slurm = "slurm"
 
 
-def _slurm_run(the_plan, target, options, detach, verbose=False, **kwargs):
-    """Submit the plan as one Slurm job array, then follow it (unless detached); the
-    array's rows, or None when nothing was submitted or it was detached."""
-    from . import slurm
-    from .display import RichDisplay
-
-    array_id, array = slurm.submit(the_plan, target, options,
-                                   display=RichDisplay(err, verbose=verbose), **kwargs)
-    if array_id is None:
-        err.print("nothing to run: every job is stored as ok", highlight=False)
-        return None
-    out.print(array_id, highlight=False)
-    err.print(f"submitted {len(array.tasks)} job(s) as Slurm array {array_id}; "
-              f"results in {target}", highlight=False)
-    if detach:
-        return None
-    slurm.follow(target, array, lambda line: err.print(line, markup=False, highlight=False))
-    slurm.reconcile(target, array)
-    frame = slurm._rows(target, array_id)
-    return [r for r in frame.itertuples()]
-
-
 def _slurm_task(plan_file, plan_index, results, verbose):
-    from . import slurm
+    from .schedulers import slurm
     from .display import RichDisplay
 
     if plan_index is None:
@@ -300,14 +278,20 @@ def run(frameworks: Frameworks = None,
     if backend is None:
         backend = Backend((table and table.backend) or "local")
     if backend is Backend.slurm:
-        from . import slurm
+        from .schedulers import slurm
         given = table.slurm if table is not None else campaigns.SlurmTable()
-        records = _slurm_run(the_plan, target, slurm.SlurmOptions(
-            partition=partition or given.partition, account=account or given.account,
-            qos=qos or given.qos, sbatch_options=[*given.sbatch_options, *sbatch_option]),
-            detach, data_dir=data_dir, memory=memory, timeout=timeout, resume=resume,
-            runtime=runtime.value, python=python, verbose=verbose,
+        array_id, records = slurm.run_array(
+            the_plan, target, slurm.SlurmOptions(
+                partition=partition or given.partition, account=account or given.account,
+                qos=qos or given.qos, sbatch_options=[*given.sbatch_options, *sbatch_option]),
+            detach, lambda line: err.print(line, markup=False, highlight=False),
+            RichDisplay(err, verbose=verbose), data_dir=data_dir, memory=memory, timeout=timeout,
+            resume=resume, runtime=runtime.value, python=python,
             builder_options=_builder_options(base, mirror, ca_bundle, build_network))
+        if array_id is None:
+            err.print("nothing to run: every job is stored as ok", highlight=False)
+        else:
+            out.print(array_id, highlight=False)
         if records is None:
             return
     else:
@@ -336,7 +320,7 @@ def _write(text: str) -> None:
 @app.command()
 def status(results: ResultsOpt = None):
     """A Slurm campaign's jobs by state: queued, running, stored ok, failed..."""
-    from . import slurm
+    from .schedulers import slurm
 
     target = store.results_dir(results)
     found = slurm.status(target)

@@ -19,65 +19,14 @@ import dataclasses
 import datetime as dt
 import json
 import signal
-from collections import deque
 from pathlib import Path
 
 from pydantic import ValidationError
 
-from dlbench_runner.contract import EVENT_TAG
-
 from . import __version__, jobdir
 from .plan import Job
+from .runtimes.base import Outcome
 from .schema import MAX_RESULT_BYTES, RunnerResult, RunRecord, dumps
-from .traces import Summary
-
-LOG_TAIL_LINES = 50
-MAX_LOG_BYTES = 64 << 20     # log.txt keeps this much of a job's output
-MAX_LINE_CHARS = 10_000      # a log-tail line is cut here
-
-
-@dataclasses.dataclass
-class Outcome:
-    """What the host saw of a job's container."""
-
-    exit_code: int | None
-    wall_time_s: float
-    log_tail: list[str]
-    oom_killed: bool = False
-    timed_out: bool = False
-    error: str | None = None        # the host's own reason, when it has one
-    samples: list[dict] = dataclasses.field(default_factory=list)   # the resource trace
-    trace: Summary | None = None
-    ran_as: str = "container"       # or "process" (the native runtime), for messages
-
-
-def follow_output(lines, log, display, keep: int = LOG_TAIL_LINES,
-                  limit: int = MAX_LOG_BYTES) -> list[str]:
-    """The job's output as it comes: every line to its log file (``log``, open for
-    writing, closed here; at most ``limit`` bytes of it), the runner's event
-    lines to the display; returns the last ``keep`` other lines (the row's log tail)."""
-    tail = deque(maxlen=keep)
-    written, cut = 0, False
-    with log:
-        for line in lines:
-            if not cut:
-                size = len(line.encode("utf-8", "replace")) + 1
-                cut = written + size > limit
-                log.write(f"[dlbench: the log stops here: over {limit} bytes]\n" if cut else line + "\n")
-                written += size
-            if line.startswith(EVENT_TAG):
-                display.event(_event(line))
-            elif line.strip():
-                tail.append(line[:MAX_LINE_CHARS])
-    return list(tail)
-
-
-def _event(line: str) -> dict:
-    try:
-        event = json.loads(line[len(EVENT_TAG):])
-        return event if isinstance(event, dict) else {}
-    except ValueError:
-        return {}
 
 
 def read_result(job_dir: Path) -> tuple[RunnerResult | None, str | None]:

@@ -112,3 +112,27 @@ class _Downloads:
     def __del__(self):
         if self.progress is not None:
             self.progress.stop()
+
+
+class NullDisplay:
+    """No display: what tests, the bench and a Slurm task use."""
+    def say(self, text):
+        pass
+
+    def download_progress(self):
+        return None
+
+    def start(self, total):
+        pass
+
+    def job_started(self, index, job):
+        pass
+
+    def event(self, event):
+        pass
+
+    def job_finished(self, record):
+        pass
+
+    def stop(self):
+        pass

@@ -18,7 +18,7 @@ def checks(data_dir=None, results: Path | None = None):
     note (advice only)."""
     client = None
     try:
-        from .run import docker_client
+        from .runtimes.docker import docker_client
         client = docker_client()
         version = client.version()
         yield "docker", OK, f"daemon {version.get('Version')} (API {version.get('ApiVersion')})"
@@ -42,7 +42,7 @@ def checks(data_dir=None, results: Path | None = None):
         yield "CA bundle", OK, str(build.find_ca_bundle())
     except DlbenchError as exc:
         yield "CA bundle", FAIL, str(exc)
-    from .run import gpu_count
+    from .hostinfo import gpu_count
     gpus = gpu_count()
     yield "GPUs", NOTE, f"{gpus} NVIDIA GPU(s)" if gpus else "none (CPU runs only)"
     root, local = datasets.default_root(data_dir)

@@ -5,10 +5,14 @@ from __future__ import annotations
 import functools
 import os
 import platform
+import shutil
 import socket
+import subprocess
 from pathlib import Path
 
 from dlbench_runner import contract
+
+from .errors import GpuError
 
 cpu_model = functools.lru_cache(maxsize=None)(contract.cpu_model)
 
@@ -79,3 +83,25 @@ def timing_facts(cpu_dir: Path = SYS_CPU) -> dict:
     """The host facts that make timings unstable, as row columns; unknown ones are None."""
     return {"host_cpu_governor": cpu_governor(cpu_dir), "host_turbo": turbo(cpu_dir),
             "host_load_avg": load_average(), "host_isolated_cpus": isolated_cpus(cpu_dir)}
+
+
+# -- GPUs -------------------------------------------------------------------------------------
+def gpu_count() -> int | None:
+    """GPUs the NVIDIA driver sees on this host; None without a driver."""
+    if shutil.which("nvidia-smi") is None:
+        return None
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
+
+
+def check_gpu(gpu: int | None) -> None:
+    if gpu is None:
+        return
+    count = gpu_count()
+    if not count:
+        raise GpuError(f"--gpu {gpu}: this host has no NVIDIA GPU (no working nvidia-smi)")
+    if gpu >= count:
+        raise GpuError(f"--gpu {gpu}: no such GPU; this host has {count} (0-{count - 1})")

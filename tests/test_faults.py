@@ -17,7 +17,8 @@ import pandas as pd
 import pytest
 
 from conftest import dlbench
-from orchestrator import campaign, run, store
+from orchestrator import campaign, hostinfo, run, store
+from orchestrator.runtimes import docker as docker_runtime
 
 pytestmark = pytest.mark.docker
 
@@ -168,7 +169,7 @@ class GarbageFirst:
 
 def test_a_runner_that_prints_garbage_is_a_no_result_row(results, data_root, tmp_path, monkeypatch):
     stored = Stored(results)
-    monkeypatch.setattr(run, "docker_client", lambda real=run.docker_client(): GarbageFirst(real))
+    monkeypatch.setattr(docker_runtime, "docker_client", lambda real=docker_runtime.docker_client(): GarbageFirst(real))
     the_plan = campaign.make_plan(campaign_file(tmp_path, "garbage"), campaign.Options())
     records = run.run_plan(the_plan, results, data_root)
     assert [r.status for r in records] == ["no_result", "ok"]
@@ -209,7 +210,7 @@ def test_fail_fast_stops_after_the_first_bad_job(results, data_root, tmp_path):
 
 
 def test_a_host_without_the_gpu_is_still_an_error_before_anything_runs(results, data_root, tmp_path):
-    if run.gpu_count():
+    if hostinfo.gpu_count():
         pytest.skip("this host has a GPU")
     before = row_files(results)
     path = campaign_file(tmp_path, "no-gpu", extra='devices = ["gpu:0"]')

@@ -21,7 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import build, campaign, collect, jobdir, owners, run, store
+from orchestrator import build, campaign, jobdir, owners, store
+from orchestrator.display import NullDisplay
+from orchestrator.runtimes import docker as docker_runtime, follow_output
 
 HOSTILE = Path(__file__).parent / "fixtures" / "hostile"
 TEST_LABEL = "org.dlbench.test"
@@ -111,7 +113,7 @@ def test_host_files_are_created_new_never_through_a_link(tmp_path, secret):
 
 def test_the_log_file_is_capped(tmp_path):
     log = jobdir.create(tmp_path / "log.txt")
-    tail = collect.follow_output((f"line {i:04d}" for i in range(1000)), log, run.NullDisplay(),
+    tail = follow_output((f"line {i:04d}" for i in range(1000)), log, NullDisplay(),
                                  keep=3, limit=100)
     assert tail == ["line 0997", "line 0998", "line 0999"]
     lines = (tmp_path / "log.txt").read_text().splitlines()
@@ -196,7 +198,7 @@ def hostile_image(arena):
 def run_hostile(monkeypatch, image, results, data_root, seed, repeats=1, during=None):
     """Run the hostile image as the jobs of a small plan, in a thread (a hang fails the test)."""
     tag, found = image
-    monkeypatch.setattr(run.DockerBackend, "target",
+    monkeypatch.setattr(docker_runtime.DockerBackend, "target",
                         lambda self, framework, variant: run.Target(tag, found.id, None, found))
     plan = campaign.make_plan(None, campaign.Options(
         frameworks=["caffe"], datasets=["mnist"], profiles=["quick"], threads=[1],
@@ -330,7 +332,7 @@ def test_the_sweep_removes_only_containers_of_dead_owners_here(hostile_image, tm
             labels={"org.dlbench.role": "job", "org.dlbench.owner": token, "org.dlbench.run-id": run_id,
                     "org.dlbench.results": str(results), TEST_LABEL: "sweep"}), job)
     try:
-        removed = run.remove_stale(client)
+        removed = docker_runtime.remove_stale(client)
         assert made["dead"][0].short_id in removed
         with pytest.raises(docker.errors.NotFound):
             made["dead"][0].reload()

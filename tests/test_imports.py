@@ -11,24 +11,35 @@ from pathlib import Path
 
 from conftest import REPO
 
-HOST = sorted((REPO / "orchestrator").glob("*.py"))
+HOST = sorted((REPO / "orchestrator").rglob("*.py"))
 # Scripts that run on the host (plain_loop.py runs inside an image, beside the runner).
 BENCH = [p for p in sorted((REPO / "bench").glob("*.py")) if p.name != "plain_loop.py"]
 RUNNER = sorted((REPO / "images" / "runner" / "dlbench_runner").glob("*.py"))
 
 
+def module_of(path: Path) -> str:
+    """``orchestrator/runtimes/docker.py`` -> ``orchestrator.runtimes.docker`` (a package's
+    ``__init__.py`` is the package)."""
+    root = REPO / "images" / "runner" if path.is_relative_to(REPO / "images" / "runner") else REPO
+    parts = path.relative_to(root).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
 def imports(path: Path) -> list[tuple[str, int]]:
     """(absolute module name, line) of every import in a file, at any depth; relative
-    imports of the orchestrator are named ``orchestrator.x``."""
+    imports are resolved against the file's package (``orchestrator.x.y``)."""
+    package = module_of(path).split(".")
+    if path.name != "__init__.py":
+        package = package[:-1]
     found = []
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
             found += [(alias.name, node.lineno) for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
             if node.level:
-                base = path.parent.name if node.level == 1 else ""
-                names = [f"{base}.{node.module}"] if node.module else \
-                    [f"{base}.{alias.name}" for alias in node.names]
+                base = ".".join(package[:len(package) - (node.level - 1)])
+                names = [f"{base}.{node.module}"] + [f"{base}.{node.module}.{a.name}" for a in node.names] \
+                    if node.module else [f"{base}.{alias.name}" for alias in node.names]
             else:
                 names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
             found += [(name, node.lineno) for name in names]
@@ -72,12 +83,14 @@ def test_every_imported_package_is_declared():
 
 
 def test_the_host_modules_import_no_cycle():
-    graph = {p.stem: set() for p in HOST}
-    for path in HOST:
-        for name, _ in imports(path):
-            parts = name.split(".")
-            if parts[0] == "orchestrator" and len(parts) > 1 and parts[1] in graph and parts[1] != path.stem:
-                graph[path.stem].add(parts[1])
+    modules = {module_of(p): p for p in HOST}
+    graph = {name: set() for name in modules}
+    for name, path in modules.items():
+        for imported, _ in imports(path):
+            parts = imported.split(".")
+            known = [".".join(parts[:n]) for n in range(len(parts), 0, -1) if ".".join(parts[:n]) in graph]
+            if known and known[0] != name:
+                graph[name].add(known[0])
     done, path = set(), []
 
     def visit(module):

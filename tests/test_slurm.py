@@ -261,8 +261,8 @@ def test_a_node_without_the_image_loads_the_saved_copy_checked_by_id(tmp_path):
     missing by the node's check and loaded back from the saved file, the same id."""
     import docker
 
-    from orchestrator import slurm
-    from orchestrator.run import NullDisplay
+    from orchestrator.schedulers import slurm
+    from orchestrator.display import NullDisplay
 
     client = docker.from_env()
     tag = f"dlbench-test/slurm-load:{uuid.uuid4().hex[:8]}"

@@ -37,9 +37,9 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from . import datasets, store
-from .errors import DlbenchError, docker_errors
-from .plan import Job, Plan
+from .. import datasets, store
+from ..errors import DlbenchError, docker_errors
+from ..plan import Job, Plan
 
 SLURM_DIR = "_slurm"
 COMMANDS = ("sbatch", "squeue", "sacct", "scancel")
@@ -249,7 +249,8 @@ def submit(plan: Plan, results: Path, options: SlurmOptions, data_dir=None,
            python: str | None = None) -> tuple[str | None, ArrayFile | None]:
     """Submit the plan as one job array; returns (array id, its file), or (None, None)
     when nothing is left to run."""
-    from .run import DockerBackend, NativeBackend, NullDisplay
+    from ..display import NullDisplay
+    from ..runtimes import make
 
     display = display or NullDisplay()
     check_commands()
@@ -270,8 +271,7 @@ def submit(plan: Plan, results: Path, options: SlurmOptions, data_dir=None,
         probe = [Task(job=j, job_id="0" * 16) for j in jobs]
         _command(sbatch_args(probe, options, results, name) + ["--test-only", "--wrap=true"],
                  "sbatch", check=True)
-    backend = (DockerBackend(builder_options, display) if runtime == "docker"
-               else NativeBackend(python))
+    backend = make(runtime, builder_options, python, display)
     data = datasets.prepare(plan.datasets, data_dir, progress=display.download_progress())
     targets, images = {}, {}
     for job in jobs:
@@ -367,7 +367,10 @@ def task_fields() -> dict:
 
 def run_task(plan_file: Path, index: int, results: Path, display=None, builder_options=None) -> list:
     """Run one job of an array's plan on this node, exactly as a local run does."""
-    from .run import DockerBackend, NativeBackend, Target, image_unsupported, run_plan
+    from ..run import run_plan
+    from ..runtimes import Target
+    from ..runtimes.docker import DockerBackend, image_unsupported
+    from ..runtimes.native import NativeBackend
 
     try:
         array = ArrayFile.model_validate_json(plan_file.read_text())
@@ -420,7 +423,7 @@ def arrays(results: Path) -> list[ArrayFile]:
     return sorted(found, key=lambda a: a.submitted_at or dt.datetime.min.replace(tzinfo=dt.timezone.utc))
 
 
-def _rows(results: Path, array_id: str):
+def rows_of(results: Path, array_id: str):
     if not results.is_dir():
         return None
     frame = store.load(results)
@@ -435,7 +438,7 @@ def follow(results: Path, array: ArrayFile, say) -> None:
     last = None
     while True:
         tasks = queue(array.array_id)
-        rows = _rows(results, array.array_id)
+        rows = rows_of(results, array.array_id)
         for _, row in rows.iterrows():
             if row["run_id"] not in seen:
                 seen.add(row["run_id"])
@@ -459,11 +462,11 @@ def follow(results: Path, array: ArrayFile, say) -> None:
 
 def reconcile(results: Path, array: ArrayFile, attempts: int = 5) -> list:
     """Store one row for each task of an ended array that left none, from sacct."""
-    from .collect import unsupported
+    from ..collect import unsupported
 
     if not array.array_id or queue(array.array_id):
         return []
-    rows = _rows(results, array.array_id)
+    rows = rows_of(results, array.array_id)
     stored = set(int(i) for i in rows["slurm_array_task_id"].dropna()) if rows is not None else set()
     missing = [i for i in range(len(array.tasks)) if i not in stored]
     if not missing:
@@ -517,7 +520,7 @@ def status(results: Path) -> list[dict]:
         tasks = queue(array.array_id) if array.array_id else {}
         if not tasks:
             reconcile(results, array)
-        rows = _rows(results, array.array_id)
+        rows = rows_of(results, array.array_id)
         by_task = {}
         if rows is not None:
             for _, row in rows.iterrows():
@@ -535,3 +538,20 @@ def status(results: Path) -> list[dict]:
                     "jobs": len(array.tasks), "states": counts,
                     "submitted_at": array.submitted_at})
     return out
+
+
+def run_array(plan: Plan, results: Path, options: SlurmOptions, detach: bool, say, display,
+              **kwargs) -> tuple[str | None, list | None]:
+    """``dlbench run --backend slurm``: submit the plan as one job array, then follow it
+    until it ends and store a row for every task Slurm ended without one; returns
+    (the array id, its rows), the rows None when detached, (None, None) when nothing is
+    left to run."""
+    array_id, array = submit(plan, results, options, display=display, **kwargs)
+    if array_id is None:
+        return None, None
+    say(f"submitted {len(array.tasks)} job(s) as Slurm array {array_id}; results in {results}")
+    if detach:
+        return array_id, None
+    follow(results, array, say)
+    reconcile(results, array)
+    return array_id, list(rows_of(results, array_id).itertuples())

@@ -24,6 +24,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -31,12 +32,12 @@ from pathlib import Path
 
 import psutil
 
-from . import catalog, jobdir
-from .collect import Outcome, follow_output
-from .interrupts import signals_deferred
-from .errors import UsageError
-from .plan import Job
-from .traces import gpu_sample, summarise
+from .. import catalog, hostinfo, jobdir
+from ..errors import UsageError
+from ..interrupts import signals_deferred
+from ..plan import Job
+from ..traces import gpu_sample, summarise
+from .base import Outcome, Target, follow_output
 
 SAMPLE_INTERVAL_S = 1.0
 IMPORT_TIMEOUT_S = 300
@@ -61,7 +62,7 @@ def check_python(python: str) -> str:
     return str(Path(found).absolute())
 
 
-class Target:
+class Interpreter:
     """What a framework's jobs run on natively: the interpreter, and whether it can."""
 
     def __init__(self, python: str, framework: str):
@@ -97,7 +98,7 @@ def _quiet_env() -> dict:
     return {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONDONTWRITEBYTECODE": "1"}
 
 
-def unsupported(target: Target, job: Job) -> str | None:
+def unsupported(target: Interpreter, job: Job) -> str | None:
     """Why the job cannot run natively (stored as an ``unsupported`` row), or None."""
     if target.reason:
         return target.reason
@@ -106,7 +107,7 @@ def unsupported(target: Target, job: Job) -> str | None:
     return None
 
 
-def run_process(job: Job, target: Target, run_id: str, job_id: str, job_dir: Path,
+def run_process(job: Job, target: Interpreter, run_id: str, job_id: str, job_dir: Path,
                 dataset_path: Path, display) -> Outcome:
     """Run one job as a child process; what it left behind becomes the row as for a container."""
     log = jobdir.prepare(job_dir, job.spec(run_id, job_id))
@@ -220,3 +221,29 @@ class ProcessSampler:
 
 
 __all__ = ["Target", "check_python", "run_process", "unsupported"]
+
+
+class NativeBackend:
+    """Jobs as processes of a Python on the host."""
+
+    runtime = "native"
+    default_memory = None
+
+    def __init__(self, python: str | None):
+        self.python = check_python(python or sys.executable)
+
+    def host_facts(self) -> dict:
+        return hostinfo.host_facts(None)
+
+    def target(self, framework: str, variant: str) -> Target:
+        found = Interpreter(self.python, framework)
+        return Target(found.name, found.id, found.reason, found)
+
+    def unsupported(self, target: Target, job: Job) -> str | None:
+        return unsupported(target.image, job)
+
+    def run(self, job, target, run_id, job_id, job_dir, dataset_path, display) -> Outcome:
+        return run_process(job, target.image, run_id, job_id, job_dir, dataset_path, display)
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,104 @@
+"""What every runtime shares: the target a framework's jobs run on, what the host saw of a
+job (``Outcome``), following a job's output, and the ``Backend`` protocol a runtime
+implements.  The job loop (``run.py``) sees runtimes only through this protocol.
+
+    class Backend(Protocol):
+        runtime: str                     # its name, stored in every row (``runtime``)
+        default_memory: int | None       # the memory limit a job gets without --memory
+        def host_facts(self) -> dict     # the host's provenance, on every row
+        def target(framework, variant) -> Target          # build or find what jobs run on
+        def unsupported(target, job) -> str | None         # why a job cannot run, if it cannot
+        def run(job, target, run_id, job_id, job_dir, dataset_path, display) -> Outcome
+        def close(self)                  # give back what it holds (a lock, a client)
+
+Docker containers (``docker.py``) and host processes (``native.py``) are the two
+runtimes; the Slurm scheduler (``schedulers/slurm.py``) runs the same loop on each
+node with either.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections import deque
+from typing import Protocol
+
+from dlbench_runner.contract import EVENT_TAG
+
+from ..plan import Job
+from ..traces import Summary
+
+LOG_TAIL_LINES = 50
+MAX_LOG_BYTES = 64 << 20     # log.txt keeps this much of a job's output
+MAX_LINE_CHARS = 10_000      # a log-tail line is cut here
+
+
+@dataclasses.dataclass
+class Target:
+    """What a framework's jobs run on: an image (or a host Python), its identity, and
+    why it cannot run them, if it cannot."""
+
+    name: str                     # the image tag, or native:PYTHON
+    id: str | None                # the image id: part of every job's identity
+    reason: str | None = None     # set: the jobs are stored as unsupported
+    image: object = None
+
+
+@dataclasses.dataclass
+class Outcome:
+    """What the host saw of a job's container."""
+
+    exit_code: int | None
+    wall_time_s: float
+    log_tail: list[str]
+    oom_killed: bool = False
+    timed_out: bool = False
+    error: str | None = None        # the host's own reason, when it has one
+    samples: list[dict] = dataclasses.field(default_factory=list)   # the resource trace
+    trace: Summary | None = None
+    ran_as: str = "container"       # or "process" (the native runtime), for messages
+
+
+def follow_output(lines, log, display, keep: int = LOG_TAIL_LINES,
+                  limit: int = MAX_LOG_BYTES) -> list[str]:
+    """The job's output as it comes: every line to its log file (``log``, open for
+    writing, closed here; at most ``limit`` bytes of it), the runner's event
+    lines to the display; returns the last ``keep`` other lines (the row's log tail)."""
+    tail = deque(maxlen=keep)
+    written, cut = 0, False
+    with log:
+        for line in lines:
+            if not cut:
+                size = len(line.encode("utf-8", "replace")) + 1
+                cut = written + size > limit
+                log.write(f"[dlbench: the log stops here: over {limit} bytes]\n" if cut else line + "\n")
+                written += size
+            if line.startswith(EVENT_TAG):
+                display.event(_event(line))
+            elif line.strip():
+                tail.append(line[:MAX_LINE_CHARS])
+    return list(tail)
+
+
+def _event(line: str) -> dict:
+    try:
+        event = json.loads(line[len(EVENT_TAG):])
+        return event if isinstance(event, dict) else {}
+    except ValueError:
+        return {}
+
+
+class Backend(Protocol):
+    runtime: str
+    default_memory: int | None
+
+    def host_facts(self) -> dict: ...
+
+    def target(self, framework: str, variant: str) -> Target: ...
+
+    def unsupported(self, target: Target, job: Job) -> str | None: ...
+
+    def run(self, job: Job, target: Target, run_id: str, job_id: str, job_dir, dataset_path,
+            display) -> Outcome: ...
+
+    def close(self) -> None: ...

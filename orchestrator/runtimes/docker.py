@@ -1,0 +1,254 @@
+"""The Docker runtime: each job in its own hardened container of its framework's image.
+
+Every container is labelled, runs without network as an unprivileged user
+under an init process, with a memory limit (``--memory``, or 90% of the Docker
+host's memory), a pids limit, ulimits and a bounded, noexec ``/tmp``; it reads
+its data set and spec read-only and writes only its own ``out/`` directory, which
+the host treats as hostile input (``jobdir.py``).  While it runs, a sampler
+thread records its resource trace (``traces.py``).  Images are built when
+missing (``build.py``).  A container left by a dlbench that died is found by its
+owner's lock file (``owners.py``) and removed at the next start, with its job
+directory.  Docker's errors are translated once, in ``errors.docker_errors``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+from .. import build, catalog, hostinfo, jobdir, owners
+from ..errors import GpuError, docker_errors
+from ..interrupts import signals_deferred
+from ..plan import Job
+from ..traces import Sampler
+from .base import Outcome, Target, follow_output
+
+LABEL = build.LABEL
+NOBODY = 65534
+SPEC = "/job.json"                  # where a job container finds its spec (read-only)
+TMP_SIZE = "2g"                     # the /tmp tmpfs (noexec); charged to the container's memory
+COMPILE_DIR = "/compile"            # an exec tmpfs, for frameworks that compile code at run time
+COMPILE_SIZE = "1g"
+PIDS_LIMIT = 4096
+NOFILE = 4096                       # open files, soft and hard
+DEFAULT_MEMORY_SHARE = 0.9          # of the Docker host's memory, when no --memory is given
+
+
+def docker_client():
+    import docker
+    with docker_errors("connecting to Docker"):
+        client = docker.from_env(timeout=600)
+        client.ping()
+    return client
+
+
+def image_unsupported(image, tag: str) -> str | None:
+    """Why a GPU variant image cannot run GPU jobs (stored as ``unsupported`` rows), or None."""
+    if tag.endswith(":gpu") and image.labels.get(f"{LABEL}.cuda", "none") == "none":
+        return f"image {tag} is a build without CUDA: it cannot run GPU jobs"
+    return None
+
+
+class DockerBackend:
+    """Jobs in hardened containers of the framework images, built when missing."""
+
+    runtime = "docker"
+
+    def __init__(self, builder_options: dict | None, display):
+        self.client = docker_client()
+        for short_id in remove_stale(self.client):
+            display.say(f"removed container {short_id} left by an interrupted run")
+        self.owner = owners.current()
+        self.builder = build.Builder(self.client, say=display.say, **(builder_options or {}))
+        with docker_errors("asking Docker for the host's memory"):
+            total = self.client.info().get("MemTotal")
+        self.default_memory = int(total * DEFAULT_MEMORY_SHARE) if total else None
+
+    def host_facts(self) -> dict:
+        return hostinfo.host_facts(self.client.version().get("Version"))
+
+    def target(self, framework: str, variant: str) -> Target:
+        reason = build.variant_unsupported(framework, variant)
+        if reason is not None:
+            return Target(build.image_tag(framework, variant), None, reason)
+        image = self.builder.framework(framework, variant=variant)   # reused when nothing changed
+        tag = build.image_tag(framework, variant)
+        return Target(tag, image.id, image_unsupported(image, tag), image)
+
+    def unsupported(self, target: Target, job: Job) -> str | None:
+        return target.reason
+
+    def run(self, job, target, run_id, job_id, job_dir, dataset_path, display) -> Outcome:
+        return run_container(self.client, job, target.name, run_id, job_id, job_dir,
+                             dataset_path, display, self.owner.token)
+
+    def close(self) -> None:
+        self.client.close()
+
+
+def remove_stale(client) -> list[str]:
+    """Remove the job containers whose owner is dead on this machine (``owners.py``),
+    with their job directories; returns their short ids."""
+    import docker.errors
+
+    removed, by_owner = [], {}
+    for container in client.containers.list(all=True, filters={"label": f"{LABEL}.role=job"}):
+        by_owner.setdefault(container.labels.get(f"{LABEL}.owner", ""), []).append(container)
+    for token, containers in by_owner.items():
+        lapsed = owners.Lapsed.claim(token)
+        if lapsed is None:
+            continue                    # alive, or not this machine's
+        with lapsed:
+            for container in containers:
+                with contextlib.suppress(docker.errors.NotFound):   # removed meanwhile
+                    container.remove(force=True)
+                removed.append(container.short_id)
+                _remove_job_dir(container.labels)
+    owners.sweep_lock_files(keep=by_owner)
+    return removed
+
+
+def _remove_job_dir(labels: dict) -> None:
+    run_id, results = labels.get(f"{LABEL}.run-id", ""), labels.get(f"{LABEL}.results")
+    if results and jobdir.RUN_ID.fullmatch(run_id):
+        jobdir.remove(Path(results) / store.JOBS / run_id)
+
+
+def run_container(client, job: Job, tag: str, run_id: str, job_id: str, job_dir: Path,
+                  dataset_path: Path, display, owner: str) -> Outcome:
+    root = os.getuid() == 0
+    environment = {**job.thread_environment, "HOME": "/tmp", "PYTHONUNBUFFERED": "1"}
+    tmpfs = {"/tmp": f"rw,noexec,nosuid,nodev,size={TMP_SIZE}"}
+    if catalog.compiles_code(job.framework):
+        tmpfs[COMPILE_DIR] = f"rw,exec,nosuid,nodev,size={COMPILE_SIZE}"
+        environment["DLBENCH_COMPILE_DIR"] = COMPILE_DIR
+    kwargs = dict(
+        image=tag, command=["--spec", SPEC], detach=True,
+        user=f"{NOBODY}:{NOBODY}" if root else f"{os.getuid()}:{os.getgid()}",
+        network_mode="none", environment=environment,
+        volumes={str(dataset_path.resolve()): {"bind": f"/data/{job.dataset}", "mode": "ro"},
+                 str((job_dir / "job.json").resolve()): {"bind": SPEC, "mode": "ro"},
+                 str((job_dir / jobdir.OUT).resolve()): {"bind": "/out", "mode": "rw"}},
+        labels={f"{LABEL}.run-id": run_id, f"{LABEL}.job-id": job_id,
+                f"{LABEL}.framework": job.framework, f"{LABEL}.role": "job",
+                f"{LABEL}.owner": owner, f"{LABEL}.results": str(job_dir.parent.parent.resolve()),
+                **({f"{LABEL}.campaign": job.campaign} if job.campaign else {})},
+        read_only=True, tmpfs=tmpfs, init=True, pids_limit=PIDS_LIMIT,
+        ulimits=[docker_ulimit("nofile", NOFILE), docker_ulimit("core", 0)],
+        cap_drop=["ALL"], security_opt=["no-new-privileges"],
+    )
+    if job.cpus:
+        kwargs.update(cpuset_cpus=job.cpuset, nano_cpus=job.cpus * 10**9)
+    if job.memory:
+        kwargs["mem_limit"] = job.memory_bytes
+    if job.gpu is not None:
+        import docker.types
+        kwargs["device_requests"] = [docker.types.DeviceRequest(
+            device_ids=[str(job.gpu)], capabilities=[["gpu"]])]
+    timeout = job.timeout
+    started = time.perf_counter()
+    container, watchdog, sampler, timed_out = None, None, None, threading.Event()
+    out_watch = None
+    log = jobdir.prepare(job_dir, job.spec(run_id, job_id), owner=NOBODY if root else None)
+    try:
+        with docker_errors(f"running {job.label}"):
+            with signals_deferred():        # never a started container we do not know of
+                container = client.containers.run(**kwargs)
+            sampler = Sampler(container, started, job.gpu).start()
+            out_watch = OutWatch(job_dir, container).start()
+            if timeout:
+                watchdog = threading.Timer(timeout, _kill, (container, timed_out))
+                watchdog.start()
+            tail = follow_output(_lines(container.logs(stream=True, follow=True)), log, display)
+            state = container.wait()
+            wall = time.perf_counter() - started
+            container.reload()
+            oom = bool(container.attrs["State"].get("OOMKilled"))
+        sampler.stop()
+        out_watch.stop()
+        error = f"the job ran past its time limit of {timeout:g} s" if timed_out.is_set() else out_watch.reason
+        return Outcome(exit_code=state.get("StatusCode"), wall_time_s=wall,
+                       log_tail=tail, oom_killed=oom, timed_out=timed_out.is_set(), error=error,
+                       samples=sampler.samples, trace=sampler.summary())
+    finally:
+        log.close()
+        if watchdog is not None:
+            watchdog.cancel()
+        if out_watch is not None:
+            out_watch.stop()
+        if container is not None:
+            try:
+                container.remove(force=True)
+            except Exception:  # noqa: BLE001 - best effort; stale containers are found by label
+                pass
+        if sampler is not None:
+            sampler.stop(timeout=2.0)
+
+
+def _kill(container, flag: threading.Event) -> None:
+    flag.set()
+    try:
+        container.kill()
+    except Exception:  # noqa: BLE001 - it may have just finished
+        pass
+
+
+def docker_ulimit(name: str, limit: int):
+    import docker.types
+    return docker.types.Ulimit(name=name, soft=limit, hard=limit)
+
+
+class OutWatch:
+    """Stops a job (kills its container) once its out/ holds more than jobdir's bound;
+    checked once a second: a bind mount has no size limit of its own."""
+
+    def __init__(self, job_dir: Path, container, interval: float = 1.0):
+        self.job_dir, self.container, self.interval = job_dir, container, interval
+        self.reason: str | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="out-watch", daemon=True)
+
+    def start(self) -> "OutWatch":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(5.0)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            reason = jobdir.over_limit(self.job_dir)
+            if reason is not None:
+                self.reason = reason + " (stopped)"
+                _kill(self.container, threading.Event())
+                return
+
+
+MAX_LINE_BYTES = 1 << 20        # a longer line without a newline is split
+
+
+def _lines(chunks):
+    buffer = b""
+    for chunk in chunks:
+        buffer += chunk
+        *lines, buffer = buffer.split(b"\n")
+        while len(buffer) > MAX_LINE_BYTES:
+            lines.append(buffer[:MAX_LINE_BYTES])
+            buffer = buffer[MAX_LINE_BYTES:]
+        for line in lines:
+            yield line.decode("utf-8", "replace").rstrip("\r")
+    if buffer:
+        yield buffer.decode("utf-8", "replace")
+
+
+
