@@ -84,5 +84,5 @@ def built(request, build_image) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="module")
 def quick_results(request, quick_run) -> dict:
     """The quick rows of the test module's FRAMEWORK on both data sets, by data set."""
-    frame = pd.read_parquet(quick_run(request.module.FRAMEWORK))
+    frame = pd.read_parquet(quick_run(request.module.FRAMEWORK) / "runs")
     return {row.dataset: row for row in frame.itertuples()}

@@ -330,7 +330,7 @@ def test_two_runs_at_once_on_one_results_directory_corrupt_nothing(tmp_path, dat
     assert len(frame) == 4 and (frame["status"] == "ok").all()
     assert sorted(zip(frame.campaign, frame.batch_size)) == [
         ("first", 16), ("first", 32), ("second", 48), ("second", 64)]
-    assert len(pd.read_parquet(results)) == 4
+    assert len(pd.read_parquet(results / "runs")) == 4
     assert not [p for p in results.rglob("*") if p.name.endswith(".tmp")]
     for row in frame.itertuples():
         job = results / "_jobs" / row.run_id

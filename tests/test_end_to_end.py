@@ -36,7 +36,7 @@ def snapshot(results: Path) -> dict:
 
 
 def test_quick_run_stores_an_ok_row_with_provenance(quick_dir, data_root):
-    frame = pd.read_parquet(quick_dir)
+    frame = pd.read_parquet(quick_dir / "runs")
     assert len(frame) == 1
     row = frame.iloc[0]
     assert (row.framework, row.dataset, row.profile, row.status) == ("torch", "mnist", "quick", "ok")
@@ -116,7 +116,7 @@ def test_bad_inputs_fail_in_one_line_and_lose_no_results(quick_dir, data_root, t
                    r"--gpu 99: (this host has no NVIDIA GPU|no such GPU)")
 
     assert snapshot(quick_dir) == before
-    assert len(pd.read_parquet(quick_dir)) == 1
+    assert len(pd.read_parquet(quick_dir / "runs")) == 1
 
 
 def test_images_trust_the_hosts_ca_bundle(built):
@@ -158,7 +158,7 @@ def test_a_job_over_its_time_limit_is_a_timeout_row_and_stale_containers_go(buil
         proc = dlbench("run", "--frameworks", "torch", "--datasets", "mnist", "--profile", "quick",
                        "--results", tmp_path / "results", "--data-dir", data_root, "--timeout", "4")
         assert proc.returncode == 3, proc.stderr
-        row = pd.read_parquet(tmp_path / "results").iloc[0]
+        row = pd.read_parquet(tmp_path / "results" / "runs").iloc[0]
         assert row.status == "timeout" and "time limit of 4 s" in row.error
         assert 4 <= row.wall_time_s < 60
         with pytest.raises(docker.errors.NotFound):
@@ -215,5 +215,5 @@ def test_a_running_job_is_pinned_limited_and_locked_down(built, data_root, tmp_p
         assert binds["/data/mnist"] == "ro" and binds["/job.json"] == "ro" and binds["/out"] == "rw"
     finally:
         proc.wait(timeout=300)
-    row = pd.read_parquet(tmp_path / "results").iloc[0]
+    row = pd.read_parquet(tmp_path / "results" / "runs").iloc[0]
     assert row.threads == 1 and row.cpus == 1 and row.cpuset == "0"
