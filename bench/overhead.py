@@ -114,7 +114,7 @@ def way_dlbench(framework, data, cpus, scratch, runtime="docker", python=None):
     wall = time.perf_counter() - started
     if proc.returncode != 0:
         raise RuntimeError(f"dlbench run {framework} ({runtime}) failed: {proc.stderr[-500:]}")
-    row = pd.read_parquet(results).iloc[0]
+    row = pd.read_parquet(Path(results) / "runs").iloc[0]
     return {"ips": row["train_images_per_s"], "wall": wall, "total": row["total_time_s"],
             "job_wall": row["wall_time_s"]}
 

@@ -32,7 +32,7 @@ def torch_adapter_module():
 
 @pytest.fixture(scope="module")
 def quick_row(quick_run):
-    frame = pd.read_parquet(quick_run("torch", "cifar10"))
+    frame = pd.read_parquet(quick_run("torch", "cifar10") / "runs")
     assert len(frame) == 1
     return frame.iloc[0]
 
