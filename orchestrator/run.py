@@ -37,8 +37,9 @@ def run_plan(plan: Plan, results: Path, data_dir=None, builder_options: dict | N
     ``backend`` (the image it was given) and ``row_fields`` (node, Slurm ids)."""
     display = display or NullDisplay()
     store.check_results(results)
-    for gpu in plan.gpus:
-        check_gpu(gpu)
+    if backend is None or not backend.gpus:    # else a scheduler gave the job its GPU
+        for gpu in plan.gpus:
+            check_gpu(gpu)
     if backend is None:
         backend = runtimes.make(runtime, builder_options, python, display)
     data = datasets.prepare(plan.datasets, data_dir, progress=display.download_progress())

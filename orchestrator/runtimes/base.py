@@ -10,6 +10,7 @@ implements.  The job loop (``run.py``) sees runtimes only through this protocol.
         def unsupported(target, job) -> str | None         # why a job cannot run, if it cannot
         def run(job, target, run_id, job_id, job_dir, dataset_path, display) -> Outcome
         def close(self)                  # give back what it holds (a lock, a client)
+        gpus: list[str] | None           # GPUs a scheduler assigned, that job indices select
 
 Docker containers (``docker.py``) and host processes (``native.py``) are the two
 runtimes; the Slurm scheduler (``schedulers/slurm.py``) runs the same loop on each
@@ -88,9 +89,18 @@ def _event(line: str) -> dict:
         return {}
 
 
+def gpu_device(job: Job, gpus: list[str] | None) -> str | None:
+    """The device a GPU job runs on: the GPU its index names, or, where a scheduler gave
+    the job a GPU of its own (Slurm's ``SLURM_JOB_GPUS``, one per task), that one."""
+    if job.gpu is None:
+        return None
+    return gpus[0] if gpus else str(job.gpu)
+
+
 class Backend(Protocol):
     runtime: str
     default_memory: int | None
+    gpus: list[str] | None          # the GPUs a scheduler assigned; None: the host's own
 
     def host_facts(self) -> dict: ...
 

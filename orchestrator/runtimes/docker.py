@@ -29,7 +29,7 @@ from ..errors import GpuError, docker_errors
 from ..interrupts import signals_deferred
 from ..plan import Job
 from ..traces import Sampler
-from .base import Outcome, Target, follow_output
+from .base import Outcome, Target, follow_output, gpu_device
 
 LABEL = build.LABEL
 NOBODY = 65534
@@ -86,9 +86,11 @@ class DockerBackend:
     def unsupported(self, target: Target, job: Job) -> str | None:
         return target.reason
 
+    gpus: list[str] | None = None
+
     def run(self, job, target, run_id, job_id, job_dir, dataset_path, display) -> Outcome:
         return run_container(self.client, job, target.name, run_id, job_id, job_dir,
-                             dataset_path, display, self.owner.token)
+                             dataset_path, display, self.owner.token, gpu_device(job, self.gpus))
 
     def close(self) -> None:
         self.client.close()
@@ -123,7 +125,7 @@ def _remove_job_dir(labels: dict) -> None:
 
 
 def run_container(client, job: Job, tag: str, run_id: str, job_id: str, job_dir: Path,
-                  dataset_path: Path, display, owner: str) -> Outcome:
+                  dataset_path: Path, display, owner: str, device: str | None = None) -> Outcome:
     root = os.getuid() == 0
     environment = {**job.thread_environment, "HOME": "/tmp", "PYTHONUNBUFFERED": "1"}
     tmpfs = {"/tmp": f"rw,noexec,nosuid,nodev,size={TMP_SIZE}"}
@@ -152,7 +154,7 @@ def run_container(client, job: Job, tag: str, run_id: str, job_id: str, job_dir:
     if job.gpu is not None:
         import docker.types
         kwargs["device_requests"] = [docker.types.DeviceRequest(
-            device_ids=[str(job.gpu)], capabilities=[["gpu"]])]
+            device_ids=[device], capabilities=[["gpu"]])]
     timeout = job.timeout
     started = time.perf_counter()
     container, watchdog, sampler, timed_out = None, None, None, threading.Event()
@@ -162,7 +164,7 @@ def run_container(client, job: Job, tag: str, run_id: str, job_id: str, job_dir:
         with docker_errors(f"running {job.label}"):
             with signals_deferred():        # never a started container we do not know of
                 container = client.containers.run(**kwargs)
-            sampler = Sampler(container, started, job.gpu).start()
+            sampler = Sampler(container, started, int(device) if device and device.isdigit() else job.gpu).start()
             out_watch = OutWatch(job_dir, container).start()
             if timeout:
                 watchdog = threading.Timer(timeout, _kill, (container, timed_out))

@@ -37,7 +37,7 @@ from ..errors import UsageError
 from ..interrupts import signals_deferred
 from ..plan import Job
 from ..traces import gpu_sample, summarise
-from .base import Outcome, Target, follow_output
+from .base import Outcome, Target, follow_output, gpu_device
 
 SAMPLE_INTERVAL_S = 1.0
 IMPORT_TIMEOUT_S = 300
@@ -108,11 +108,11 @@ def unsupported(target: Interpreter, job: Job) -> str | None:
 
 
 def run_process(job: Job, target: Interpreter, run_id: str, job_id: str, job_dir: Path,
-                dataset_path: Path, display) -> Outcome:
+                dataset_path: Path, display, device: str | None = None) -> Outcome:
     """Run one job as a child process; what it left behind becomes the row as for a container."""
     log = jobdir.prepare(job_dir, job.spec(run_id, job_id))
     env = {**_quiet_env(), **job.thread_environment, "PYTHONUNBUFFERED": "1",
-           **({"CUDA_VISIBLE_DEVICES": str(job.gpu)} if job.gpu is not None else {}),
+           **({"CUDA_VISIBLE_DEVICES": device} if device is not None else {}),
            "PYTHONPATH": os.pathsep.join([str(runner_dir())] +
                                          [p for p in [os.environ.get("PYTHONPATH")] if p])}
     cpus = list(range(job.cpus)) if job.cpus else None
@@ -242,8 +242,11 @@ class NativeBackend:
     def unsupported(self, target: Target, job: Job) -> str | None:
         return unsupported(target.image, job)
 
+    gpus: list[str] | None = None
+
     def run(self, job, target, run_id, job_id, job_dir, dataset_path, display) -> Outcome:
-        return run_process(job, target.image, run_id, job_id, job_dir, dataset_path, display)
+        return run_process(job, target.image, run_id, job_id, job_dir, dataset_path, display,
+                           gpu_device(job, self.gpus))
 
     def close(self) -> None:
         pass

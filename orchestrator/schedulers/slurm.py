@@ -399,6 +399,8 @@ def run_task(plan_file: Path, index: int, results: Path, display=None, builder_o
         backend = Preloaded(builder_options, display or _Quiet())
     else:
         backend = NativeBackend(array.python)
+    if os.environ.get("SLURM_JOB_GPUS"):        # a GPU job: the GPU Slurm gave it, not GPU N
+        backend.gpus = os.environ["SLURM_JOB_GPUS"].split(",")
     one = Plan(jobs=[task.job], campaign=array.campaign)
     return run_plan(one, results, array.data_dir, display=display, runtime=array.runtime,
                     python=array.python, backend=backend, row_fields=fields)
