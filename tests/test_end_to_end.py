@@ -50,7 +50,7 @@ def test_quick_run_stores_an_ok_row_with_provenance(quick_dir, data_root):
     assert row.docker_version and row.host_cpu_model and row.dlbench_version
     # the host's timing facts: the load when the run started, as this host shows it
     assert 0 <= row.host_load_avg and row.host_isolated_cpus == hostinfo.isolated_cpus()
-    assert row.host_cpu_governor == hostinfo.cpu_governor()
+    assert (row.host_cpu_governor if pd.notna(row.host_cpu_governor) else None) == hostinfo.cpu_governor()
     assert row.dataset_sha256 == __import__("orchestrator.datasets", fromlist=["x"]).verify(
         "mnist", data_root).sha256
     assert json.loads(row.threads_env)["OMP_NUM_THREADS"] == str(row.threads)
@@ -63,7 +63,7 @@ def test_results_command_prints_table_csv_and_json(quick_dir):
                                  check=True).stdout)
     assert as_json[0]["status"] == "ok" and as_json[0]["framework"] == "torch"
     as_csv = dlbench("results", "--results", quick_dir, "--format", "csv", check=True).stdout
-    assert as_csv.splitlines()[0].startswith("schema_version,run_id,job_id,status")
+    assert as_csv.splitlines()[0].startswith("schema_version,written_schema_version,run_id,job_id,status")
     table = dlbench("results", "--results", quick_dir, check=True).stdout
     assert "1 stored run(s)" in table and "torch" in table
 

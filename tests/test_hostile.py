@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import build, campaign, jobdir, owners, store
+from orchestrator import build, campaign, jobdir, owners, run, store
 from orchestrator.display import NullDisplay
 from orchestrator.runtimes import docker as docker_runtime, follow_output
 
@@ -199,7 +199,7 @@ def run_hostile(monkeypatch, image, results, data_root, seed, repeats=1, during=
     """Run the hostile image as the jobs of a small plan, in a thread (a hang fails the test)."""
     tag, found = image
     monkeypatch.setattr(docker_runtime.DockerBackend, "target",
-                        lambda self, framework, variant: run.Target(tag, found.id, None, found))
+                        lambda self, framework, variant: docker_runtime.Target(tag, found.id, None, found))
     plan = campaign.make_plan(None, campaign.Options(
         frameworks=["caffe"], datasets=["mnist"], profiles=["quick"], threads=[1],
         seed=seed, repeats=repeats))
@@ -291,13 +291,13 @@ def test_a_job_container_runs_with_the_cis_defaults(arena, hostile_image, data_r
     assert seen, "the job container was never seen running"
     host = seen["HostConfig"]
     assert host["Init"] is True
-    assert host["PidsLimit"] == run.PIDS_LIMIT
+    assert host["PidsLimit"] == docker_runtime.PIDS_LIMIT
     total = client.info()["MemTotal"]
-    assert host["Memory"] == int(total * run.DEFAULT_MEMORY_SHARE) == record.memory_limit_bytes
+    assert host["Memory"] == int(total * docker_runtime.DEFAULT_MEMORY_SHARE) == record.memory_limit_bytes
     assert host["Tmpfs"]["/tmp"].split(",") == ["rw", "noexec", "nosuid", "nodev", "size=2g"]
     assert "/compile" not in host["Tmpfs"]                  # only for frameworks that compile code
     assert {u["Name"]: (u["Soft"], u["Hard"]) for u in host["Ulimits"]} == {
-        "nofile": (run.NOFILE, run.NOFILE), "core": (0, 0)}
+        "nofile": (docker_runtime.NOFILE, docker_runtime.NOFILE), "core": (0, 0)}
     assert host["ReadonlyRootfs"] is True and host["NetworkMode"] == "none"
     assert host["CapDrop"] == ["ALL"] and "no-new-privileges" in host["SecurityOpt"]
     binds = {b.split(":")[1]: (b.split(":")[0], b.split(":")[2]) for b in host["Binds"]}

@@ -24,7 +24,7 @@ import time
 import uuid
 from pathlib import Path
 
-from .. import build, catalog, hostinfo, jobdir, owners
+from .. import build, catalog, hostinfo, jobdir, owners, store
 from ..errors import GpuError, docker_errors
 from ..interrupts import signals_deferred
 from ..plan import Job
