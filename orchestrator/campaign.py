@@ -42,14 +42,14 @@ from pydantic import (BaseModel, ConfigDict, Field, PlainValidator, StrictInt, V
 
 from . import catalog
 from .errors import UsageError
-from .plan import MAX_TIMEOUT_S, Axes, Limits, Plan, PlanError, expand, parse_memory
+from .options import (MAX_TIMEOUT_S, NAME_PATTERN, Axes, Limits, PlanError, RunOptions, device,
+                      from_file, merge, parse_memory, settings_source)
+from .plan import Plan, expand
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
-
-NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
 
 
 # -- the file's schema ----------------------------------------------------------------------
@@ -104,42 +104,6 @@ class Hyperparameters(BaseModel):
     theano: dict[str, Values] = {}
 
 
-def _device(value) -> int | None:
-    if value == "cpu":
-        return None
-    match = re.fullmatch(r"gpu:(\d+)", str(value))
-    if not match:
-        raise ValueError(f"{value!r}: a device is \"cpu\" or \"gpu:N\"")
-    return int(match.group(1))
-
-
-def _settings_source(value) -> str | None:
-    """``own`` (each framework's defaults) or a framework whose defaults the others use."""
-    if value == "own":
-        return None
-    if value not in catalog.FRAMEWORKS:
-        raise ValueError(f"{value!r}: give own or one of {', '.join(catalog.FRAMEWORKS)}")
-    return value
-
-
-def _each(text: str, parse, prefix: str) -> list:
-    """A comma-separated option, each item read as the campaign file's key reads it."""
-    values = []
-    for item in (t.strip() for t in text.split(",") if t.strip()):
-        try:
-            values.append(parse(item))
-        except ValueError as exc:
-            raise UsageError(f"{prefix}{exc}") from None
-    return values
-
-
-def parse_settings_from(text: str) -> list[str | None]:
-    sources = _each(text, _settings_source, "--settings-from ")
-    if not sources:
-        raise UsageError("--settings-from takes own or a framework name, e.g. caffe")
-    return sources
-
-
 class SlurmTable(BaseModel):
     """``[slurm]``: how ``backend = "slurm"`` submits the campaign's job array."""
 
@@ -160,10 +124,10 @@ class CampaignFile(BaseModel):
     datasets: Optional[list[str]] = Field(None, min_length=1)
     profiles: list[str] = Field(["paper"], min_length=1)
     threads: Optional[list[Annotated[StrictInt, Field(ge=1)]]] = Field(None, min_length=1)
-    devices: list[Annotated[Optional[int], PlainValidator(_device)]] = Field([None], min_length=1)
+    devices: list[Annotated[Optional[int], PlainValidator(device)]] = Field([None], min_length=1)
     repeats: StrictInt = Field(1, ge=1)
     seed: StrictInt = 1
-    settings_from: list[Annotated[Optional[str], PlainValidator(_settings_source)]] = Field(
+    settings_from: list[Annotated[Optional[str], PlainValidator(settings_source)]] = Field(
         [None], min_length=1)
     hyperparameters: Hyperparameters = Hyperparameters()
     limits: CampaignLimits = CampaignLimits()
@@ -301,28 +265,10 @@ def _message(error: dict) -> str:
 
 
 # -- the plan ------------------------------------------------------------------------------
-class Options(BaseModel):
-    """The axes given on the command line; None: not given."""
-
-    name: Optional[str] = None
-    frameworks: Optional[list[str]] = None
-    datasets: Optional[list[str]] = None
-    profiles: Optional[list[str]] = None
-    threads: Optional[list[int]] = None
-    devices: Optional[list[Optional[int]]] = None
-    repeats: Optional[int] = None
-    seed: Optional[int] = None
-    settings_from: Optional[list[Optional[str]]] = None
-    hyperparameters: dict[str, list] = {}
-    memory: Optional[str] = None
-    timeout: Optional[float] = None
+Options = RunOptions     # the command line's axes, by the name older code uses
 
 
-def parse_devices(text: str) -> list[int | None]:
-    return _each(text, _device, "--devices: ")
-
-
-def make_plan(path: Path | None, options: Options, host_cpus: int | None = None) -> Plan:
+def make_plan(path: Path | None, options: RunOptions, host_cpus: int | None = None) -> Plan:
     """The plan of a campaign file (if any) with the command line's axes on top."""
     source = None
     if path is not None:
@@ -330,49 +276,10 @@ def make_plan(path: Path | None, options: Options, host_cpus: int | None = None)
         axes = document.axes()
     else:
         axes = Axes()
-    axes = _merge(axes, options)
+    axes = merge(axes, options)
     try:
         return expand(axes, host_cpus)
     except PlanError as exc:
-        if source is None or not _from_file(exc.key, options):
+        if source is None or not from_file(exc.key, options):
             raise
         raise source.error(exc.key, str(exc)) from None
-
-
-def _merge(axes: Axes, options: Options) -> Axes:
-    changes = {}
-    if options.name is not None:
-        if not re.fullmatch(NAME_PATTERN, options.name):
-            raise UsageError(f"--name {options.name!r}: letters, digits, '.', '_' and '-' only")
-        changes["campaign"] = options.name
-    for field in ("frameworks", "datasets", "profiles", "devices", "repeats", "seed", "settings_from"):
-        if getattr(options, field) is not None:
-            changes[field] = getattr(options, field)
-    if options.threads is not None:
-        changes["threads"] = options.threads
-    if options.hyperparameters:
-        changes["hyperparameters"] = {**axes.hyperparameters, **options.hyperparameters}
-        changes["framework_hyperparameters"] = {
-            fw: {k: v for k, v in table.items() if k not in options.hyperparameters}
-            for fw, table in axes.framework_hyperparameters.items()}
-    if options.memory is not None or options.timeout is not None:
-        limits = axes.limits.model_copy(update={k: v for k, v in
-                                                (("memory", options.memory), ("timeout", options.timeout))
-                                                if v is not None})
-        changes["limits"] = limits
-        changes["framework_limits"] = {
-            fw: own.model_copy(update={k: None for k in ("memory", "timeout")
-                                       if getattr(options, k) is not None})
-            for fw, own in axes.framework_limits.items()}
-    return axes.model_copy(update=changes)
-
-
-def _from_file(key: tuple, options: Options) -> bool:
-    """Whether the value a PlanError names came from the file (not the command line)."""
-    if not key:
-        return False
-    if key[0] == "hyperparameters":
-        return key[-1] not in options.hyperparameters
-    if key[0] == "limits":
-        return getattr(options, key[-1], None) is None
-    return getattr(options, key[0], None) is None
