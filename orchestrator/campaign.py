@@ -32,6 +32,7 @@ given on the command line replace the file's value of the same axis.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import re
 import sys
 from pathlib import Path
@@ -197,35 +198,123 @@ def _dotted(key: tuple) -> str:
     return text
 
 
-def _split_key(text: str) -> tuple:
-    """A TOML key (dotted, possibly quoted) as its parts."""
-    parts = re.findall(r'"((?:[^"\\]|\\.)*)"|\'([^\']*)\'|([A-Za-z0-9_-]+)', text)
-    return tuple(next(p for p in part if p) if any(part) else "" for part in parts)
-
-
 def key_lines(text: str) -> dict[tuple, int]:
-    """Each table header and key of a TOML text -> its line (1-based), first occurrence."""
-    lines: dict[tuple, int] = {}
-    table: tuple = ()
-    depth = 0           # open brackets of a multi-line array
-    for number, raw in enumerate(text.splitlines(), 1):
-        line = raw.strip()
-        if depth:
-            depth += line.count("[") - line.count("]")
-            continue
-        if not line or line.startswith("#"):
-            continue
-        header = re.match(r"^\[\[?\s*([^\]]+?)\s*\]\]?", line)
-        if header:
-            table = _split_key(header.group(1))
-            lines.setdefault(table, number)
-            continue
-        assignment = re.match(r"""^((?:"[^"]*"|'[^']*'|[A-Za-z0-9_.\- ])+?)\s*=(.*)$""", line)
-        if assignment:
-            lines.setdefault(table + _split_key(assignment.group(1)), number)
-            value = assignment.group(2).split("#")[0]
-            depth = max(value.count("[") - value.count("]"), 0)
-    return lines
+    """Each table header and key of a TOML text -> its line (1-based), first occurrence.
+
+    Read as TOML reads it, strings (multi-line ones too), comments, arrays and inline
+    tables included, so that a ``[`` or ``=`` inside a value is never taken for a key.
+    The standard library's reader keeps no positions; a text that is not valid TOML
+    yields the keys found before the fault."""
+    scan = _KeyScan(text)
+    try:
+        scan.document()
+    except (IndexError, ValueError):
+        pass
+    return scan.lines
+
+
+class _KeyScan:
+    _BARE = re.compile(r"[A-Za-z0-9_-]+")
+    _STRING = re.compile('|'.join((
+        r'"""(?:[^"\\]|\\.|"(?!""))*""""{0,2}',       # multi-line basic
+        r"'''(?:[^']|'(?!''))*''''{0,2}",              # multi-line literal
+        r'"(?:[^"\\\n]|\\.)*"',                          # basic
+        r"'[^'\n]*'")))                               # literal
+
+    def __init__(self, text: str):
+        self.text, self.at, self.lines = text, 0, {}
+
+    def document(self) -> None:
+        table: tuple = ()
+        while self._skip(newlines=True) is not None:
+            start = self.at
+            if self.text.startswith("[", self.at):
+                self.at += 2 if self.text.startswith("[[", self.at) else 1
+                table = self._key()
+                self.lines.setdefault(table, self._line(start))
+                self._expect("]")
+                if self.text.startswith("]", self.at):
+                    self.at += 1
+            else:
+                self._pair(table)
+
+    def _pair(self, prefix: tuple | None) -> None:
+        start = self.at
+        key = self._key()
+        if prefix is not None:
+            self.lines.setdefault(prefix + key, self._line(start))
+        self._expect("=")
+        self._value(None if prefix is None else prefix + key)
+
+    def _value(self, prefix: tuple | None) -> None:
+        self._skip()
+        char = self.text[self.at]
+        if char in "\"'":
+            self._string()
+        elif char == "[":               # an array: its values, over any number of lines
+            self.at += 1
+            while self._skip(newlines=True) is not None and self.text[self.at] != "]":
+                self._value(None)
+                if self._skip(newlines=True) is not None and self.text[self.at] == ",":
+                    self.at += 1
+            self.at += 1
+        elif char == "{":               # an inline table: its keys below the key it is the value of
+            self.at += 1
+            while self._skip(newlines=True) is not None and self.text[self.at] != "}":
+                self._pair(prefix)
+                if self._skip(newlines=True) is not None and self.text[self.at] == ",":
+                    self.at += 1
+            self.at += 1
+        else:                           # a number, boolean or date: up to what ends a value
+            end = re.compile(r"[^,\]}#\n]*").match(self.text, self.at).end()
+            if end == self.at:
+                raise ValueError("no value")
+            self.at = end
+
+    def _key(self) -> tuple:
+        parts = []
+        while True:
+            self._skip()
+            if self.text[self.at] in "\"'":
+                parts.append(self._string())
+            else:
+                bare = self._BARE.match(self.text, self.at)
+                if not bare:
+                    raise ValueError("no key")
+                parts.append(bare.group())
+                self.at = bare.end()
+            self._skip()
+            if not self.text.startswith(".", self.at):
+                return tuple(parts)
+            self.at += 1
+
+    def _string(self) -> str:
+        found = self._STRING.match(self.text, self.at)
+        if not found:
+            raise ValueError("unterminated string")
+        self.at = found.end()
+        quoted = found.group()
+        if quoted.startswith("\"") and not quoted.startswith('"""'):    # a key's escapes, as JSON's
+            try:
+                return json.loads(quoted)
+            except ValueError:
+                pass
+        return quoted[1:-1]
+
+    def _expect(self, char: str) -> None:
+        self._skip()
+        if not self.text.startswith(char, self.at):
+            raise ValueError(f"no {char}")
+        self.at += 1
+
+    def _skip(self, newlines: bool = False) -> int | None:
+        """Past blanks and comments (and line ends); the new offset, None at the end."""
+        blank = r"(?:[ \t]|#[^\n]*|\r?\n)*" if newlines else r"(?:[ \t]|#[^\n]*)*"
+        self.at = re.compile(blank).match(self.text, self.at).end()
+        return self.at if self.at < len(self.text) else None
+
+    def _line(self, offset: int) -> int:
+        return self.text.count("\n", 0, offset) + 1
 
 
 def load(path: Path) -> tuple[CampaignFile, Source]:
