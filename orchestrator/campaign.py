@@ -32,6 +32,7 @@ given on the command line replace the file's value of the same axis.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import re
 import sys
 from pathlib import Path
@@ -42,14 +43,14 @@ from pydantic import (BaseModel, ConfigDict, Field, PlainValidator, StrictInt, V
 
 from . import catalog
 from .errors import UsageError
-from .plan import MAX_TIMEOUT_S, Axes, Limits, Plan, PlanError, expand, parse_memory
+from .options import (MAX_TIMEOUT_S, NAME_PATTERN, Axes, Limits, PlanError, RunOptions, device,
+                      from_file, merge, parse_memory, settings_source)
+from .plan import Plan, expand
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
-
-NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
 
 
 # -- the file's schema ----------------------------------------------------------------------
@@ -104,42 +105,6 @@ class Hyperparameters(BaseModel):
     theano: dict[str, Values] = {}
 
 
-def _device(value) -> int | None:
-    if value == "cpu":
-        return None
-    match = re.fullmatch(r"gpu:(\d+)", str(value))
-    if not match:
-        raise ValueError(f"{value!r}: a device is \"cpu\" or \"gpu:N\"")
-    return int(match.group(1))
-
-
-def _settings_source(value) -> str | None:
-    """``own`` (each framework's defaults) or a framework whose defaults the others use."""
-    if value == "own":
-        return None
-    if value not in catalog.FRAMEWORKS:
-        raise ValueError(f"{value!r}: give own or one of {', '.join(catalog.FRAMEWORKS)}")
-    return value
-
-
-def _each(text: str, parse, prefix: str) -> list:
-    """A comma-separated option, each item read as the campaign file's key reads it."""
-    values = []
-    for item in (t.strip() for t in text.split(",") if t.strip()):
-        try:
-            values.append(parse(item))
-        except ValueError as exc:
-            raise UsageError(f"{prefix}{exc}") from None
-    return values
-
-
-def parse_settings_from(text: str) -> list[str | None]:
-    sources = _each(text, _settings_source, "--settings-from ")
-    if not sources:
-        raise UsageError("--settings-from takes own or a framework name, e.g. caffe")
-    return sources
-
-
 class SlurmTable(BaseModel):
     """``[slurm]``: how ``backend = "slurm"`` submits the campaign's job array."""
 
@@ -160,10 +125,10 @@ class CampaignFile(BaseModel):
     datasets: Optional[list[str]] = Field(None, min_length=1)
     profiles: list[str] = Field(["paper"], min_length=1)
     threads: Optional[list[Annotated[StrictInt, Field(ge=1)]]] = Field(None, min_length=1)
-    devices: list[Annotated[Optional[int], PlainValidator(_device)]] = Field([None], min_length=1)
+    devices: list[Annotated[Optional[int], PlainValidator(device)]] = Field([None], min_length=1)
     repeats: StrictInt = Field(1, ge=1)
     seed: StrictInt = 1
-    settings_from: list[Annotated[Optional[str], PlainValidator(_settings_source)]] = Field(
+    settings_from: list[Annotated[Optional[str], PlainValidator(settings_source)]] = Field(
         [None], min_length=1)
     hyperparameters: Hyperparameters = Hyperparameters()
     limits: CampaignLimits = CampaignLimits()
@@ -233,35 +198,123 @@ def _dotted(key: tuple) -> str:
     return text
 
 
-def _split_key(text: str) -> tuple:
-    """A TOML key (dotted, possibly quoted) as its parts."""
-    parts = re.findall(r'"((?:[^"\\]|\\.)*)"|\'([^\']*)\'|([A-Za-z0-9_-]+)', text)
-    return tuple(next(p for p in part if p) if any(part) else "" for part in parts)
-
-
 def key_lines(text: str) -> dict[tuple, int]:
-    """Each table header and key of a TOML text -> its line (1-based), first occurrence."""
-    lines: dict[tuple, int] = {}
-    table: tuple = ()
-    depth = 0           # open brackets of a multi-line array
-    for number, raw in enumerate(text.splitlines(), 1):
-        line = raw.strip()
-        if depth:
-            depth += line.count("[") - line.count("]")
-            continue
-        if not line or line.startswith("#"):
-            continue
-        header = re.match(r"^\[\[?\s*([^\]]+?)\s*\]\]?", line)
-        if header:
-            table = _split_key(header.group(1))
-            lines.setdefault(table, number)
-            continue
-        assignment = re.match(r"""^((?:"[^"]*"|'[^']*'|[A-Za-z0-9_.\- ])+?)\s*=(.*)$""", line)
-        if assignment:
-            lines.setdefault(table + _split_key(assignment.group(1)), number)
-            value = assignment.group(2).split("#")[0]
-            depth = max(value.count("[") - value.count("]"), 0)
-    return lines
+    """Each table header and key of a TOML text -> its line (1-based), first occurrence.
+
+    Read as TOML reads it, strings (multi-line ones too), comments, arrays and inline
+    tables included, so that a ``[`` or ``=`` inside a value is never taken for a key.
+    The standard library's reader keeps no positions; a text that is not valid TOML
+    yields the keys found before the fault."""
+    scan = _KeyScan(text)
+    try:
+        scan.document()
+    except (IndexError, ValueError):
+        pass
+    return scan.lines
+
+
+class _KeyScan:
+    _BARE = re.compile(r"[A-Za-z0-9_-]+")
+    _STRING = re.compile('|'.join((
+        r'"""(?:[^"\\]|\\.|"(?!""))*""""{0,2}',       # multi-line basic
+        r"'''(?:[^']|'(?!''))*''''{0,2}",              # multi-line literal
+        r'"(?:[^"\\\n]|\\.)*"',                          # basic
+        r"'[^'\n]*'")))                               # literal
+
+    def __init__(self, text: str):
+        self.text, self.at, self.lines = text, 0, {}
+
+    def document(self) -> None:
+        table: tuple = ()
+        while self._skip(newlines=True) is not None:
+            start = self.at
+            if self.text.startswith("[", self.at):
+                self.at += 2 if self.text.startswith("[[", self.at) else 1
+                table = self._key()
+                self.lines.setdefault(table, self._line(start))
+                self._expect("]")
+                if self.text.startswith("]", self.at):
+                    self.at += 1
+            else:
+                self._pair(table)
+
+    def _pair(self, prefix: tuple | None) -> None:
+        start = self.at
+        key = self._key()
+        if prefix is not None:
+            self.lines.setdefault(prefix + key, self._line(start))
+        self._expect("=")
+        self._value(None if prefix is None else prefix + key)
+
+    def _value(self, prefix: tuple | None) -> None:
+        self._skip()
+        char = self.text[self.at]
+        if char in "\"'":
+            self._string()
+        elif char == "[":               # an array: its values, over any number of lines
+            self.at += 1
+            while self._skip(newlines=True) is not None and self.text[self.at] != "]":
+                self._value(None)
+                if self._skip(newlines=True) is not None and self.text[self.at] == ",":
+                    self.at += 1
+            self.at += 1
+        elif char == "{":               # an inline table: its keys below the key it is the value of
+            self.at += 1
+            while self._skip(newlines=True) is not None and self.text[self.at] != "}":
+                self._pair(prefix)
+                if self._skip(newlines=True) is not None and self.text[self.at] == ",":
+                    self.at += 1
+            self.at += 1
+        else:                           # a number, boolean or date: up to what ends a value
+            end = re.compile(r"[^,\]}#\n]*").match(self.text, self.at).end()
+            if end == self.at:
+                raise ValueError("no value")
+            self.at = end
+
+    def _key(self) -> tuple:
+        parts = []
+        while True:
+            self._skip()
+            if self.text[self.at] in "\"'":
+                parts.append(self._string())
+            else:
+                bare = self._BARE.match(self.text, self.at)
+                if not bare:
+                    raise ValueError("no key")
+                parts.append(bare.group())
+                self.at = bare.end()
+            self._skip()
+            if not self.text.startswith(".", self.at):
+                return tuple(parts)
+            self.at += 1
+
+    def _string(self) -> str:
+        found = self._STRING.match(self.text, self.at)
+        if not found:
+            raise ValueError("unterminated string")
+        self.at = found.end()
+        quoted = found.group()
+        if quoted.startswith("\"") and not quoted.startswith('"""'):    # a key's escapes, as JSON's
+            try:
+                return json.loads(quoted)
+            except ValueError:
+                pass
+        return quoted[1:-1]
+
+    def _expect(self, char: str) -> None:
+        self._skip()
+        if not self.text.startswith(char, self.at):
+            raise ValueError(f"no {char}")
+        self.at += 1
+
+    def _skip(self, newlines: bool = False) -> int | None:
+        """Past blanks and comments (and line ends); the new offset, None at the end."""
+        blank = r"(?:[ \t]|#[^\n]*|\r?\n)*" if newlines else r"(?:[ \t]|#[^\n]*)*"
+        self.at = re.compile(blank).match(self.text, self.at).end()
+        return self.at if self.at < len(self.text) else None
+
+    def _line(self, offset: int) -> int:
+        return self.text.count("\n", 0, offset) + 1
 
 
 def load(path: Path) -> tuple[CampaignFile, Source]:
@@ -301,28 +354,10 @@ def _message(error: dict) -> str:
 
 
 # -- the plan ------------------------------------------------------------------------------
-class Options(BaseModel):
-    """The axes given on the command line; None: not given."""
-
-    name: Optional[str] = None
-    frameworks: Optional[list[str]] = None
-    datasets: Optional[list[str]] = None
-    profiles: Optional[list[str]] = None
-    threads: Optional[list[int]] = None
-    devices: Optional[list[Optional[int]]] = None
-    repeats: Optional[int] = None
-    seed: Optional[int] = None
-    settings_from: Optional[list[Optional[str]]] = None
-    hyperparameters: dict[str, list] = {}
-    memory: Optional[str] = None
-    timeout: Optional[float] = None
+Options = RunOptions     # the command line's axes, by the name older code uses
 
 
-def parse_devices(text: str) -> list[int | None]:
-    return _each(text, _device, "--devices: ")
-
-
-def make_plan(path: Path | None, options: Options, host_cpus: int | None = None) -> Plan:
+def make_plan(path: Path | None, options: RunOptions, host_cpus: int | None = None) -> Plan:
     """The plan of a campaign file (if any) with the command line's axes on top."""
     source = None
     if path is not None:
@@ -330,49 +365,10 @@ def make_plan(path: Path | None, options: Options, host_cpus: int | None = None)
         axes = document.axes()
     else:
         axes = Axes()
-    axes = _merge(axes, options)
+    axes = merge(axes, options)
     try:
         return expand(axes, host_cpus)
     except PlanError as exc:
-        if source is None or not _from_file(exc.key, options):
+        if source is None or not from_file(exc.key, options):
             raise
         raise source.error(exc.key, str(exc)) from None
-
-
-def _merge(axes: Axes, options: Options) -> Axes:
-    changes = {}
-    if options.name is not None:
-        if not re.fullmatch(NAME_PATTERN, options.name):
-            raise UsageError(f"--name {options.name!r}: letters, digits, '.', '_' and '-' only")
-        changes["campaign"] = options.name
-    for field in ("frameworks", "datasets", "profiles", "devices", "repeats", "seed", "settings_from"):
-        if getattr(options, field) is not None:
-            changes[field] = getattr(options, field)
-    if options.threads is not None:
-        changes["threads"] = options.threads
-    if options.hyperparameters:
-        changes["hyperparameters"] = {**axes.hyperparameters, **options.hyperparameters}
-        changes["framework_hyperparameters"] = {
-            fw: {k: v for k, v in table.items() if k not in options.hyperparameters}
-            for fw, table in axes.framework_hyperparameters.items()}
-    if options.memory is not None or options.timeout is not None:
-        limits = axes.limits.model_copy(update={k: v for k, v in
-                                                (("memory", options.memory), ("timeout", options.timeout))
-                                                if v is not None})
-        changes["limits"] = limits
-        changes["framework_limits"] = {
-            fw: own.model_copy(update={k: None for k in ("memory", "timeout")
-                                       if getattr(options, k) is not None})
-            for fw, own in axes.framework_limits.items()}
-    return axes.model_copy(update=changes)
-
-
-def _from_file(key: tuple, options: Options) -> bool:
-    """Whether the value a PlanError names came from the file (not the command line)."""
-    if not key:
-        return False
-    if key[0] == "hyperparameters":
-        return key[-1] not in options.hyperparameters
-    if key[0] == "limits":
-        return getattr(options, key[-1], None) is None
-    return getattr(options, key[0], None) is None

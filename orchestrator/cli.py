@@ -13,7 +13,9 @@ import typer
 from typer.exceptions import TyperException
 from rich.console import Console
 
-from . import __version__, build, catalog, compare, datasets, plan as planning, report, store, text as texts
+from . import __version__, build, catalog, compare, datasets, report, store, text as texts
+from . import options as options_
+from .options import RunOptions, names as _names
 from .interrupts import interrupted, received
 from .errors import DatasetError, DlbenchError, StoreWarning, UsageError, docker_errors
 
@@ -55,18 +57,9 @@ Profile = enum.Enum("Profile", {p: p for p in catalog.PROFILES}, type=str)
 Variant = enum.Enum("Variant", {v: v for v in build.VARIANTS}, type=str)
 
 
-def _names(text: str | None) -> list[str] | None:
-    return [n.strip() for n in text.split(",") if n.strip()] if text else None
-
-
 def _choices(text: str | None, choices: type[enum.Enum], option: str) -> list[str] | None:
-    """A comma list of an enum's values (options that sweep), each item checked here."""
-    names = _names(text)
-    allowed = [c.value for c in choices]
-    for name in names or ():
-        if name not in allowed:
-            raise UsageError(f"{option} {name!r}: choose from {', '.join(allowed)}")
-    return names
+    """A comma list of an enum's values (options that sweep), each item checked there."""
+    return options_.choices(text, (c.value for c in choices), option)
 
 
 def _one_of(choices: type[enum.Enum]) -> str:
@@ -164,15 +157,6 @@ def _slurm_task(plan_file, plan_index, results, verbose):
         raise typer.Exit(3)
 
 
-def _numbers(text: str | None, option: str, kind=float) -> list | None:
-    if text is None:
-        return None
-    try:
-        return [kind(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise UsageError(f"{option} takes comma-separated numbers, not {text!r}") from None
-
-
 @app.command()
 def run(frameworks: Frameworks = None,
         datasets_: Annotated[Optional[str], typer.Option(
@@ -247,23 +231,11 @@ def run(frameworks: Frameworks = None,
         return
     if python is not None and runtime is not Runtime.native:
         raise UsageError("--python goes with --runtime native")
-    if cpus is not None and threads is not None:
-        raise UsageError("give --cpus or --threads, not both")
-    if gpu is not None and devices is not None:
-        raise UsageError("give --gpu or --devices, not both")
-    sweeps = planning.parse_sweeps(sweep)
-    sweeps.update({k: [v] for k, v in planning.parse_overrides(set_).items()})
-    for key, values in (("batch_size", _numbers(batch_sizes, "--batch-sizes", int)),
-                        ("learning_rate", _numbers(learning_rates, "--learning-rates"))):
-        if values is not None:
-            sweeps[key] = values
-    options = campaigns.Options(
-        name=name, frameworks=_names(frameworks), datasets=_names(datasets_),
-        profiles=_choices(profile, Profile, "--profile"), repeats=repeats, seed=seed, memory=memory, timeout=timeout,
-        threads=[cpus] if cpus is not None else _numbers(threads, "--threads", int),
-        devices=[gpu] if gpu is not None else (campaigns.parse_devices(devices) if devices else None),
-        settings_from=campaigns.parse_settings_from(settings_from) if settings_from is not None else None,
-        hyperparameters=sweeps)
+    options = RunOptions.from_command_line(
+        name=name, frameworks=frameworks, datasets=datasets_, profile=profile, cpus=cpus,
+        threads=threads, gpu=gpu, devices=devices, set_=set_, sweep=sweep, batch_sizes=batch_sizes,
+        learning_rates=learning_rates, settings_from=settings_from, repeats=repeats, seed=seed,
+        memory=memory, timeout=timeout)
     the_plan = campaigns.make_plan(campaign, options)
     for note in the_plan.skipped:
         err.print(f"[yellow]skipped:[/yellow] {note}")

@@ -15,7 +15,6 @@ import itertools
 import json
 import math
 import os
-import re
 from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict
@@ -24,44 +23,11 @@ from dlbench_runner import contract
 
 from . import catalog
 from .errors import UsageError
+from .options import Axes, PlanError, check_axes, limits_for, parse_memory
+from .options import parse_overrides  # noqa: F401  (re-exported: make_plan's callers read --set with it)
 
-MIN_MEMORY_BYTES = 6 * 2**20        # Docker refuses smaller limits
-MAX_MEMORY_BYTES = 2**50            # 1 PiB: far above any host, well within int64
-MAX_TIMEOUT_S = 7 * 24 * 3600       # a week
-MAX_GPU_INDEX = 1023
 MAX_JOBS = 100_000                  # a plan's size; DLBENCH_MAX_JOBS overrides it
 MAX_JOBS_VARIABLE = "DLBENCH_MAX_JOBS"
-_UNITS = {"": 1, "b": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
-
-
-class PlanError(UsageError):
-    """A bad axis value; ``key`` names it, e.g. ("hyperparameters", "caffe", "epochs"),
-    so that a campaign file can point at its line."""
-
-    def __init__(self, message: str, key: tuple = ()):
-        super().__init__(message)
-        self.key = key
-
-
-def parse_memory(text: str, what: str = "--memory") -> int:
-    """A memory size as Docker takes it (``512m``, ``4g``, ``4GiB``, bytes) -> bytes."""
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([bkmgt]?)(?:i?b)?\s*", str(text), re.IGNORECASE)
-    if not match:
-        raise PlanError(f"{what} {text!r}: give a size such as 512m or 4g", ("limits", "memory"))
-    size = float(match.group(1)) * _UNITS[match.group(2).lower()]
-    if size < MIN_MEMORY_BYTES:
-        raise PlanError(f"{what} {text!r}: Docker needs at least 6m", ("limits", "memory"))
-    if not size <= MAX_MEMORY_BYTES:
-        raise PlanError(f"{what} {text!r}: at most 1024t", ("limits", "memory"))
-    return int(size)
-
-
-def check_timeout(timeout: float, what: str = "--timeout") -> float:
-    """A time limit in seconds: finite, more than 0, at most a week."""
-    if not 0 < timeout <= MAX_TIMEOUT_S:      # NaN fails this too
-        raise PlanError(f"{what} {timeout:g}: a time limit is more than 0 and at most "
-                        f"{MAX_TIMEOUT_S} seconds (7 days)", ("limits", "timeout"))
-    return timeout
 
 
 def max_jobs() -> int:
@@ -162,63 +128,6 @@ class Plan(BaseModel):
         return sorted({j.gpu for j in self.jobs if j.gpu is not None})
 
 
-class Limits(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    memory: str | None = None
-    timeout: float | None = None
-
-
-class Axes(BaseModel):
-    """The matrix of a campaign, from a campaign file or from the command line."""
-
-    model_config = ConfigDict(extra="forbid")
-    campaign: str | None = None
-    frameworks: list[str] | None = None           # None: every framework that has an image
-    datasets: list[str] | None = None             # None: both, where the framework has a model
-    profiles: list[str] = ["paper"]
-    hyperparameters: dict[str, list] = {}         # every framework: key -> its values
-    framework_hyperparameters: dict[str, dict[str, list]] = {}   # one framework's only
-    threads: list[int | None] = [None]            # CPU counts; None: all, no limit
-    devices: list[int | None] = [None]            # None: CPU; N: GPU N
-    settings_from: list[str | None] = [None]      # None: each framework's own defaults
-    repeats: int = 1
-    seed: int = 1
-    limits: Limits = Limits()
-    framework_limits: dict[str, Limits] = {}
-
-
-def parse_overrides(items: list[str]) -> dict:
-    """KEY=VALUE pairs; values are read as JSON where they parse (numbers, booleans)."""
-    overrides = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise UsageError(f"--set takes KEY=VALUE, not {item!r}")
-        overrides[key.strip()] = _value(value)
-    return overrides
-
-
-def parse_sweeps(items: list[str]) -> dict[str, list]:
-    """KEY=V1,V2,... pairs (--sweep): each key becomes an axis of those values."""
-    sweeps = {}
-    for item in items:
-        key, sep, values = item.partition("=")
-        if not sep or not key.strip() or not values.strip():
-            raise UsageError(f"--sweep takes KEY=VALUE,VALUE,..., not {item!r}")
-        sweeps[key.strip()] = [_value(v) for v in values.split(",") if v.strip()]
-    return sweeps
-
-
-def _value(text: str):
-    try:
-        return json.loads(text)
-    except ValueError:
-        pass
-    if text.strip().lower().lstrip("+-") in ("nan", "inf", "infinity"):
-        return float(text)          # refused as not finite, by name, when it is resolved
-    return text.strip()
-
-
 def make_plan(frameworks: list[str] | None = None, datasets: list[str] | None = None,
               profile: str = "paper", cpus: int | None = None, gpu: int | None = None,
               overrides: dict | None = None, repeats: int = 1, seed: int = 1,
@@ -233,7 +142,7 @@ def make_plan(frameworks: list[str] | None = None, datasets: list[str] | None = 
 def expand(axes: Axes, host_cpus: int | None = None) -> Plan:
     """The matrix as a plain list of jobs; every bad value is a PlanError naming its key."""
     host_cpus = host_cpus or os.cpu_count() or 1
-    _check(axes, host_cpus)
+    check_axes(axes, host_cpus)
     frameworks = catalog.check_frameworks(axes.frameworks) if axes.frameworks else catalog.available()
     datasets = catalog.check_datasets(axes.datasets) if axes.datasets else list(catalog.DATASETS)
     _check_size(axes, frameworks, datasets)
@@ -243,7 +152,7 @@ def expand(axes: Axes, host_cpus: int | None = None) -> Plan:
         grid = {k: v for k, v in axes.hyperparameters.items()
                 if k not in axes.framework_hyperparameters.get(framework, {})}
         grid.update(axes.framework_hyperparameters.get(framework, {}))
-        limits = _limits(axes, framework)
+        limits = limits_for(axes, framework)
         for dataset in datasets:
             if dataset not in models["models"]:
                 skipped.append(f"{framework} has no {dataset} model")
@@ -339,53 +248,6 @@ def _check_size(axes: Axes, frameworks: list[str], datasets: list[str]) -> None:
         raise PlanError(f"the plan has {cells * axes.repeats:,} jobs ({cells:,} x {axes.repeats:,} "
                         f"repeats), more than {limit:,}; set {MAX_JOBS_VARIABLE} to allow more",
                         ("repeats",))
-
-
-def _check(axes: Axes, host_cpus: int) -> None:
-    for profile in axes.profiles:
-        if profile not in catalog.PROFILES:
-            raise PlanError(f"unknown profile {profile!r} (choose from {', '.join(catalog.PROFILES)})",
-                            ("profiles",))
-    for cpus in axes.threads:
-        if cpus is not None and not 1 <= cpus <= host_cpus:
-            raise PlanError(f"--cpus/--threads {cpus}: this host has {host_cpus} CPUs", ("threads",))
-    for gpu in axes.devices:
-        if gpu is not None and not 0 <= gpu <= MAX_GPU_INDEX:
-            raise PlanError(f"--gpu {gpu}: a GPU index is 0 or more, at most {MAX_GPU_INDEX}", ("devices",))
-    if axes.repeats < 1:
-        raise PlanError("--repeats must be at least 1", ("repeats",))
-    last = axes.seed + axes.repeats - 1
-    for seed in (axes.seed, last):
-        try:
-            contract.check_seed(seed)
-        except contract.SpecError:
-            raise PlanError(f"--seed {axes.seed}" + (f" with {axes.repeats} repeats (the last seed is {last})"
-                                                    if seed != axes.seed else "")
-                            + f": a seed is a whole number from 0 to {contract.MAX_SEED}",
-                            ("seed",)) from None
-    for key, values in axes.hyperparameters.items():
-        if not values:
-            raise PlanError(f"hyper-parameter {key!r} has no values", ("hyperparameters", key))
-
-
-def _limits(axes: Axes, framework: str) -> dict:
-    """The framework's own limits where it has them, else the campaign's."""
-    own = axes.framework_limits.get(framework, Limits())
-    memory = own.memory if own.memory is not None else axes.limits.memory
-    timeout = own.timeout if own.timeout is not None else axes.limits.timeout
-    where = ("limits", framework) if own.memory is not None else ("limits",)
-    if memory is not None:
-        try:
-            parse_memory(memory)
-        except PlanError as exc:
-            raise PlanError(str(exc), where + ("memory",)) from None
-    if timeout is not None:
-        try:
-            check_timeout(timeout)
-        except PlanError as exc:
-            raise PlanError(str(exc), ("limits",) + ((framework,) if own.timeout is not None else ())
-                            + ("timeout",)) from None
-    return {"memory": memory, "timeout": timeout}
 
 
 def _resolve(axes: Axes, models: dict, framework: str, dataset: str, profile: str,

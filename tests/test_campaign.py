@@ -126,6 +126,36 @@ def test_every_mistake_is_one_line_naming_the_file_line_and_key(tmp_path, change
     assert __import__("re").search(expected, message), message
 
 
+TRICKY = '''\
+name = "lenet-sweep"
+description = """
+What a line scan takes for keys:
+sead = 1
+[limits]
+memory = "lots"
+"""
+datasets = [\'\'\'mnist\'\'\', # seed = [
+  ]
+slurm = {partition = "gpu[1-4", sbatch_options = ["--comment=x]", "--comment={"]}
+hyperparameters = {caffe = {max_iter = [10,
+  20]}, batch_size = 32}
+frameworks = ["caffe"]
+limits = {timeout = 600, memory = "4g"}
+'''
+
+
+@pytest.mark.parametrize("change, expected", [
+    (("frameworks", "sead = 5\nframeworks"), r"campaign.toml:13: sead: unknown key"),
+    (("max_iter", "epochs"), r"campaign.toml:11: hyperparameters.caffe.epochs: caffe/mnist has no "),
+    (('"4g"}', '"lots"}'), r"campaign.toml:14: limits.memory: memory 'lots'"),
+])
+def test_keys_after_multi_line_strings_and_inline_tables_are_found_on_their_lines(tmp_path, change,
+                                                                                  expected):
+    with pytest.raises(UsageError) as raised:
+        plan_of(write(tmp_path, TRICKY.replace(*change)))
+    assert __import__("re").search(expected, str(raised.value)), str(raised.value)
+
+
 def test_an_axis_value_a_model_lacks_is_an_error_on_the_command_line_too():
     proc = dlbench("run", "--frameworks", "caffe", "--datasets", "mnist", "--sweep", "epochs=1,2",
                    "--dry-run")

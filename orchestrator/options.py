@@ -1,0 +1,311 @@
+"""A run's options: one validated model of its axes and limits, every check and parser.
+
+``Axes`` is the matrix a run expands (``plan.expand``).  A campaign file fills one
+(``campaign.CampaignFile.axes``); the command line fills a ``RunOptions``, its axes
+as given, None where not given (``RunOptions.from_command_line``).  ``merge`` lays the
+command line over the file: an axis given there replaces the file's value of it.
+``check_axes`` and ``limits_for`` check the merged matrix, whichever source a value
+came from; a bad value is a ``PlanError`` naming its key, so that a campaign file
+can point at its line.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from pydantic import BaseModel, ConfigDict
+
+from dlbench_runner import contract
+
+from . import catalog
+from .errors import UsageError
+
+MIN_MEMORY_BYTES = 6 * 2**20        # Docker refuses smaller limits
+MAX_MEMORY_BYTES = 2**50            # 1 PiB: far above any host, well within int64
+MAX_TIMEOUT_S = 7 * 24 * 3600       # a week
+MAX_GPU_INDEX = 1023
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
+_UNITS = {"": 1, "b": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
+
+
+class PlanError(UsageError):
+    """A bad axis value; ``key`` names it, e.g. ("hyperparameters", "caffe", "epochs"),
+    so that a campaign file can point at its line."""
+
+    def __init__(self, message: str, key: tuple = ()):
+        super().__init__(message)
+        self.key = key
+
+
+# -- the model -----------------------------------------------------------------------------
+class Limits(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    memory: str | None = None
+    timeout: float | None = None
+
+
+class Axes(BaseModel):
+    """The matrix of a campaign, from a campaign file or from the command line."""
+
+    model_config = ConfigDict(extra="forbid")
+    campaign: str | None = None
+    frameworks: list[str] | None = None           # None: every framework that has an image
+    datasets: list[str] | None = None             # None: both, where the framework has a model
+    profiles: list[str] = ["paper"]
+    hyperparameters: dict[str, list] = {}         # every framework: key -> its values
+    framework_hyperparameters: dict[str, dict[str, list]] = {}   # one framework's only
+    threads: list[int | None] = [None]            # CPU counts; None: all, no limit
+    devices: list[int | None] = [None]            # None: CPU; N: GPU N
+    settings_from: list[str | None] = [None]      # None: each framework's own defaults
+    repeats: int = 1
+    seed: int = 1
+    limits: Limits = Limits()
+    framework_limits: dict[str, Limits] = {}
+
+
+class RunOptions(BaseModel):
+    """The axes and limits given on the command line; None: not given."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str | None = None
+    frameworks: list[str] | None = None
+    datasets: list[str] | None = None
+    profiles: list[str] | None = None
+    threads: list[int] | None = None
+    devices: list[int | None] | None = None
+    repeats: int | None = None
+    seed: int | None = None
+    settings_from: list[str | None] | None = None
+    hyperparameters: dict[str, list] = {}
+    memory: str | None = None
+    timeout: float | None = None
+
+    @classmethod
+    def from_command_line(cls, *, name=None, frameworks=None, datasets=None, profile=None,
+                          cpus=None, threads=None, gpu=None, devices=None, set_=(), sweep=(),
+                          batch_sizes=None, learning_rates=None, settings_from=None,
+                          repeats=None, seed=None, memory=None, timeout=None) -> "RunOptions":
+        """``dlbench run``'s options as typed: comma lists and KEY=VALUE texts, read here."""
+        if cpus is not None and threads is not None:
+            raise UsageError("give --cpus or --threads, not both")
+        if gpu is not None and devices is not None:
+            raise UsageError("give --gpu or --devices, not both")
+        sweeps = parse_sweeps(sweep)
+        sweeps.update({k: [v] for k, v in parse_overrides(set_).items()})
+        for key, values in (("batch_size", numbers(batch_sizes, "--batch-sizes", int)),
+                            ("learning_rate", numbers(learning_rates, "--learning-rates"))):
+            if values is not None:
+                sweeps[key] = values
+        return cls(
+            name=name, frameworks=names(frameworks), datasets=names(datasets),
+            profiles=choices(profile, catalog.PROFILES, "--profile"), repeats=repeats, seed=seed,
+            memory=memory, timeout=timeout,
+            threads=[cpus] if cpus is not None else numbers(threads, "--threads", int),
+            devices=[gpu] if gpu is not None else (parse_devices(devices) if devices else None),
+            settings_from=parse_settings_from(settings_from) if settings_from is not None else None,
+            hyperparameters=sweeps)
+
+
+# -- the merge -----------------------------------------------------------------------------
+def merge(axes: Axes, options: RunOptions) -> Axes:
+    """The file's axes with the command line's on top: a given axis replaces the file's."""
+    changes = {}
+    if options.name is not None:
+        if not re.fullmatch(NAME_PATTERN, options.name):
+            raise UsageError(f"--name {options.name!r}: letters, digits, '.', '_' and '-' only")
+        changes["campaign"] = options.name
+    for field in ("frameworks", "datasets", "profiles", "threads", "devices", "repeats", "seed",
+                  "settings_from"):
+        if getattr(options, field) is not None:
+            changes[field] = getattr(options, field)
+    if options.hyperparameters:
+        changes["hyperparameters"] = {**axes.hyperparameters, **options.hyperparameters}
+        changes["framework_hyperparameters"] = {
+            fw: {k: v for k, v in table.items() if k not in options.hyperparameters}
+            for fw, table in axes.framework_hyperparameters.items()}
+    given = {k: v for k, v in (("memory", options.memory), ("timeout", options.timeout)) if v is not None}
+    if given:
+        changes["limits"] = axes.limits.model_copy(update=given)
+        changes["framework_limits"] = {fw: own.model_copy(update={k: None for k in given})
+                                       for fw, own in axes.framework_limits.items()}
+    return axes.model_copy(update=changes)
+
+
+def from_file(key: tuple, options: RunOptions) -> bool:
+    """Whether the value a PlanError names came from the file (not the command line)."""
+    if not key:
+        return False
+    if key[0] == "hyperparameters":
+        return key[-1] not in options.hyperparameters
+    if key[0] == "limits":
+        return getattr(options, key[-1], None) is None
+    return getattr(options, key[0], None) is None
+
+
+# -- the checks of the merged matrix ---------------------------------------------------------
+def check_axes(axes: Axes, host_cpus: int) -> None:
+    for profile in axes.profiles:
+        if profile not in catalog.PROFILES:
+            raise PlanError(f"unknown profile {profile!r} (choose from {', '.join(catalog.PROFILES)})",
+                            ("profiles",))
+    for cpus in axes.threads:
+        if cpus is not None and not 1 <= cpus <= host_cpus:
+            raise PlanError(f"--cpus/--threads {cpus}: this host has {host_cpus} CPUs", ("threads",))
+    for gpu in axes.devices:
+        if gpu is not None and not 0 <= gpu <= MAX_GPU_INDEX:
+            raise PlanError(f"--gpu {gpu}: a GPU index is 0 or more, at most {MAX_GPU_INDEX}", ("devices",))
+    if axes.repeats < 1:
+        raise PlanError("--repeats must be at least 1", ("repeats",))
+    last = axes.seed + axes.repeats - 1
+    for seed in (axes.seed, last):
+        try:
+            contract.check_seed(seed)
+        except contract.SpecError:
+            raise PlanError(f"--seed {axes.seed}" + (f" with {axes.repeats} repeats (the last seed is {last})"
+                                                    if seed != axes.seed else "")
+                            + f": a seed is a whole number from 0 to {contract.MAX_SEED}",
+                            ("seed",)) from None
+    for key, values in axes.hyperparameters.items():
+        if not values:
+            raise PlanError(f"hyper-parameter {key!r} has no values", ("hyperparameters", key))
+
+
+def limits_for(axes: Axes, framework: str) -> dict:
+    """The framework's own limits where it has them, else the campaign's."""
+    own = axes.framework_limits.get(framework, Limits())
+    memory = own.memory if own.memory is not None else axes.limits.memory
+    timeout = own.timeout if own.timeout is not None else axes.limits.timeout
+    where = ("limits", framework) if own.memory is not None else ("limits",)
+    if memory is not None:
+        try:
+            parse_memory(memory)
+        except PlanError as exc:
+            raise PlanError(str(exc), where + ("memory",)) from None
+    if timeout is not None:
+        try:
+            check_timeout(timeout)
+        except PlanError as exc:
+            raise PlanError(str(exc), ("limits",) + ((framework,) if own.timeout is not None else ())
+                            + ("timeout",)) from None
+    return {"memory": memory, "timeout": timeout}
+
+
+# -- the parsers: one value, the same from the command line and from a file -------------------
+def parse_memory(text: str, what: str = "--memory") -> int:
+    """A memory size as Docker takes it (``512m``, ``4g``, ``4GiB``, bytes) -> bytes."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([bkmgt]?)(?:i?b)?\s*", str(text), re.IGNORECASE)
+    if not match:
+        raise PlanError(f"{what} {text!r}: give a size such as 512m or 4g", ("limits", "memory"))
+    size = float(match.group(1)) * _UNITS[match.group(2).lower()]
+    if size < MIN_MEMORY_BYTES:
+        raise PlanError(f"{what} {text!r}: Docker needs at least 6m", ("limits", "memory"))
+    if not size <= MAX_MEMORY_BYTES:
+        raise PlanError(f"{what} {text!r}: at most 1024t", ("limits", "memory"))
+    return int(size)
+
+
+def check_timeout(timeout: float, what: str = "--timeout") -> float:
+    """A time limit in seconds: finite, more than 0, at most a week."""
+    if not 0 < timeout <= MAX_TIMEOUT_S:      # NaN fails this too
+        raise PlanError(f"{what} {timeout:g}: a time limit is more than 0 and at most "
+                        f"{MAX_TIMEOUT_S} seconds (7 days)", ("limits", "timeout"))
+    return timeout
+
+
+def device(value) -> int | None:
+    """``cpu`` (None) or ``gpu:N`` (N)."""
+    if value == "cpu":
+        return None
+    match = re.fullmatch(r"gpu:(\d+)", str(value))
+    if not match:
+        raise ValueError(f"{value!r}: a device is \"cpu\" or \"gpu:N\"")
+    return int(match.group(1))
+
+
+def settings_source(value) -> str | None:
+    """``own`` (each framework's defaults) or a framework whose defaults the others use."""
+    if value == "own":
+        return None
+    if value not in catalog.FRAMEWORKS:
+        raise ValueError(f"{value!r}: give own or one of {', '.join(catalog.FRAMEWORKS)}")
+    return value
+
+
+def names(text: str | None) -> list[str] | None:
+    """A comma list of names; None where not given."""
+    return [n.strip() for n in text.split(",") if n.strip()] if text else None
+
+
+def choices(text: str | None, allowed, option: str) -> list[str] | None:
+    """A comma list of names, each one of ``allowed``."""
+    given = names(text)
+    allowed = list(allowed)
+    for name in given or ():
+        if name not in allowed:
+            raise UsageError(f"{option} {name!r}: choose from {', '.join(allowed)}")
+    return given
+
+
+def numbers(text: str | None, option: str, kind=float) -> list | None:
+    """A comma list of numbers; None where not given."""
+    if text is None:
+        return None
+    try:
+        return [kind(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise UsageError(f"{option} takes comma-separated numbers, not {text!r}") from None
+
+
+def _each(text: str, parse, prefix: str) -> list:
+    """A comma-separated option, each item read as the campaign file's key reads it."""
+    values = []
+    for item in (t.strip() for t in text.split(",") if t.strip()):
+        try:
+            values.append(parse(item))
+        except ValueError as exc:
+            raise UsageError(f"{prefix}{exc}") from None
+    return values
+
+
+def parse_devices(text: str) -> list[int | None]:
+    return _each(text, device, "--devices: ")
+
+
+def parse_settings_from(text: str) -> list[str | None]:
+    sources = _each(text, settings_source, "--settings-from ")
+    if not sources:
+        raise UsageError("--settings-from takes own or a framework name, e.g. caffe")
+    return sources
+
+
+def parse_overrides(items) -> dict:
+    """KEY=VALUE pairs; values are read as JSON where they parse (numbers, booleans)."""
+    overrides = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--set takes KEY=VALUE, not {item!r}")
+        overrides[key.strip()] = _value(value)
+    return overrides
+
+
+def parse_sweeps(items) -> dict[str, list]:
+    """KEY=V1,V2,... pairs (--sweep): each key becomes an axis of those values."""
+    sweeps = {}
+    for item in items:
+        key, sep, values = item.partition("=")
+        if not sep or not key.strip() or not values.strip():
+            raise UsageError(f"--sweep takes KEY=VALUE,VALUE,..., not {item!r}")
+        sweeps[key.strip()] = [_value(v) for v in values.split(",") if v.strip()]
+    return sweeps
+
+
+def _value(text: str):
+    try:
+        return json.loads(text)
+    except ValueError:
+        pass
+    if text.strip().lower().lstrip("+-") in ("nan", "inf", "infinity"):
+        return float(text)          # refused as not finite, by name, when it is resolved
+    return text.strip()
