@@ -196,17 +196,24 @@ class Adapter:
 """
 
 
-def test_a_diverging_adapter_leaves_a_failed_result_naming_the_step(data_root, tmp_path):
-    framework = tmp_path / "diverging"
+def run_adapter(tmp_path, data_root, name: str, code: str):
+    """The runner as a process, with a framework directory holding ``code`` as its adapter;
+    returns the process and its out/ directory."""
+    framework = tmp_path / name
     framework.mkdir()
-    (framework / "adapter.py").write_text(DIVERGING)
-    (framework / "models.json").write_text(json.dumps({"framework": "diverging", "models": {
+    (framework / "adapter.py").write_text(code)
+    (framework / "models.json").write_text(json.dumps({"framework": name, "models": {
         "mnist": {"model": "none", "hyperparameters": {"epochs": 1}}}}))
     out = tmp_path / "out"
     out.mkdir()
     proc = subprocess.run([sys.executable, "-m", "dlbench_runner", "--framework-dir", str(framework),
                            "--data", str(data_root), "--out", str(out), "--dataset", "mnist"],
                           capture_output=True, text=True, timeout=120)
+    return proc, out
+
+
+def test_a_diverging_adapter_leaves_a_failed_result_naming_the_step(data_root, tmp_path):
+    proc, out = run_adapter(tmp_path, data_root, "diverging", DIVERGING)
     assert proc.returncode == 1
     result = json.loads((out / "result.json").read_text())
     assert result["status"] == "failed"
@@ -461,16 +468,7 @@ class Adapter:
 
 
 def test_an_exception_the_framework_swallows_fails_the_job(data_root, tmp_path):
-    framework = tmp_path / "swallowing"
-    framework.mkdir()
-    (framework / "adapter.py").write_text(SWALLOWING)
-    (framework / "models.json").write_text(json.dumps({"framework": "swallowing", "models": {
-        "mnist": {"model": "none", "hyperparameters": {"epochs": 1}}}}))
-    out = tmp_path / "out"
-    out.mkdir()
-    proc = subprocess.run([sys.executable, "-m", "dlbench_runner", "--framework-dir", str(framework),
-                           "--data", str(data_root), "--out", str(out), "--dataset", "mnist"],
-                          capture_output=True, text=True, timeout=120)
+    proc, out = run_adapter(tmp_path, data_root, "swallowing", SWALLOWING)
     assert proc.returncode == 1
     assert "Exception ignored on calling ctypes callback function" in proc.stderr
     result = json.loads((out / "result.json").read_text())
