@@ -102,7 +102,9 @@ def remove_stale(client) -> list[str]:
     import docker.errors
 
     removed, by_owner = [], {}
-    for container in client.containers.list(all=True, filters={"label": f"{LABEL}.role=job"}):
+    # ignore_removed: another dlbench's job may end between the listing and its inspection
+    for container in client.containers.list(all=True, filters={"label": f"{LABEL}.role=job"},
+                                            ignore_removed=True):
         by_owner.setdefault(container.labels.get(f"{LABEL}.owner", ""), []).append(container)
     for token, containers in by_owner.items():
         lapsed = owners.Lapsed.claim(token)
