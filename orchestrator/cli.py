@@ -12,7 +12,7 @@ import typer
 from typer.exceptions import TyperException
 from rich.console import Console
 
-from . import __version__, build, catalog, datasets, plan as planning, report, store
+from . import __version__, build, catalog, datasets, plan as planning, report, sources, store
 from .errors import DlbenchError, UsageError, docker_errors
 
 app = typer.Typer(add_completion=False, invoke_without_command=True, pretty_exceptions_enable=False,
@@ -49,6 +49,10 @@ CaOpt = Annotated[Optional[Path], typer.Option(
     help="CA bundle the images trust (default: the host's system bundle).")]
 NetworkOpt = Annotated[Optional[str], typer.Option(
     "--build-network", help="Network mode for builds, e.g. host where the bridge cannot reach the mirrors.")]
+SourcesOpt = Annotated[Optional[Path], typer.Option(
+    "--sources", help="Local mirror of the pinned source archives, laid out as "
+                      "<group>/<repo>-<commit>.tar.gz (default: $DLBENCH_SOURCES_DIR, else "
+                      "downloads from GitHub into the user cache).")]
 ResultsOpt = Annotated[Optional[Path], typer.Option(
     "--results", help="Results directory (default: $DLBENCH_RESULTS_DIR or ./dlbench-results).")]
 DataOpt = Annotated[Optional[Path], typer.Option(
@@ -63,15 +67,23 @@ def _help_without_a_command(ctx: typer.Context):
         out.print(ctx.get_help())
 
 
-def _builder_options(base, mirror, ca_bundle, network, verbose=False):
+def _builder_options(base, mirror, ca_bundle, network, sources_dir=None):
     return {"base_source": base.value, "mirror": mirror, "network": network,
-            "ca_bundle": str(ca_bundle) if ca_bundle else None}
+            "ca_bundle": str(ca_bundle) if ca_bundle else None,
+            "sources_dir": str(sources_dir) if sources_dir else None}
+
+
+def _check_sources(frameworks, sources_dir):
+    """The frameworks' pinned source archives, verified before Docker is asked anything."""
+    pinned = sorted({repo for fw in frameworks for repo in catalog.models(fw).get("sources", [])})
+    if pinned:
+        sources.prepare(pinned, sources.mirror_dir(sources_dir))
 
 
 @app.command("build-images")
 def build_images(frameworks: Frameworks = None, base: BaseOpt = BaseSource.auto,
                  mirror: MirrorOpt = build.DEFAULT_MIRROR, ca_bundle: CaOpt = None,
-                 build_network: NetworkOpt = None,
+                 build_network: NetworkOpt = None, sources_dir: SourcesOpt = None,
                  rebuild: Annotated[bool, typer.Option(help="Build again even if nothing changed.")] = False,
                  variant: Annotated[str, typer.Option(
                      help="cpu, gpu (CUDA builds, where a framework has one) or cpu,gpu.")] = "cpu",
@@ -89,10 +101,11 @@ def build_images(frameworks: Frameworks = None, base: BaseOpt = BaseSource.auto,
     for reason in todo.values():
         if reason is not None and frameworks:
             raise UsageError(reason)      # asked for by name: say so before building anything
+    _check_sources([fw for (fw, _), reason in todo.items() if reason is None], sources_dir)
     display = RichDisplay(err, verbose=verbose)
     builder = build.Builder(docker_client(), say=display.say,
                             log_dir=Path(datasets.cache_root()).parent / "build-logs",
-                            **_builder_options(base, mirror, ca_bundle, build_network))
+                            **_builder_options(base, mirror, ca_bundle, build_network, sources_dir))
     builder.base(rebuild=rebuild)
     for (name, v), reason in todo.items():
         if reason is not None:
@@ -160,7 +173,7 @@ def run(frameworks: Frameworks = None,
             help="With --runtime native: the Python that has the frameworks "
                  "(default: the one running dlbench).")] = None,
         base: BaseOpt = BaseSource.auto, mirror: MirrorOpt = build.DEFAULT_MIRROR,
-        ca_bundle: CaOpt = None, build_network: NetworkOpt = None,
+        ca_bundle: CaOpt = None, build_network: NetworkOpt = None, sources_dir: SourcesOpt = None,
         verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False):
     """Run the benchmark jobs, building missing images first; rows go to the results directory."""
     from . import campaign as campaigns
@@ -197,9 +210,11 @@ def run(frameworks: Frameworks = None,
         err.print(f"{len(the_plan.jobs)} job(s)" + (f" in campaign {the_plan.campaign}"
                                                       if the_plan.campaign else ""), highlight=False)
         return
+    if runtime == "docker":
+        _check_sources(sorted({job.framework for job in the_plan.jobs}), sources_dir)
     target = store.results_dir(results)
     records = run_plan(the_plan, target, data_dir,
-                       _builder_options(base, mirror, ca_bundle, build_network),
+                       _builder_options(base, mirror, ca_bundle, build_network, sources_dir),
                        RichDisplay(err, verbose=verbose), resume=resume, fail_fast=fail_fast,
                        runtime=runtime, python=python)
     failed = [r for r in records if r.status != "ok"]
@@ -282,12 +297,12 @@ def datasets_import(source: Annotated[Path, typer.Argument(help="A data root in 
 
 
 @app.command()
-def doctor(data_dir: DataOpt = None, results: ResultsOpt = None):
-    """Check Docker, images, GPUs, data sets and disk; say what is missing."""
+def doctor(data_dir: DataOpt = None, results: ResultsOpt = None, sources_dir: SourcesOpt = None):
+    """Check Docker, images, GPUs, data sets, sources and disk; say what is missing."""
     from .doctor import checks
 
     bad = 0
-    for name, ok, detail in checks(data_dir, store.results_dir(results)):
+    for name, ok, detail in checks(data_dir, store.results_dir(results), sources_dir):
         mark = {True: "[green]ok[/green]  ", False: "[red]FAIL[/red]", None: "[yellow]note[/yellow]"}[ok]
         out.print(f"{mark} {name}: {detail}", highlight=False)
         bad += ok is False

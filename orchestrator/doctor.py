@@ -5,11 +5,11 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from . import build, catalog, datasets
+from . import build, catalog, datasets, sources
 from .errors import DlbenchError
 
 
-def checks(data_dir=None, results: Path | None = None):
+def checks(data_dir=None, results: Path | None = None, sources_dir=None):
     """Yield (name, ok, detail); ok is True, False, or None for advice only."""
     client = None
     try:
@@ -52,6 +52,13 @@ def checks(data_dir=None, results: Path | None = None):
                 (" (official files)" if info.official else "")
         except DlbenchError as exc:
             yield f"data set {name}", False, str(exc)
+    try:
+        mirror = sources.mirror_dir(sources_dir)
+        yield "sources", True, f"mirror {mirror}" if mirror else f"GitHub, cached in {sources.cache_dir()}"
+        for source, ok, detail in sources.status(mirror):
+            yield f"source {source.repo}@{source.commit[:12]}", ok, detail
+    except DlbenchError as exc:
+        yield "sources", False, str(exc)
     target = results or Path(".")
     free = shutil.disk_usage(target if target.exists() else Path(".")).free / 2**30
     yield "disk", free > 10, f"{free:.0f} GiB free (images need about 2 GiB each)"
