@@ -90,6 +90,7 @@ class CampaignLimits(FileLimits):
     caffe: Optional[FileLimits] = None
     tensorflow: Optional[FileLimits] = None
     torch: Optional[FileLimits] = None
+    pytorch: Optional[FileLimits] = None
     mxnet: Optional[FileLimits] = None
     theano: Optional[FileLimits] = None
 
@@ -100,6 +101,7 @@ class Hyperparameters(BaseModel):
     caffe: dict[str, Values] = {}
     tensorflow: dict[str, Values] = {}
     torch: dict[str, Values] = {}
+    pytorch: dict[str, Values] = {}
     mxnet: dict[str, Values] = {}
     theano: dict[str, Values] = {}
 

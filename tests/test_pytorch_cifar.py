@@ -24,7 +24,7 @@ CIFAR_PARAMS = 416 + 25856 + 819328 + 1290
 
 
 def torch_adapter_module():
-    spec = importlib.util.spec_from_file_location("torch_adapter", REPO / "images" / "torch" / "adapter.py")
+    spec = importlib.util.spec_from_file_location("torch_adapter", REPO / "images" / "pytorch" / "adapter.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)     # torch itself is imported only inside the container
     return module
@@ -33,7 +33,7 @@ def torch_adapter_module():
 @pytest.fixture(scope="module")
 def quick_row(data_root, tmp_path_factory):
     results = tmp_path_factory.mktemp("results")
-    dlbench("run", "--frameworks", "torch", "--datasets", "cifar10", "--profile", "quick",
+    dlbench("run", "--frameworks", "pytorch", "--datasets", "cifar10", "--profile", "quick",
             "--results", results, "--data-dir", data_root, check=True)
     frame = pd.read_parquet(results)
     assert len(frame) == 1
@@ -42,7 +42,7 @@ def quick_row(data_root, tmp_path_factory):
 
 def test_quick_cifar_run_learns_and_counts_only_connected_weights(quick_row):
     row = quick_row
-    assert (row.framework, row.dataset, row.profile, row.status) == ("torch", "cifar10", "quick", "ok")
+    assert (row.framework, row.dataset, row.profile, row.status) == ("pytorch", "cifar10", "quick", "ok")
     assert row.model == "torch7-cifar10-convnet"
     assert row.accuracy >= 0.20                 # twice chance
     assert row.param_count == CIFAR_PARAMS == 846890
@@ -92,7 +92,7 @@ def test_the_images_connection_masks_have_1_and_4_inputs_per_output(quick_row):
     import docker
 
     out = docker.from_env().containers.run(
-        "dlbench/torch:cpu", entrypoint=["python3", "-c", CHECK_IN_IMAGE],
+        "dlbench/pytorch:cpu", entrypoint=["python3", "-c", CHECK_IN_IMAGE],
         remove=True, network_mode="none").decode()
     found = json.loads(out.strip().splitlines()[-1])
     assert found["inputs_per_output"] == [[1.0], [4.0]]

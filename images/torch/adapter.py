@@ -1,0 +1,217 @@
+"""Lua Torch7 adapter: GTDLBench's own Torch scripts, run by ``th`` as they ran.
+
+The scripts (``train-on-mnist.lua``, ``train-on-cifar-10.lua``) come unchanged
+from GTDLBench's repository at its pinned commit, unpacked into the image at
+build time.  ``dlbench_harness.lua`` runs one of them and adds only what a
+harness needs (see its header): the data files it asks for are served from the
+canonical files, which ``setup()`` converts to raw byte arrays (setup, not
+training); its ``train``/``test`` calls are announced on stdout as
+``:::DLBENCH-TH {json}`` lines and each waits for a ``go`` on stdin, so this
+process's clock, the runner's, brackets every call exactly.
+
+The scripts test after every epoch.  The runner's ``train_time_s`` is its clock
+around the whole loop less those per-epoch test passes (``ctx.train_excluded_s``,
+timed by the same clock); ``test_time_s`` is the last epoch's test pass, the
+runner's one pass over the test set.  The script's own totals -- the "whole
+training time" and "whole test time" it prints, which GTDLBench published --
+are read from its globals and stored beside them.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy
+
+SCRIPTS = {
+    "mnist": "/opt/gtdlbench/models/mnist/torch/train-on-mnist.lua",
+    "cifar10": "/opt/gtdlbench/models/cifar10/torch/train-on-cifar-10.lua",
+}
+HERE = os.path.dirname(os.path.abspath(__file__))
+SOURCE_PINS = "/opt/dlbench/sources.txt"
+TAG = b":::DLBENCH-TH "
+
+
+class ScriptError(RuntimeError):
+    pass
+
+
+class Adapter:
+    def __init__(self, ctx):
+        self.ctx = ctx
+        self.hp = ctx.hp
+        self.proc = None
+        self.finish = {}
+        self.tail = []
+
+    # -- setup: the data as the script's .t7 files hold it, then th up to its first train()
+    def setup(self):
+        self.work = os.environ.get("DLBENCH_TORCH7_WORK") or _tmpdir()
+        arrays = self.ctx.load_data()
+        files = (self._mnist_files if self.ctx.dataset == "mnist" else self._cifar_files)(arrays)
+        config = {"files": files, "epochs": self.hp["epochs"],
+                  "train_subset": self.hp["train_subset"] or None}
+        if self.hp["train_subset"]:
+            self.ctx.train_samples = min(self.hp["train_subset"], self.ctx.train_samples)
+        config_path = os.path.join(self.work, "dlbench-config.json")
+        with open(config_path, "w") as f:
+            json.dump(config, f)
+        command = ["th", os.path.join(HERE, "dlbench_harness.lua"), config_path,
+                   SCRIPTS[self.ctx.dataset]] + self._script_options()
+        print("dlbench torch7: " + " ".join(command), flush=True)
+        self.proc = subprocess.Popen(command, cwd=self.work, stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        self._expect("begin", phase="train")
+
+    def _script_options(self):
+        hp, threads = self.hp, self.ctx.threads
+        if self.ctx.dataset == "mnist":   # lapp: -m is both --model and --momentum, so long names
+            options = ["--full", "--batchSize", str(hp["batch_size"]),
+                       "--learningRate", repr(hp["learning_rate"]), "--momentum", repr(hp["momentum"])]
+            return options + (["--threads", str(threads)] if threads else [])
+        options = ["-full", "-batchSize", str(hp["batch_size"]), "-learningRate", repr(hp["learning_rate"]),
+                   "-momentum", repr(hp["momentum"]), "-weightDecay", repr(hp["weight_decay"]),
+                   "-seed", str(self.ctx.seed)]
+        return options + (["-threads", str(threads)] if threads else [])
+
+    def _write(self, name, array):
+        path = os.path.join(self.work, name)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        numpy.ascontiguousarray(array, dtype=numpy.uint8).tofile(path)
+        return path
+
+    def _mnist_files(self, arrays):
+        """mnist.t7/{train,test}_32x32.t7: data ByteTensor N x 1 x 32 x 32 (the 28x28 digits
+        zero-padded by 2 on each side), labels ByteTensor N holding 1..10."""
+        files = {}
+        for split, name in (("train", "train_32x32.t7"), ("test", "test_32x32.t7")):
+            images = numpy.pad(arrays[split + "_images"], ((0, 0), (2, 2), (2, 2)))
+            labels = arrays[split + "_labels"].astype(numpy.uint8) + 1
+            expected = "mnist.t7/" + name
+            files[expected] = {
+                "data": self._write(expected + ".data.u8", images), "data_shape": [len(images), 1, 32, 32],
+                "labels": self._write(expected + ".labels.u8", labels), "labels_shape": [len(labels)]}
+            open(os.path.join(self.work, expected), "w").close()   # the script's download check
+        return files
+
+    def _cifar_files(self, arrays):
+        """cifar-10-batches-t7/{data_batch_1..5,test_batch}.t7: data ByteTensor 3072 x 10000
+        (one column per image, R, G then B planes), labels ByteTensor 1 x 10000 holding 0..9."""
+        files = {}
+        names = ["data_batch_%d" % i for i in range(1, 6)] + ["test_batch"]
+        for i, name in enumerate(names):
+            split, start = ("test", 0) if name == "test_batch" else ("train", i * 10000)
+            images = arrays[split + "_images"][start:start + 10000].reshape(10000, 3072)
+            labels = arrays[split + "_labels"][start:start + 10000]
+            expected = "cifar-10-batches-t7/%s.t7" % name
+            files[expected] = {
+                "data": self._write(expected + ".data.u8", images), "data_shape": [10000, 3072],
+                "transpose": True,
+                "labels": self._write(expected + ".labels.u8", labels), "labels_shape": [1, 10000]}
+        return files
+
+    # -- the protocol with the harness ---------------------------------------------------
+    def _events(self):
+        """The harness's events, in order; every other line is passed on to the log."""
+        for line in iter(self.proc.stdout.readline, b""):
+            if line.startswith(TAG):
+                yield json.loads(line[len(TAG):])
+                continue
+            sys.stdout.buffer.write(line)
+            sys.stdout.flush()
+            text = line.decode("utf-8", "replace").strip().split("\r")[-1]
+            if text:
+                self.tail = (self.tail + [text])[-5:]
+        code = self.proc.wait()
+        raise ScriptError("th exited with %d before the script finished: %s"
+                          % (code, " | ".join(self.tail)[-400:]))
+
+    def _expect(self, event, **fields):
+        if not hasattr(self, "_stream"):
+            self._stream = self._events()
+        found = next(self._stream)
+        if found["event"] != event or any(found.get(k) != v for k, v in fields.items()):
+            raise ScriptError("expected %s %s from the harness, got %s" % (event, fields, found))
+        return found
+
+    def _go(self):
+        self.proc.stdin.write(b"go\n")
+        self.proc.stdin.flush()
+
+    # -- train: every epoch's train() call; the per-epoch test passes are excluded ----------
+    def train(self):
+        epochs = self.hp["epochs"]
+        for epoch in range(1, epochs + 1):
+            if epoch > 1:
+                self._expect("begin", phase="train", epoch=epoch)
+            self.ctx.epoch_start()
+            self._go()
+            end = self._expect("end", phase="train", epoch=epoch)
+            self.ctx.epoch_done(epoch, _number(end.get("loss")), _number(end.get("accuracy")),
+                                samples=end.get("samples"))
+            if epoch < epochs:      # this epoch's test pass: the script's, not training
+                self._go()
+                self._expect("begin", phase="test")
+                t0 = time.perf_counter()
+                self._go()
+                scores = self._expect("end", phase="test")
+                self.ctx.train_excluded_s += time.perf_counter() - t0
+                self.ctx.epochs[-1]["test_accuracy"] = scores.get("accuracy")
+                self._go()
+
+    # -- test: the last epoch's test pass ------------------------------------------------------
+    def test(self):
+        self._go()
+        self._expect("begin", phase="test")
+        self._go()
+        scores = self._expect("end", phase="test")
+        self._go()
+        self.ctx.epochs[-1]["test_accuracy"] = scores.get("accuracy")
+        return {"accuracy": scores["accuracy"], "loss": scores.get("loss")}
+
+    # -- describe: the script's own totals, then th's exit ---------------------------------------
+    def describe(self):
+        self.finish = self._expect("finish")
+        self.proc.stdin.close()
+        for line in self.proc.stdout:
+            sys.stdout.buffer.write(line)
+        code = self.proc.wait()
+        if code != 0:
+            raise ScriptError("th exited with %d after the script" % code)
+        torch7 = _pinned_commit("torch/torch7")
+        return {
+            "framework_version": "torch7@%s %s" % (torch7, self.finish["jit"]),
+            "param_count": self.finish["param_count"],
+            "script_train_time_s": self.finish["train_time"],
+            "script_test_time_s": self.finish["test_time"],
+            "threads": {"requested": self.ctx.threads,
+                        "framework": {"torch.getnumthreads": self.finish["threads"]}},
+            "libraries": {"numpy": numpy.__version__, "luajit": self.finish["jit"],
+                          "tensor_type": self.finish["tensor_type"], "th_blas": self.finish["blas"],
+                          "sources": _pins()},
+        }
+
+
+def _number(value):
+    return float("nan") if value is None else float(value)
+
+
+def _tmpdir():
+    import tempfile
+    return tempfile.mkdtemp(prefix="dlbench-torch7-")
+
+
+def _pins():
+    """owner/repo -> commit, as the image was built (its SOURCE_PINS build argument)."""
+    try:
+        with open(SOURCE_PINS) as f:
+            entries = f.read().split()
+    except OSError:
+        return {}
+    return dict(entry.split(":")[0].split("@") for entry in entries)
+
+
+def _pinned_commit(repo):
+    return _pins().get(repo, "unknown")
