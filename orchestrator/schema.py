@@ -11,6 +11,11 @@ metadata.  History of the row schema:
     3  ``settings_from``: the framework whose default settings the job trained with
        (GTDLBench's cross-settings); empty for a framework's own defaults, as in
        every older row.
+    4  ``script_train_time_s``, ``script_test_time_s``: the training and testing
+       times a framework's own script printed (Lua Torch7 runs GTDLBench's scripts,
+       whose "whole training time" / "whole test time" are the published numbers),
+       beside the runner's own.  Framework ``torch`` is Lua Torch7 from this version
+       on; older ``torch`` rows were the PyTorch port and are read as ``pytorch``.
 Readers refuse rows newer than they know; older ones are upgraded step by step
 by ``store.upgrade``.
 
@@ -32,7 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from dlbench_runner import SCHEMA_VERSION as RUNNER_SCHEMA_VERSION
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 TRACE_SCHEMA_VERSION = 1
 MAX_RESULT_BYTES = 4 << 20
 STATUSES = ("ok", "failed", "timeout", "oom", "unsupported", "no_result")
@@ -72,6 +77,8 @@ class RunnerResult(BaseModel):
     train_time_s: float | None = None
     test_time_s: float | None = None
     total_time_s: float | None = None
+    script_train_time_s: float | None = None
+    script_test_time_s: float | None = None
     accuracy: float | None = Field(None, ge=0.0, le=1.0)
     test_loss: float | None = None
     train_samples: int | None = None
@@ -116,6 +123,8 @@ class RunRecord(BaseModel):
     train_time_s: float | None = None
     test_time_s: float | None = None
     total_time_s: float | None = None
+    script_train_time_s: float | None = None   # as the framework's own script printed them
+    script_test_time_s: float | None = None
     accuracy: float | None = None
     test_loss: float | None = None
     train_images_per_s: float | None = None
@@ -190,6 +199,7 @@ ADDED_IN = {
     2: ["campaign", "memory_limit_bytes", "timeout_s", "cpu_percent_mean", "memory_peak_bytes",
         "memory_peak_cgroup_bytes", "gpu_util_mean", "gpu_memory_peak_bytes", "trace_samples"],
     3: ["settings_from"],
+    4: ["script_train_time_s", "script_test_time_s"],
 }
 
 TRACE_SCHEMA = pa.schema(
