@@ -1,22 +1,24 @@
-"""Torch adapter: GTDLBench's Torch7 default models, layer for layer, in PyTorch.
+"""PyTorch adapter: GTDLBench's Torch7 default models, layer for layer, in PyTorch.
 
-Lua Torch7 cannot be installed any more, so the models of its demo scripts are
-rebuilt here.  PyTorch's default initialisation of Conv2d and Linear draws
+Framework ``pytorch``, a second opinion beside Lua Torch7 itself (framework
+``torch``, which runs GTDLBench's own scripts).  PyTorch's default initialisation of Conv2d and Linear draws
 weights and biases from U(-1/sqrt(fan_in), 1/sqrt(fan_in)), which is exactly
 Torch7's nn reset(), so no custom initialisation is needed for them.
 
 CIFAR-10 follows torch/demos train-on-cifar/train-on-cifar.lua (model
 'convnet'): RGB -> YUV, Y contrast-normalised locally, U and V globally, then
 two nn.SpatialConvolutionMap stages with random connection tables.  A
-connection table is rebuilt as a full Conv2d whose weight is multiplied by a
-fixed 0/1 mask, so unconnected weights stay exactly zero and are not counted.
+connection table is a gather of the connected input planes and a grouped
+convolution, so only the connected kernels exist and are computed.
 Kept from the script: batch 1, lr 1e-3 with optim.sgd's learningRateDecay
 (the script hard-codes 5e-7 in its SGD config; it has no option for it), no
 momentum or weight decay, one-sample testing (a larger test batch would give
 the same scores; batch 1 keeps the script's test cost).  Differs: the
 training order is reshuffled each epoch from the seed (the script walks the
 set in file order), as for MNIST; the random numbers (connection tables,
-initial weights) are PyTorch's, not Torch7's.
+initial weights) are PyTorch's, not Torch7's.  The model and data are float64,
+as the script's (it never sets a default tensor type); ``dtype=float32`` chooses
+single precision.
 """
 
 import math
@@ -57,33 +59,38 @@ def random_connection_table(nin, nout, nto, randperm):
 
 def connection_conv(torch):
     """The class of nn.SpatialConvolutionMap in PyTorch (built on demand: torch is
-    imported only inside the container)."""
+    imported only inside the container).
 
-    class ConnectionTableConv2d(torch.nn.Conv2d):
+    A connection table's true work, not a dense convolution: the input planes each
+    output plane is connected to are gathered (index_select) in output order, and a
+    grouped convolution (one group per output plane) convolves each output's own
+    inputs.  The weight is (outputs, inputs per output, kH, kW): only the connected
+    kernels exist, as in Torch7's (connections, kH, kW) weight."""
+
+    class ConnectionTableConv2d(torch.nn.Module):
         def __init__(self, table, nin, nout, kernel):
-            super().__init__(nin, nout, kernel)
-            mask = torch.zeros(nout, nin, 1, 1)
-            for inp, out in table:
-                mask[out, inp] = 1
-            self.register_buffer("mask", mask)
-            self.table = table
+            super().__init__()
+            inputs = [[inp for inp, out in table if out == o] for o in range(nout)]
+            per_output = len(inputs[0])
+            if any(len(planes) != per_output for planes in inputs):
+                raise ValueError("a grouped convolution needs as many inputs for every output plane")
+            self.table, self.nout, self.kernel_size = table, nout, (kernel, kernel)
+            self.register_buffer("gather", torch.tensor([i for planes in inputs for i in planes]))
+            self.weight = torch.nn.Parameter(torch.empty(nout, per_output, kernel, kernel))
+            self.bias = torch.nn.Parameter(torch.empty(nout))
             self.connection_reset()
 
         def connection_reset(self):
             """SpatialConvolutionMap:reset(): U(-b, b), b = 1/sqrt(kW*kH*inputs of that
             output plane), for each connection's kernel and for the bias."""
-            fan = self.mask.sum(dim=(1, 2, 3))
-            bound = 1.0 / (fan * self.kernel_size[0] * self.kernel_size[1]).sqrt()
+            bound = 1.0 / math.sqrt(self.weight.shape[1] * self.kernel_size[0] * self.kernel_size[1])
             with torch.no_grad():
-                self.weight.uniform_(-1, 1).mul_(bound.view(-1, 1, 1, 1)).mul_(self.mask)
-                self.bias.uniform_(-1, 1).mul_(bound)
-
-        def connected_parameters(self):
-            return int(self.mask.sum().item()) * self.kernel_size[0] * self.kernel_size[1] \
-                + self.bias.numel()
+                self.weight.uniform_(-bound, bound)
+                self.bias.uniform_(-bound, bound)
 
         def forward(self, x):
-            return torch.nn.functional.conv2d(x, self.weight * self.mask, self.bias)
+            return torch.nn.functional.conv2d(x.index_select(1, self.gather), self.weight, self.bias,
+                                              groups=self.nout)
 
     return ConnectionTableConv2d
 
@@ -140,8 +147,11 @@ class Adapter:
             arrays["train_images"] = arrays["train_images"][:subset]
             arrays["train_labels"] = arrays["train_labels"][:subset]
             self.ctx.train_samples = len(arrays["train_labels"])
-            self.train_x, self.test_x = self._cifar_inputs(arrays["train_images"], arrays["test_images"])
-            self.model = self._cifar_model().to(self.device)
+            # The script never sets a default tensor type: Torch7 trains it in float64.
+            dtype = {"float64": torch.float64, "float32": torch.float32}[self.hp["dtype"]]
+            self.train_x, self.test_x = (x.to(dtype) for x in
+                                         self._cifar_inputs(arrays["train_images"], arrays["test_images"]))
+            self.model = self._cifar_model().to(self.device, dtype)
         else:
             raise ValueError("no torch model for %s yet" % self.ctx.dataset)
         self.train_y = torch.from_numpy(arrays["train_labels"]).to(self.device)
@@ -307,12 +317,5 @@ class Adapter:
         }
 
     def _param_count(self):
-        """Trainable parameters; a connection-table convolution counts only its
-        connected kernels (the masked-out weights are fixed zeros)."""
-        total = 0
-        for module in self.model.modules():
-            if hasattr(module, "connected_parameters"):
-                total += module.connected_parameters()
-            else:
-                total += sum(p.numel() for p in module.parameters(recurse=False) if p.requires_grad)
-        return total
+        """Trainable parameters (a connection-table convolution holds only its connected kernels)."""
+        return sum(p.numel() for p in self.model.parameters() if p.requires_grad)
