@@ -51,9 +51,9 @@ class Adapter:
         self.work = os.environ.get("DLBENCH_TORCH7_WORK") or _tmpdir()
         arrays = self.ctx.load_data()
         files = (self._mnist_files if self.ctx.dataset == "mnist" else self._cifar_files)(arrays)
-        config = {"files": files, "epochs": self.hp["epochs"],
-                  "train_subset": self.hp["train_subset"] or None}
-        if self.hp["train_subset"]:
+        config = {"files": files, "epochs": self.hp["epochs"]}
+        if self.hp["train_subset"]:     # absent, not null: cjson's null is true in Lua
+            config["train_subset"] = self.hp["train_subset"]
             self.ctx.train_samples = min(self.hp["train_subset"], self.ctx.train_samples)
         config_path = os.path.join(self.work, "dlbench-config.json")
         with open(config_path, "w") as f:
@@ -63,7 +63,8 @@ class Adapter:
         print("dlbench torch7: " + " ".join(command), flush=True)
         self.proc = subprocess.Popen(command, cwd=self.work, stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        self._expect("begin", phase="train")
+        self._expect("start")
+        self._expect("begin", phase="train", epoch=1)
 
     def _script_options(self):
         hp, threads = self.hp, self.ctx.threads
