@@ -55,6 +55,9 @@ class Adapter:
         if self.hp["train_subset"]:     # absent, not null: cjson's null is true in Lua
             config["train_subset"] = self.hp["train_subset"]
             self.ctx.train_samples = min(self.hp["train_subset"], self.ctx.train_samples)
+        if self.hp["test_subset"]:
+            config["test_subset"] = self.hp["test_subset"]
+            self.ctx.test_samples = min(self.hp["test_subset"], self.ctx.test_samples)
         config_path = os.path.join(self.work, "dlbench-config.json")
         with open(config_path, "w") as f:
             json.dump(config, f)
@@ -187,6 +190,8 @@ class Adapter:
             "param_count": self.finish["param_count"],
             "script_train_time_s": self.finish["train_time"],
             "script_test_time_s": self.finish["test_time"],
+            "script": {"path": SCRIPTS[self.ctx.dataset], "options": self._script_options(),
+                       "sgd_config_is_penlight": self.finish.get("sgd_config_is_penlight")},
             "threads": {"requested": self.ctx.threads,
                         "framework": {"torch.getnumthreads": self.finish["threads"]}},
             "libraries": {"numpy": numpy.__version__, "luajit": self.finish["jit"],

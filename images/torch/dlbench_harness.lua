@@ -6,8 +6,8 @@
 --   byte arrays the adapter wrote from the canonical MNIST/CIFAR-10 files;
 -- * the globals the script assigns are watched: `train` and `test` are wrapped so
 --   each call is announced on stdout and waits for the runner's go (so the runner's
---   own clock brackets them); `numEpoch`, `nbTrainingPatches` (MNIST) and `trsize`
---   (CIFAR-10) take the job's epoch count and training subset when it sets them;
+--   own clock brackets them); `numEpoch`, `nbTrainingPatches`/`nbTestingPatches`
+--   (MNIST) and `trsize`/`tesize` (CIFAR-10) take the job's epoch count and subsets;
 --   `criterion` and `confusion` are observed for the epoch's loss and accuracy;
 -- * at the end, the script's own `trainTime` / `testTime` (what it prints as
 --   "whole training time" / "whole test time") and getParameters()'s size.
@@ -46,7 +46,10 @@ end
 
 local original_load = torch.load
 torch.load = function(path, ...)
-   local served = config.files[path]
+   -- the scripts name them relative to the working directory (paths.concat makes them absolute)
+   local cwd = paths.cwd() .. '/'
+   local relative = path:sub(1, #cwd) == cwd and path:sub(#cwd + 1) or path
+   local served = config.files[relative]
    if served == nil then return original_load(path, ...) end
    local data = bytes(served.data, served.data_shape)
    if served.transpose then data = data:t():contiguous() end
@@ -102,11 +105,20 @@ local watch = {
    numEpoch = function(v) return config.epochs or v end,
    nbTrainingPatches = function(v) return config.train_subset or v end,
    trsize = function(v) return config.train_subset or v end,
+   nbTestingPatches = function(v) return config.test_subset or v end,
+   tesize = function(v) return config.test_subset or v end,
 }
-setmetatable(_G, {__newindex = function(t, k, v)
+-- th has already given _G Penlight's metatable (its modules as lazy globals, which the
+-- scripts meet too, e.g. `lapp`; and `config`, which train-on-cifar-10.lua's
+-- `config = config or {...}` finds): it is kept, with a __newindex added.
+local globals = getmetatable(_G) or {}
+local previous_newindex = globals.__newindex
+globals.__newindex = function(t, k, v)
    if watch[k] and v ~= nil then v = watch[k](v) end
+   if previous_newindex then return previous_newindex(t, k, v) end
    rawset(t, k, v)
-end})
+end
+setmetatable(_G, globals)
 
 -- run the script as `th SCRIPT ARGS` would ----------------------------------------
 package.path = paths.dirname(script) .. '/?.lua;' .. package.path
@@ -131,4 +143,9 @@ table.sort(blas_list)
 emit('finish', {train_time = rawget(_G, 'trainTime'), test_time = rawget(_G, 'testTime'),
                 param_count = rawget(_G, 'parameters') and parameters:nElement() or nil,
                 threads = torch.getnumthreads(), tensor_type = torch.getdefaulttensortype(),
+                -- under th, Penlight's `config` module is a lazy global: train-on-cifar-10.lua's
+                -- `config = config or {learningRate = ...}` keeps it, so optim.sgd runs on its
+                -- defaults (rate 1e-3, no decay) -- as it did for GTDLBench
+                sgd_config_is_penlight = package.loaded['pl.config'] ~= nil
+                                         and rawget(_G, 'config') == package.loaded['pl.config'],
                 jit = jit.version, blas = blas_list})
