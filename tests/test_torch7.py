@@ -40,7 +40,7 @@ def quick_rows(built, sources_root, data_root, tmp_path_factory):
 def test_the_image_records_every_pinned_commit(built, sources_root):
     tag, image_id, version = built.stdout.split(None, 2)     # "dlbench/torch:cpu  sha256:…  torch7@…"
     assert tag == "dlbench/torch:cpu" and version.startswith("torch7@")
-    labels = docker.from_env().images.get(image_id).labels
+    labels = docker.from_env().images.get(image_id.removeprefix("sha256:")).labels
     for repo in catalog.models("torch")["sources"]:
         assert labels[f"org.dlbench.sources.{repo}"] == sources.lookup(repo).commit
     again = dlbench("build-images", "--frameworks", "torch", "--sources", sources_root, check=True)
