@@ -24,7 +24,7 @@ import time
 import types
 from pathlib import Path
 
-FRAMEWORKS = ("caffe", "tensorflow", "torch", "mxnet", "theano")
+FRAMEWORKS = ("caffe", "tensorflow", "torch", "pytorch", "mxnet", "theano")
 GOAL_S = 10.0
 
 
@@ -87,7 +87,7 @@ def main() -> None:
     parser = Parser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=3, help="runs to time (default 3)")
     parser.add_argument("--dlbench", help="the dlbench executable (default: on PATH, else beside this Python)")
-    parser.add_argument("--frameworks", default=",".join(FRAMEWORKS), help="comma-separated (default: all five)")
+    parser.add_argument("--frameworks", default=",".join(FRAMEWORKS), help="comma-separated (default: all)")
     parser.add_argument("--wait", type=int, default=0, metavar="MINUTES",
                         help="poll each minute, this long at most, until the images are up to date")
     args = parser.parse_args()

@@ -63,7 +63,7 @@ def positive_int(text: str) -> int:
 # -- synthetic runs -------------------------------------------------------------------------
 # data set -> (training seconds of the paper profile, accuracy paper, quick); framework -> slowdown
 SHAPE = {"mnist": (600.0, 0.99, 0.95), "cifar10": (3000.0, 0.75, 0.40)}
-SPEED = {"caffe": 1.0, "tensorflow": 1.6, "torch": 2.2, "mxnet": 1.3, "theano": 3.0}
+SPEED = {"caffe": 1.0, "tensorflow": 1.6, "torch": 2.2, "pytorch": 2.2, "mxnet": 1.3, "theano": 3.0}
 
 
 def make_job(rng: random.Random, index: int, samples: int):

@@ -9,6 +9,12 @@
    The framework's models.json says, under ``variants``, each variant's version
    and CUDA, or why it has none (``unsupported``: its GPU jobs are stored so).
 
+A framework whose models.json lists ``sources`` (GitHub repositories in the
+registry of ``sources.py``) gets their verified archives in its build context
+under ``sources/<group>/``; their pins and tree checksums are a build argument,
+``SOURCE_PINS``, so they are part of the context hash, and each pinned commit is
+an image label ``org.dlbench.sources.<owner>/<repo>``.
+
 Each build's inputs (files, build arguments, parent image) are hashed; an image
 already labelled with the same hash is reused as it is, so a build with
 nothing changed takes seconds and keeps its image id.  When something changed,
@@ -26,7 +32,7 @@ import tempfile
 from collections import deque
 from pathlib import Path
 
-from . import __version__, catalog
+from . import __version__, catalog, sources
 from .errors import BuildError, UsageError, docker_errors
 
 SUITE = "bullseye"
@@ -102,13 +108,14 @@ class Builder:
 
     def __init__(self, client, say=print, base_source: str = "auto", mirror: str = DEFAULT_MIRROR,
                  ca_bundle: str | None = None, network: str | None = None,
-                 log_dir: Path | None = None, suite: str = SUITE):
+                 log_dir: Path | None = None, suite: str = SUITE, sources_dir: str | None = None):
         if base_source not in ("auto", "debootstrap", "pull"):
             raise UsageError(f"--base {base_source}: choose auto, debootstrap or pull")
         self.client, self.say, self.base_source = client, say, base_source
         self.mirror, self.network, self.suite = mirror, network, suite
         self.ca_bundle = find_ca_bundle(ca_bundle)
         self.log_dir = log_dir
+        self.sources_dir = sources_dir
         self._built = {}   # tag -> image, built or checked by this builder
 
     # -- stage 1: the root file system ------------------------------------------
@@ -195,9 +202,18 @@ class Builder:
                   f"{LABEL}.variant": variant, f"{LABEL}.framework-version": info["version"],
                   f"{LABEL}.debian-suite": self.suite, f"{LABEL}.cuda": info.get("cuda", "none")}
         args = {"BASE_IMAGE": base.id, "FRAMEWORK_VERSION": info["version"]}
-        return self._build(image_tag(framework, variant), files, args, labels, rebuild)
+        archives = {}
+        pinned = catalog.models(framework).get("sources", [])
+        if pinned:
+            found = sources.prepare(pinned, sources.mirror_dir(self.sources_dir))
+            archives = {f"sources/{s.group}/{s.filename}": path for s, path in found.items()}
+            args["SOURCE_PINS"] = " ".join(f"{s.repo}@{s.commit}:{s.tree_sha256}" for s in found)
+            labels.update({f"{LABEL}.sources.{s.repo}": s.commit for s in found})
+        return self._build(image_tag(framework, variant), files, args, labels, rebuild, archives)
 
-    def _build(self, tag, files: dict[str, Path], buildargs: dict, labels: dict, rebuild: bool):
+    def _build(self, tag, files: dict[str, Path], buildargs: dict, labels: dict, rebuild: bool,
+               unhashed: dict[str, Path] | None = None):
+        """``unhashed``: context files whose identity a build argument already holds."""
         digest = hashlib.sha256()
         for name in sorted(files):
             digest.update(name.encode() + b"\0" + files[name].read_bytes() + b"\0")
@@ -217,7 +233,7 @@ class Builder:
         proxies = {k: os.environ[k] for k in PROXY_VARIABLES if k in os.environ}
         self.say(f"{tag}: building")
         with tempfile.TemporaryDirectory(prefix="dlbench-context-") as tmp:
-            for name, source in files.items():
+            for name, source in {**files, **(unhashed or {})}.items():
                 (Path(tmp) / name).parent.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(source, Path(tmp) / name)
             log, tail = [], deque(maxlen=30)

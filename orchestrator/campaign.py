@@ -91,6 +91,7 @@ class CampaignLimits(FileLimits):
     caffe: Optional[FileLimits] = None
     tensorflow: Optional[FileLimits] = None
     torch: Optional[FileLimits] = None
+    pytorch: Optional[FileLimits] = None
     mxnet: Optional[FileLimits] = None
     theano: Optional[FileLimits] = None
 
@@ -101,6 +102,7 @@ class Hyperparameters(BaseModel):
     caffe: dict[str, Values] = {}
     tensorflow: dict[str, Values] = {}
     torch: dict[str, Values] = {}
+    pytorch: dict[str, Values] = {}
     mxnet: dict[str, Values] = {}
     theano: dict[str, Values] = {}
 

@@ -12,7 +12,7 @@ from dlbench_runner import contract
 
 from .errors import UsageError
 
-FRAMEWORKS = ("caffe", "tensorflow", "torch", "mxnet", "theano")
+FRAMEWORKS = ("caffe", "tensorflow", "torch", "pytorch", "mxnet", "theano")
 DATASETS = ("mnist", "cifar10")
 PROFILES = contract.PROFILES
 

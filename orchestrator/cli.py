@@ -13,7 +13,7 @@ import typer
 from typer.exceptions import TyperException
 from rich.console import Console
 
-from . import __version__, build, catalog, compare, datasets, report, store, text as texts
+from . import __version__, build, catalog, compare, datasets, report, sources, store, text as texts
 from . import options as options_
 from .options import RunOptions, names as _names
 from .interrupts import interrupted, received
@@ -76,6 +76,10 @@ CaOpt = Annotated[Optional[Path], typer.Option(
     help="CA bundle the images trust (default: the host's system bundle).")]
 NetworkOpt = Annotated[Optional[str], typer.Option(
     "--build-network", help="Network mode for builds, e.g. host where the bridge cannot reach the mirrors.")]
+SourcesOpt = Annotated[Optional[Path], typer.Option(
+    "--sources", help="Local mirror of the pinned source archives, laid out as "
+                      "<group>/<repo>-<commit>.tar.gz (default: $DLBENCH_SOURCES_DIR, else "
+                      "downloads from GitHub into the user cache).")]
 ResultsOpt = Annotated[Optional[Path], typer.Option(
     "--results", help="Results directory (default: $DLBENCH_RESULTS_DIR or ./dlbench-results).")]
 DataOpt = Annotated[Optional[Path], typer.Option(
@@ -102,15 +106,23 @@ def _help_without_a_command(ctx: typer.Context):
         out.print(ctx.get_help())
 
 
-def _builder_options(base, mirror, ca_bundle, network, verbose=False):
+def _builder_options(base, mirror, ca_bundle, network, sources_dir=None):
     return {"base_source": base.value, "mirror": mirror, "network": network,
-            "ca_bundle": str(ca_bundle) if ca_bundle else None}
+            "ca_bundle": str(ca_bundle) if ca_bundle else None,
+            "sources_dir": str(sources_dir) if sources_dir else None}
+
+
+def _check_sources(frameworks, sources_dir):
+    """The frameworks' pinned source archives, verified before Docker is asked anything."""
+    pinned = sorted({repo for fw in frameworks for repo in catalog.models(fw).get("sources", [])})
+    if pinned:
+        sources.prepare(pinned, sources.mirror_dir(sources_dir))
 
 
 @app.command("build-images")
 def build_images(frameworks: Frameworks = None, base: BaseOpt = BaseSource.auto,
                  mirror: MirrorOpt = build.DEFAULT_MIRROR, ca_bundle: CaOpt = None,
-                 build_network: NetworkOpt = None,
+                 build_network: NetworkOpt = None, sources_dir: SourcesOpt = None,
                  rebuild: Annotated[bool, typer.Option(help="Build again even if nothing changed.")] = False,
                  variant: Annotated[str, typer.Option(
                      metavar=f"[{_one_of(Variant)}],...",
@@ -126,10 +138,11 @@ def build_images(frameworks: Frameworks = None, base: BaseOpt = BaseSource.auto,
     for reason in todo.values():
         if reason is not None and frameworks:
             raise UsageError(reason)      # asked for by name: say so before building anything
+    _check_sources([fw for (fw, _), reason in todo.items() if reason is None], sources_dir)
     display = RichDisplay(err, verbose=verbose)
     builder = build.Builder(docker_client(), say=display.say,
                             log_dir=Path(datasets.cache_root()).parent / "build-logs",
-                            **_builder_options(base, mirror, ca_bundle, build_network))
+                            **_builder_options(base, mirror, ca_bundle, build_network, sources_dir))
     builder.base(rebuild=rebuild)
     for (name, v), reason in todo.items():
         if reason is not None:
@@ -206,7 +219,7 @@ def run(frameworks: Frameworks = None,
             help="With --runtime native: the Python that has the frameworks "
                  "(default: the one running dlbench).")] = None,
         base: BaseOpt = BaseSource.auto, mirror: MirrorOpt = build.DEFAULT_MIRROR,
-        ca_bundle: CaOpt = None, build_network: NetworkOpt = None,
+        ca_bundle: CaOpt = None, build_network: NetworkOpt = None, sources_dir: SourcesOpt = None,
         backend: Annotated[Optional[Backend], typer.Option(
             help="local (one job after another on this host; the default) or slurm (one Slurm "
                  "job array; the results directory must be shared with the nodes).")] = None,
@@ -245,6 +258,8 @@ def run(frameworks: Frameworks = None,
         err.print(f"{len(the_plan.jobs)} job(s)" + (f" in campaign {the_plan.campaign}"
                                                       if the_plan.campaign else ""), highlight=False)
         return
+    if runtime == "docker":
+        _check_sources(sorted({job.framework for job in the_plan.jobs}), sources_dir)
     target = store.results_dir(results)
     table = campaigns.load(campaign)[0] if campaign is not None else None
     if backend is None:
@@ -259,7 +274,7 @@ def run(frameworks: Frameworks = None,
             detach, lambda line: err.print(line, markup=False, highlight=False),
             RichDisplay(err, verbose=verbose), data_dir=data_dir, memory=memory, timeout=timeout,
             resume=resume, runtime=runtime.value, python=python,
-            builder_options=_builder_options(base, mirror, ca_bundle, build_network))
+            builder_options=_builder_options(base, mirror, ca_bundle, build_network, sources_dir))
         if array_id is None:
             err.print("nothing to run: every job is stored as ok", highlight=False)
         else:
@@ -268,7 +283,7 @@ def run(frameworks: Frameworks = None,
             return
     else:
         records = run_plan(the_plan, target, data_dir,
-                           _builder_options(base, mirror, ca_bundle, build_network),
+                           _builder_options(base, mirror, ca_bundle, build_network, sources_dir),
                            RichDisplay(err, verbose=verbose), resume=resume, fail_fast=fail_fast,
                            runtime=runtime.value, python=python)
     failed = [r for r in records if r.status != "ok"]
@@ -396,13 +411,14 @@ def datasets_import(source: Annotated[Path, typer.Argument(help="A data root in 
 
 
 @app.command()
-def doctor(data_dir: DataOpt = None, results: ResultsOpt = None,
+def doctor(data_dir: DataOpt = None, results: ResultsOpt = None, sources_dir: SourcesOpt = None,
            format: Annotated[DoctorFormat, typer.Option(
                "--format", help="table, or json: a list of {name, status, detail}.")] = DoctorFormat.table):
-    """Check Docker, images, GPUs, data sets, disk and what makes timings unstable; exit 1 on a failure."""
+    """Check Docker, images, GPUs, data sets, sources, disk and what makes timings unstable;
+    exit 1 on a failure."""
     from .doctor import FAIL, checks
 
-    found = list(checks(data_dir, store.results_dir(results)))
+    found = list(checks(data_dir, store.results_dir(results), sources_dir))
     if format is DoctorFormat.json:
         _write(json.dumps([{"name": n, "status": s, "detail": d} for n, s, d in found], indent=1))
     else:

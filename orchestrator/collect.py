@@ -76,6 +76,8 @@ def collect(job: Job, run_id: str, job_id: str, job_dir: Path, outcome: Outcome,
         fields.update(
             setup_time_s=result.setup_time_s, train_time_s=result.train_time_s,
             test_time_s=result.test_time_s, total_time_s=result.total_time_s,
+            script_train_time_s=result.script_train_time_s,
+            script_test_time_s=result.script_test_time_s,
             accuracy=result.accuracy, test_loss=result.test_loss,
             train_images_per_s=result.train_images_per_s,
             test_images_per_s=result.test_images_per_s,

@@ -251,6 +251,8 @@ def _against_paper(group: dict, ref: Reference, tolerance: float) -> dict:
     }
     if group["ok"] == 0:
         verdict = "no ok run"
+    elif group["framework"] in ref.meta.get("not_comparable", {}):
+        verdict = ref.meta["not_comparable"][group["framework"]]
     elif cell is None:
         verdict = "no paper cell"
     elif group["profile"] != "paper":

@@ -7,13 +7,13 @@ import os
 import shutil
 from pathlib import Path
 
-from . import build, catalog, datasets, hostinfo
+from . import build, catalog, datasets, hostinfo, sources
 from .errors import DlbenchError
 
 OK, FAIL, WARN, NOTE = "ok", "fail", "warn", "note"
 
 
-def checks(data_dir=None, results: Path | None = None):
+def checks(data_dir=None, results: Path | None = None, sources_dir=None):
     """Yield (name, status, detail); status is ok, fail, warn (timings will be unstable) or
     note (advice only)."""
     client = None
@@ -57,6 +57,13 @@ def checks(data_dir=None, results: Path | None = None):
                 (" (official files)" if info.official else "")
         except DlbenchError as exc:
             yield f"data set {name}", FAIL, str(exc)
+    try:
+        mirror = sources.mirror_dir(sources_dir)
+        yield "sources", OK, f"mirror {mirror}" if mirror else f"GitHub, cached in {sources.cache_dir()}"
+        for source, ok, detail in sources.status(mirror):
+            yield f"source {source.repo}@{source.commit[:12]}", {True: OK, False: FAIL, None: NOTE}[ok], detail
+    except DlbenchError as exc:
+        yield "sources", FAIL, str(exc)
     target = results or Path(".")
     free = shutil.disk_usage(target if target.exists() else Path(".")).free / 2**30
     yield from timing(hostinfo.timing_facts(), os.cpu_count() or 1)

@@ -24,6 +24,11 @@ metadata.  History of the row schema:
        ``node``, ``slurm_job_id`` (the array's job id), ``slurm_array_task_id``: where a
        job of a Slurm campaign ran; empty for local runs, as in every older row.  New
        statuses ``node_fail`` and ``cancelled`` (a Slurm task ended without a row).
+       ``script_train_time_s``, ``script_test_time_s``: the training and testing
+       times a framework's own script printed (Lua Torch7 runs GTDLBench's scripts,
+       whose "whole training time" / "whole test time" are the published numbers),
+       beside the runner's own.  Framework ``torch`` is Lua Torch7 from this version
+       on; older ``torch`` rows were the PyTorch port and are read as ``pytorch``.
 Readers refuse rows newer than they know; older ones are upgraded step by step
 by ``store.upgrade``.
 
@@ -85,6 +90,8 @@ class RunnerResult(BaseModel):
     train_time_s: float | None = None
     test_time_s: float | None = None
     total_time_s: float | None = None
+    script_train_time_s: float | None = None
+    script_test_time_s: float | None = None
     accuracy: float | None = Field(None, ge=0.0, le=1.0)
     test_loss: float | None = None
     train_samples: int | None = None
@@ -130,6 +137,8 @@ class RunRecord(BaseModel):
     train_time_s: float | None = None
     test_time_s: float | None = None
     total_time_s: float | None = None
+    script_train_time_s: float | None = None   # as the framework's own script printed them
+    script_test_time_s: float | None = None
     accuracy: float | None = None
     test_loss: float | None = None
     train_images_per_s: float | None = None
@@ -220,7 +229,8 @@ ADDED_IN = {
         "memory_peak_cgroup_bytes", "gpu_util_mean", "gpu_memory_peak_bytes", "trace_samples"],
     3: ["settings_from"],
     4: ["written_schema_version", "host_cpu_governor", "host_turbo", "host_load_avg",
-        "host_isolated_cpus", "node", "slurm_job_id", "slurm_array_task_id"],
+        "host_isolated_cpus", "node", "slurm_job_id", "slurm_array_task_id",
+        "script_train_time_s", "script_test_time_s"],
 }
 
 TRACE_SCHEMA = pa.schema(

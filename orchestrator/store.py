@@ -226,11 +226,33 @@ def _keep_written_version(table: pa.Table) -> pa.Table:
                                table["schema_version"].cast(pa.int64()))
 
 
+def torch_rows_as_pytorch(table: pa.Table) -> pa.Table:
+    """Rows stored as ``torch`` by the PyTorch image become ``pytorch``.
+
+    Before version 4, framework ``torch`` was the PyTorch port of GTDLBench's Torch7
+    models; since then ``torch`` is Lua Torch7 (its framework_version starts with
+    ``torch7@``) and the port is ``pytorch``.  A row whose framework_version is a
+    PyTorch version (``1.7.0a0``, ``2.8.0+cu128``), or empty (a job that never
+    reported one: before version 4 that was the PyTorch image too), is renamed."""
+    frameworks = table["framework"].to_pylist()
+    versions = table["framework_version"].to_pylist()
+    renamed = ["pytorch" if fw == "torch" and not (version or "").startswith("torch7@") else fw
+               for fw, version in zip(frameworks, versions)]
+    return table.set_column(table.schema.get_field_index("framework"), "framework",
+                            pa.array(renamed, table.schema.field("framework").type))
+
+
+def _to_4(table: pa.Table) -> pa.Table:
+    """Version 4: the version a row was written with, the host's timing facts, the Slurm
+    node and ids, the script's own times; framework torch became Lua Torch7."""
+    return torch_rows_as_pytorch(_add_empty(4)(_keep_written_version(table)))
+
+
 # version -> the step to the next: 2 added the campaign name, the job's limits and the
 # resource summary; 3 the cross-settings source; 4 the version a row was written with,
-# the host's timing facts, and the Slurm node and ids.
-UPGRADES = {1: _add_empty(2), 2: _add_empty(3),
-            3: lambda table: _add_empty(4)(_keep_written_version(table))}
+# the host's timing facts, the Slurm node and ids and the script's own times (and torch
+# rows of the PyTorch port read as pytorch).
+UPGRADES = {1: _add_empty(2), 2: _add_empty(3), 3: _to_4}
 
 
 def upgrade(table: pa.Table, version: int) -> pa.Table:

@@ -21,7 +21,7 @@ from orchestrator.errors import UsageError
 
 EXAMPLE = """\
 name = "lenet-sweep"
-frameworks = ["caffe", "torch"]
+frameworks = ["caffe", "pytorch"]
 datasets = ["mnist"]
 profiles = ["quick"]
 threads = [1, 2]
@@ -38,7 +38,7 @@ max_iter = 50
 memory = "4g"
 timeout = 600
 
-[limits.torch]
+[limits.pytorch]
 memory = "3g"
 """
 
@@ -62,9 +62,9 @@ def test_a_campaign_file_expands_into_the_plain_list_of_jobs(tmp_path):
     assert [j.repeat for j in jobs] == [0] * 8 + [1] * 8 + [2] * 8
     assert [j.seed for j in jobs[::8]] == [5, 6, 7]
     first = [(j.framework, j.hyperparameters["batch_size"], j.cpus) for j in jobs[:8]]
-    assert first == [(fw, bs, cpus) for fw in ("caffe", "torch") for bs in (32, 64) for cpus in (1, 2)]
+    assert first == [(fw, bs, cpus) for fw in ("caffe", "pytorch") for bs in (32, 64) for cpus in (1, 2)]
     caffe = [j for j in jobs if j.framework == "caffe"]
-    torch = [j for j in jobs if j.framework == "torch"]
+    torch = [j for j in jobs if j.framework == "pytorch"]
     assert all(j.hyperparameters["max_iter"] == 50 and j.memory == "4g" for j in caffe)
     assert all("max_iter" not in j.hyperparameters and j.hyperparameters["epochs"] == 1 for j in torch)
     assert all(j.memory == "3g" and j.timeout == 600 for j in torch)
@@ -107,10 +107,10 @@ def test_the_job_id_ignores_the_campaign_name_and_limits(tmp_path):
     (("threads = [1, 2]", "threads = [1, 0]"), r"campaign.toml:5: threads\[1\]: .*greater than or equal to 1"),
     (("threads = [1, 2]", "threads = [1, 4]"), r"campaign.toml:5: threads: .*this host has 2 CPUs"),
     (("repeats = 3", "repeat = 3"), r"campaign.toml:6: repeat: unknown key"),
-    (('memory = "3g"', 'memory = "lots"'), r"campaign.toml:20: limits.torch.memory: memory 'lots'"),
+    (('memory = "3g"', 'memory = "lots"'), r"campaign.toml:20: limits.pytorch.memory: memory 'lots'"),
     (("[hyperparameters.caffe]", "[hyperparameters.cafe]"),
      r"campaign.toml:12: hyperparameters.cafe: a table here must be named after a framework"),
-    (('"caffe", "torch"]', '"caffe", "torhc"]'), r"campaign.toml:2: frameworks: unknown framework 'torhc'"),
+    (('"caffe", "pytorch"]', '"caffe", "torhc"]'), r"campaign.toml:2: frameworks: unknown framework 'torhc'"),
     (('profiles = ["quick"]', 'profiles = ["fast"]'), r"campaign.toml:4: profiles: unknown profile 'fast'"),
     (("seed = 5", "sead = 5"), r"campaign.toml:7: sead: unknown key"),
     (('name = "lenet-sweep"\n', ''), r"campaign.toml: name: required key is missing"),
@@ -180,15 +180,15 @@ def test_cross_settings_in_a_file_and_as_an_option(tmp_path):
     jobs = plan_of(write(tmp_path, text), repeats=1).jobs
     # caffe's own jobs appear once; torch's with its own and with caffe's defaults
     assert {(j.framework, j.settings_from) for j in jobs} == {
-        ("caffe", None), ("torch", None), ("torch", "caffe")}
+        ("caffe", None), ("pytorch", None), ("pytorch", "caffe")}
     assert len(jobs) == (2 + 2 + 2) * 2       # x batch sizes x threads
     with pytest.raises(UsageError, match=r"campaign.toml:8: settings_from\[1\]: 'cafe': give own "):
         plan_of(write(tmp_path, text.replace('"caffe"]', '"cafe"]')))
-    proc = dlbench("run", "--frameworks", "torch", "--datasets", "mnist", "--settings-from", "cafe",
+    proc = dlbench("run", "--frameworks", "pytorch", "--datasets", "mnist", "--settings-from", "cafe",
                    "--dry-run")
     assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
-        "dlbench: error: --settings-from 'cafe': give own or one of caffe, tensorflow, torch, mxnet, theano"]
-    proc = dlbench("run", "--frameworks", "torch", "--datasets", "mnist", "--settings-from", "caffe",
+        "dlbench: error: --settings-from 'cafe': give own or one of caffe, tensorflow, torch, pytorch, mxnet, theano"]
+    proc = dlbench("run", "--frameworks", "pytorch", "--datasets", "mnist", "--settings-from", "caffe",
                    "--dry-run", check=True)
     job, = [json.loads(line) for line in proc.stdout.splitlines()]
     assert job["settings_from"] == "caffe" and job["hyperparameters"]["batch_size"] == 64

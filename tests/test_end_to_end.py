@@ -1,6 +1,6 @@
 """The whole pipeline as a user runs it: real images, real containers, real MNIST.
 
-The torch image is built (or found up to date) once; one quick run leaves a
+The pytorch image is built (or found up to date) once; one quick run leaves a
 row that the other tests read, and every bad input is tried against that
 results directory to prove that nothing stored is lost.
 """
@@ -21,12 +21,12 @@ from orchestrator import hostinfo
 
 pytestmark = pytest.mark.docker
 
-FRAMEWORK = "torch"
+FRAMEWORK = "pytorch"
 
 
 @pytest.fixture(scope="module")
 def quick_dir(quick_run) -> Path:
-    """The results directory of one quick torch run on MNIST, which the tests read."""
+    """The results directory of one quick pytorch run on MNIST, which the tests read."""
     return quick_run(FRAMEWORK, "mnist")
 
 
@@ -39,13 +39,13 @@ def test_quick_run_stores_an_ok_row_with_provenance(quick_dir, data_root):
     frame = pd.read_parquet(quick_dir / "runs")
     assert len(frame) == 1
     row = frame.iloc[0]
-    assert (row.framework, row.dataset, row.profile, row.status) == ("torch", "mnist", "quick", "ok")
+    assert (row.framework, row.dataset, row.profile, row.status) == ("pytorch", "mnist", "quick", "ok")
     assert row.accuracy >= 0.97
     assert row.param_count == 169506            # 832 + 51264 + 115400 + 2010
     assert row.train_time_s > 0 and row.test_time_s > 0 and row.setup_time_s > 0
     assert row.wall_time_s > row.total_time_s   # includes the container's start and stop
     assert len(row.epoch_loss) == 1 and row.train_samples == 60000 and row.test_samples == 10000
-    assert row.image == "dlbench/torch:cpu" and row.image_id.startswith("sha256:")
+    assert row.image == "dlbench/pytorch:cpu" and row.image_id.startswith("sha256:")
     assert row.framework_version.startswith("1.7") and "openblas" in row.blas
     assert row.docker_version and row.host_cpu_model and row.dlbench_version
     # the host's timing facts: the load when the run started, as this host shows it
@@ -61,24 +61,24 @@ def test_quick_run_stores_an_ok_row_with_provenance(quick_dir, data_root):
 def test_results_command_prints_table_csv_and_json(quick_dir):
     as_json = json.loads(dlbench("results", "--results", quick_dir, "--format", "json",
                                  check=True).stdout)
-    assert as_json[0]["status"] == "ok" and as_json[0]["framework"] == "torch"
+    assert as_json[0]["status"] == "ok" and as_json[0]["framework"] == "pytorch"
     as_csv = dlbench("results", "--results", quick_dir, "--format", "csv", check=True).stdout
     assert as_csv.splitlines()[0].startswith("schema_version,written_schema_version,run_id,job_id,status")
     table = dlbench("results", "--results", quick_dir, check=True).stdout
-    assert "1 stored run(s)" in table and "torch" in table
+    assert "1 stored run(s)" in table and "pytorch" in table
 
 
 def test_a_second_build_with_nothing_changed_reuses_every_image(built):
-    again = dlbench("build-images", "--frameworks", "torch", check=True)
+    again = dlbench("build-images", "--frameworks", "pytorch", check=True)
     assert "dlbench/base:bullseye: up to date" in again.stderr
-    assert "dlbench/torch:cpu: up to date" in again.stderr
+    assert "dlbench/pytorch:cpu: up to date" in again.stderr
     assert again.stdout.split()[1] == built.stdout.split()[1]     # same image id
 
 
 def test_images_carry_their_labels(built):
     import docker
-    labels = docker.from_env().images.get("dlbench/torch:cpu").labels
-    assert labels["org.dlbench.framework"] == "torch"
+    labels = docker.from_env().images.get("dlbench/pytorch:cpu").labels
+    assert labels["org.dlbench.framework"] == "pytorch"
     assert labels["org.dlbench.framework-version"] == "1.7.1-7"
     assert labels["org.dlbench.debian-suite"] == "bullseye"
     assert labels["org.dlbench.build-date"] and labels["org.dlbench.version"]
@@ -95,7 +95,7 @@ def one_line_error(proc, pattern):
 
 def test_bad_inputs_fail_in_one_line_and_lose_no_results(quick_dir, data_root, tmp_path):
     before = snapshot(quick_dir)
-    base = ["run", "--frameworks", "torch", "--datasets", "mnist", "--profile", "quick",
+    base = ["run", "--frameworks", "pytorch", "--datasets", "mnist", "--profile", "quick",
             "--results", quick_dir]
 
     one_line_error(dlbench("run", "--frameworks", "tensorfow", "--results", quick_dir),
@@ -129,7 +129,7 @@ def test_images_trust_the_hosts_ca_bundle(built):
     certs = {block.split("-----END CERTIFICATE-----")[0].strip()
              for block in host.split("-----BEGIN CERTIFICATE-----")[1:]}
     image_bundle = docker.from_env().containers.run(
-        "dlbench/torch:cpu", entrypoint=["cat", "/etc/ssl/certs/ca-certificates.crt"],
+        "dlbench/pytorch:cpu", entrypoint=["cat", "/etc/ssl/certs/ca-certificates.crt"],
         remove=True, network_mode="none").decode()
     env = docker.from_env().images.get("dlbench/base:bullseye").attrs["Config"]["Env"]
     assert certs and all(cert in image_bundle for cert in certs)
@@ -151,11 +151,11 @@ def test_a_job_over_its_time_limit_is_a_timeout_row_and_stale_containers_go(buil
     stale_dir = tmp_path / "results" / "_jobs" / "00000000deadbeef"
     stale_dir.mkdir(parents=True)
     stale = client.containers.run(
-        "dlbench/torch:cpu", entrypoint=["sleep", "600"], detach=True, network_mode="none",
+        "dlbench/pytorch:cpu", entrypoint=["sleep", "600"], detach=True, network_mode="none",
         labels={"org.dlbench.role": "job", "org.dlbench.owner": dead,
                 "org.dlbench.run-id": stale_dir.name, "org.dlbench.results": str(tmp_path / "results")})
     try:
-        proc = dlbench("run", "--frameworks", "torch", "--datasets", "mnist", "--profile", "quick",
+        proc = dlbench("run", "--frameworks", "pytorch", "--datasets", "mnist", "--profile", "quick",
                        "--results", tmp_path / "results", "--data-dir", data_root, "--timeout", "4")
         assert proc.returncode == 3, proc.stderr
         row = pd.read_parquet(tmp_path / "results" / "runs").iloc[0]
@@ -174,7 +174,7 @@ def test_a_job_over_its_time_limit_is_a_timeout_row_and_stale_containers_go(buil
 
 def test_resume_skips_jobs_already_stored_as_ok(quick_dir, data_root):
     before = snapshot(quick_dir)
-    proc = dlbench("run", "--frameworks", "torch", "--datasets", "mnist", "--profile", "quick",
+    proc = dlbench("run", "--frameworks", "pytorch", "--datasets", "mnist", "--profile", "quick",
                    "--results", quick_dir, "--data-dir", data_root, "--resume", check=True)
     assert "resume: 1 job(s) already stored as ok, 0 to run" in proc.stderr
     assert snapshot(quick_dir) == before
@@ -189,7 +189,7 @@ def test_a_running_job_is_pinned_limited_and_locked_down(built, data_root, tmp_p
 
     client = docker.from_env()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "orchestrator", "run", "--frameworks", "torch", "--datasets", "mnist",
+        [sys.executable, "-m", "orchestrator", "run", "--frameworks", "pytorch", "--datasets", "mnist",
          "--profile", "quick", "--cpus", "1", "--memory", "3g", "--timeout", "30",
          "--results", str(tmp_path / "results"), "--data-dir", str(data_root)],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)

@@ -1,7 +1,7 @@
 """Failures are rows: each fault, caused for real, leaves exactly one row with the right
 status, the campaign goes on, and the rows stored before stay as they were.
 
-Every test runs a small campaign into one shared results directory: a torch job that
+Every test runs a small campaign into one shared results directory: a pytorch job that
 meets the fault, then a short caffe job that must still run and be ok.
 """
 
@@ -24,7 +24,7 @@ pytestmark = pytest.mark.docker
 
 FAULTS = """\
 name = "{name}"
-frameworks = ["torch", "caffe"]
+frameworks = ["pytorch", "caffe"]
 datasets = ["mnist"]
 profiles = ["quick"]
 threads = [1]
@@ -33,7 +33,7 @@ threads = [1]
 max_iter = 30
 test_batch_size = 500
 
-[limits.torch]
+[limits.pytorch]
 {limits}
 """
 
@@ -82,7 +82,7 @@ def test_a_job_over_its_memory_limit_is_an_oom_row(results, data_root, tmp_path)
                    "--results", results, "--data-dir", data_root)
     assert proc.returncode == 3, proc.stderr
     rows = stored.new_rows("oom")
-    torch = rows["torch"]
+    torch = rows["pytorch"]
     assert torch.status == "oom", (torch.status, torch.error)
     assert "out of memory" in torch.error and torch.exit_code == 137
     assert torch.memory_limit_bytes == 200 * 2**20
@@ -98,7 +98,7 @@ def test_a_job_over_its_timeout_is_a_timeout_row(results, data_root, tmp_path):
                    "--results", results, "--data-dir", data_root)
     assert proc.returncode == 3, proc.stderr
     rows = stored.new_rows("timeout")
-    torch = rows["torch"]
+    torch = rows["pytorch"]
     assert torch.status == "timeout" and "time limit of 6 s" in torch.error
     assert torch.timeout_s == 6 and 6 <= torch.wall_time_s < 60
     assert store.trace_path(results, torch.run_id).is_file()
@@ -118,10 +118,10 @@ def test_a_job_killed_from_outside_is_a_failed_row(results, data_root, tmp_path)
         deadline = time.monotonic() + 600
         while victim is None and time.monotonic() < deadline and proc.poll() is None:
             found = client.containers.list(filters={"label": [
-                "org.dlbench.framework=torch", f"org.dlbench.results={results.resolve()}"]})
+                "org.dlbench.framework=pytorch", f"org.dlbench.results={results.resolve()}"]})
             victim = found[0] if found else None
             time.sleep(0.5)
-        assert victim is not None, "the torch job was never seen running"
+        assert victim is not None, "the pytorch job was never seen running"
         time.sleep(3)                        # well into its setup or training
         victim.kill()                        # docker kill
         _, stderr = proc.communicate(timeout=600)
@@ -130,7 +130,7 @@ def test_a_job_killed_from_outside_is_a_failed_row(results, data_root, tmp_path)
             proc.kill()
     assert proc.returncode == 3, stderr
     rows = stored.new_rows("killed")
-    torch = rows["torch"]
+    torch = rows["pytorch"]
     assert torch.status == "failed" and torch.exit_code == 137
     assert torch.error == "the container exited with code 137 (SIGKILL)"
     assert (results / store.JOBS / torch.run_id / "log.txt").is_file()
@@ -174,7 +174,7 @@ def test_a_runner_that_prints_garbage_is_a_no_result_row(results, data_root, tmp
     records = run.run_plan(the_plan, results, data_root)
     assert [r.status for r in records] == ["no_result", "ok"]
     rows = stored.new_rows("garbage")
-    torch = rows["torch"]
+    torch = rows["pytorch"]
     assert torch.status == "no_result" and torch.error.startswith("result.json is invalid")
     assert torch.exit_code == 0 and pd.isna(torch.accuracy)
     check_the_caffe_job_went_on(rows, results)
@@ -206,7 +206,7 @@ def test_fail_fast_stops_after_the_first_bad_job(results, data_root, tmp_path):
     assert proc.returncode == 3
     assert "fail-fast: stopping after a job that is timeout; 1 job(s) not run" in proc.stderr
     rows = stored.new_rows("fail-fast")
-    assert list(rows) == ["torch"] and rows["torch"].status == "timeout"
+    assert list(rows) == ["pytorch"] and rows["pytorch"].status == "timeout"
 
 
 def test_a_host_without_the_gpu_is_still_an_error_before_anything_runs(results, data_root, tmp_path):

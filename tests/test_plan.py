@@ -10,7 +10,7 @@ from orchestrator.errors import UsageError
 
 def test_default_plan_is_every_available_model_on_the_paper_profile():
     the_plan = plan.make_plan(host_cpus=4)
-    torch_jobs = [j for j in the_plan.jobs if j.framework == "torch"]
+    torch_jobs = [j for j in the_plan.jobs if j.framework == "pytorch"]
     assert [j.dataset for j in torch_jobs][:1] == ["mnist"]
     job = torch_jobs[0]
     assert job.profile == "paper" and job.hyperparameters["epochs"] == 20
@@ -19,7 +19,7 @@ def test_default_plan_is_every_available_model_on_the_paper_profile():
 
 
 def test_quick_profile_cpus_overrides_and_repeats():
-    the_plan = plan.make_plan(["torch"], ["mnist"], "quick", cpus=2, overrides={"batch_size": 32},
+    the_plan = plan.make_plan(["pytorch"], ["mnist"], "quick", cpus=2, overrides={"batch_size": 32},
                               repeats=3, seed=7, host_cpus=4)
     assert len(the_plan.jobs) == 3
     assert [j.seed for j in the_plan.jobs] == [7, 8, 9]
@@ -30,10 +30,10 @@ def test_quick_profile_cpus_overrides_and_repeats():
 
 
 def test_job_id_is_stable_and_changes_with_what_defines_the_job():
-    a, = plan.make_plan(["torch"], ["mnist"], "quick", host_cpus=2).jobs
-    b, = plan.make_plan(["torch"], ["mnist"], "quick", host_cpus=2).jobs
+    a, = plan.make_plan(["pytorch"], ["mnist"], "quick", host_cpus=2).jobs
+    b, = plan.make_plan(["pytorch"], ["mnist"], "quick", host_cpus=2).jobs
     assert a.job_id("img1", "data1") == b.job_id("img1", "data1")
-    c, = plan.make_plan(["torch"], ["mnist"], "quick", overrides={"epochs": 2}, host_cpus=2).jobs
+    c, = plan.make_plan(["pytorch"], ["mnist"], "quick", overrides={"epochs": 2}, host_cpus=2).jobs
     assert len({a.job_id("img1", "data1"), a.job_id("img2", "data1"), a.job_id("img1", "data2"),
                 c.job_id("img1", "data1")}) == 4
 
@@ -45,8 +45,8 @@ def test_job_id_is_stable_and_changes_with_what_defines_the_job():
     (dict(cpus=9), "--cpus/--threads 9: this host has 4 CPUs"),
     (dict(gpu=-1), "a GPU index is 0 or more"),
     (dict(repeats=0), "at least 1"),
-    (dict(frameworks=["torch"], overrides={"batch": 5}), "no hyper-parameter 'batch'"),
-    (dict(frameworks=["torch"], overrides={"epochs": "many"}), "must be int"),
+    (dict(frameworks=["pytorch"], overrides={"batch": 5}), "no hyper-parameter 'batch'"),
+    (dict(frameworks=["pytorch"], overrides={"epochs": "many"}), "must be int"),
 ])
 def test_bad_options_are_usage_errors(kwargs, message):
     with pytest.raises(UsageError, match=message):
@@ -70,7 +70,7 @@ def cross(source, framework, dataset, profile="paper", **kwargs):
 
 def test_settings_from_carries_batch_size_rate_and_passes_over_the_data():
     # Caffe's LeNet: 10,000 iterations of 64 images at 0.01 = 10.67 passes over 60,000 images.
-    job = cross("caffe", "torch", "mnist")
+    job = cross("caffe", "pytorch", "mnist")
     assert job.settings_from == "caffe"
     assert {k: job.hyperparameters[k] for k in ("batch_size", "learning_rate", "epochs")} == {
         "batch_size": 64, "learning_rate": 0.01, "epochs": 11}
@@ -79,7 +79,7 @@ def test_settings_from_carries_batch_size_rate_and_passes_over_the_data():
     job = cross("caffe", "tensorflow", "mnist")
     assert job.hyperparameters["max_steps"] == 9167 and job.hyperparameters["batch_size"] == 64
     # Torch's 20 epochs of 10 images, as Caffe iterations of 10.
-    job = cross("torch", "caffe", "mnist")
+    job = cross("pytorch", "caffe", "mnist")
     assert job.hyperparameters["max_iter"] == 120_000 and job.hyperparameters["learning_rate"] == 0.05
 
 
@@ -93,14 +93,14 @@ def test_settings_from_keeps_caffes_second_phase_in_proportion():
 
 
 def test_own_settings_stay_own_and_the_users_overrides_win():
-    job = cross("torch", "torch", "mnist")
+    job = cross("pytorch", "pytorch", "mnist")
     assert job.settings_from is None and job.overrides == {}
-    job = cross("caffe", "torch", "mnist", hyperparameters={"epochs": [2]})
+    job = cross("caffe", "pytorch", "mnist", hyperparameters={"epochs": [2]})
     assert job.hyperparameters["epochs"] == 2 and job.hyperparameters["batch_size"] == 64
-    axes = plan.Axes(frameworks=["caffe", "torch"], datasets=["mnist"], settings_from=[None, "caffe"])
+    axes = plan.Axes(frameworks=["caffe", "pytorch"], datasets=["mnist"], settings_from=[None, "caffe"])
     jobs = plan.expand(axes, host_cpus=2).jobs
     assert [(j.framework, j.settings_from) for j in jobs] == [
-        ("caffe", None), ("torch", None), ("torch", "caffe")]
+        ("caffe", None), ("pytorch", None), ("pytorch", "caffe")]
     assert len({j.job_id("img", "data") for j in jobs}) == 3
 
 

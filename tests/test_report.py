@@ -1,6 +1,8 @@
 """`dlbench report` on real rows.
 
-One quick torch run on the real MNIST, repeated twice, gives the rows.  Every other case is
+One quick run of the PyTorch port on the real MNIST, repeated twice, gives the rows,
+re-labelled as framework torch (the paper's Torch, whose cells they are judged against; the
+Lua Torch7 image is not built for these tests).  Every other case is
 made from those rows the way result directories meet in practice: one of them re-labelled as
 written by another host or another schema version (two machines' directories merged), or
 with another profile, framework or settings label.  Measured numbers are never changed or
@@ -51,9 +53,13 @@ PUBLISHED = """
 
 @pytest.fixture(scope="module")
 def real(data_root, tmp_path_factory) -> Path:
+    ran = tmp_path_factory.mktemp("report-run")
+    dlbench("run", "--frameworks", "pytorch", "--datasets", "mnist", "--profile", "quick",
+            "--repeats", "2", "--results", ran, "--data-dir", data_root, check=True)
     results = tmp_path_factory.mktemp("report-results")
-    dlbench("run", "--frameworks", "torch", "--datasets", "mnist", "--profile", "quick",
-            "--repeats", "2", "--results", results, "--data-dir", data_root, check=True)
+    rows = [row for f in sorted(ran.glob("runs-*.parquet")) for row in pq.read_table(f).to_pylist()]
+    store.append(results, [RunRecord(**dict(row, framework="torch", hyperparameters=paper_defaults("torch", "quick")))
+                           for row in rows])
     return results
 
 
@@ -252,6 +258,15 @@ def test_a_paper_profile_row_is_judged_within_the_stated_tolerance(real, tmp_pat
 
 
 @docker
+def test_pytorch_rows_are_never_judged_against_the_papers_torch7(real, tmp_path):
+    rows = [r.model_copy(update={"framework": "pytorch", "profile": "paper",
+                                 "hyperparameters": paper_defaults("pytorch")}) for r in records(real)]
+    group, = report_json(merged(tmp_path / "pytorch", rows))["groups"]
+    assert group["verdict"].startswith("not comparable: different framework")
+    assert group["paper_accuracy_pct"] is None and group["accuracy_diff_points"] is None
+
+
+@docker
 def test_training_time_ratios_sit_beside_the_papers(real):
     frame = store.load(real).sort_values("repeat").reset_index(drop=True)
     # the two real runs stand for two frameworks of one paper campaign on this machine
@@ -411,13 +426,13 @@ def test_the_html_page_is_self_contained_with_tables_and_plots(real, traces, tmp
 
 @docker
 def test_a_real_cross_settings_run_is_stored_and_reported_apart(real, data_root, tmp_path):
-    """Torch's MNIST convnet trained with Caffe's defaults (--settings-from caffe), beside
-    the two runs with its own."""
+    """The PyTorch port's MNIST convnet trained with Caffe's defaults (--settings-from caffe),
+    beside the two runs with its own."""
     import shutil
 
     results = tmp_path / "results"
     shutil.copytree(real, results)
-    dlbench("run", "--frameworks", "torch", "--datasets", "mnist", "--profile", "quick",
+    dlbench("run", "--frameworks", "pytorch", "--datasets", "mnist", "--profile", "quick",
             "--settings-from", "caffe", "--results", results, "--data-dir", data_root, check=True)
     frame = store.load(results)
     cross = frame[frame["settings_from"].notna()]
@@ -430,4 +445,4 @@ def test_a_real_cross_settings_run_is_stored_and_reported_apart(real, data_root,
     assert set(groups) == {"own defaults", "caffe's defaults"}
     assert groups["own defaults"]["runs"] == 2 and groups["caffe's defaults"]["runs"] == 1
     markdown = dlbench("report", "--results", results, "--format", "md", check=True).stdout
-    assert "| torch | mnist | cpu | quick | caffe's defaults |" in markdown
+    assert "| pytorch | mnist | cpu | quick | caffe's defaults |" in markdown

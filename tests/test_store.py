@@ -441,3 +441,24 @@ def test_dlbench_compact_on_the_command_line(tmp_path):
     proc = dlbench("compact", "--results", tmp_path / "missing")
     assert proc.returncode == 1
     assert proc.stderr.strip() == f"dlbench: error: {tmp_path / 'missing'}: no such results directory"
+
+
+def test_torch_rows_of_schema_version_3_are_read_as_pytorch(tmp_path):
+    """Golden files written with schema version 3, when framework torch was the PyTorch port:
+    its rows (ok, and failed without a version) read as pytorch; a Lua Torch7 row written
+    now stays torch; the script's own times (added in version 4) are empty for old rows."""
+    import shutil
+
+    results = tmp_path / "results"
+    shutil.copytree(os.path.join(os.path.dirname(__file__), "fixtures", "results-v3"), results)
+    assert {pq.read_schema(f).metadata[b"dlbench.schema_version"] for f in results.iterdir()} == {b"3"}
+    lua = record_for(tmp_path, good_result()).model_copy(update={
+        "framework": "torch", "framework_version": "torch7@3e9e141ced1afd0cad451e69f90e6e53503647ca LuaJIT 2.1.0-beta1",
+        "script_train_time_s": 30.5})
+    store.append(results, [lua])
+    frame = store.load(results).set_index("run_id")
+    assert frame.loc["v3okrun000000001", "framework"] == "pytorch"
+    assert frame.loc["v3okrun000000001", "accuracy"] == 0.9848
+    assert frame.loc["v3badrun00000001", "framework"] == "pytorch"
+    assert frame.loc[lua.run_id, "framework"] == "torch" and frame.loc[lua.run_id, "script_train_time_s"] == 30.5
+    assert frame.loc[["v3okrun000000001", "v3badrun00000001"], ["script_train_time_s", "script_test_time_s"]].isna().all().all()

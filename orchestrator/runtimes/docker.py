@@ -89,7 +89,9 @@ class DockerBackend:
     gpus: list[str] | None = None
 
     def run(self, job, target, run_id, job_id, job_dir, dataset_path, display) -> Outcome:
-        return run_container(self.client, job, target.name, run_id, job_id, job_dir,
+        # The image id checked and stored in the row, not the tag: a tag can be moved by
+        # another build between the check and the start.
+        return run_container(self.client, job, target.id or target.name, run_id, job_id, job_dir,
                              dataset_path, display, self.owner.token, gpu_device(job, self.gpus))
 
     def close(self) -> None:

@@ -1,8 +1,8 @@
-"""Torch's CIFAR-10 model (train-on-cifar.lua, model 'convnet') through the pipeline.
+"""The PyTorch port of Torch7's CIFAR-10 model (train-on-cifar.lua, model 'convnet') through the pipeline.
 
 One quick run (built image, real container, real CIFAR-10) leaves a row; the
 connection tables are checked both as the pure algorithm (on the host) and as
-the masks of the model the image builds.
+the grouped convolutions of the model the image builds.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ CIFAR_PARAMS = 416 + 25856 + 819328 + 1290
 
 
 def torch_adapter_module():
-    spec = importlib.util.spec_from_file_location("torch_adapter", REPO / "images" / "torch" / "adapter.py")
+    spec = importlib.util.spec_from_file_location("torch_adapter", REPO / "images" / "pytorch" / "adapter.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)     # torch itself is imported only inside the container
     return module
@@ -32,14 +32,14 @@ def torch_adapter_module():
 
 @pytest.fixture(scope="module")
 def quick_row(quick_run):
-    frame = pd.read_parquet(quick_run("torch", "cifar10") / "runs")
+    frame = pd.read_parquet(quick_run("pytorch", "cifar10") / "runs")
     assert len(frame) == 1
     return frame.iloc[0]
 
 
 def test_quick_cifar_run_learns_and_counts_only_connected_weights(quick_row):
     row = quick_row
-    assert (row.framework, row.dataset, row.profile, row.status) == ("torch", "cifar10", "quick", "ok")
+    assert (row.framework, row.dataset, row.profile, row.status) == ("pytorch", "cifar10", "quick", "ok")
     assert row.model == "torch7-cifar10-convnet"
     assert row.accuracy >= 0.20                 # twice chance
     assert row.param_count == CIFAR_PARAMS == 846890
@@ -75,24 +75,31 @@ a = adapter.Adapter(Ctx)
 a.torch = torch
 torch.manual_seed(1)
 a.model = a._cifar_model()
-convs = [m for m in a.model.modules() if hasattr(m, "mask")]
+convs = [m for m in a.model.modules() if hasattr(m, "gather")]
+x = torch.randn(1, 3, 32, 32)
+first = convs[0]
+# the grouped convolution is the table's own sum over each output's connected planes
+direct = torch.stack([sum(torch.nn.functional.conv2d(x[:, i:i + 1], first.weight[o:o + 1, k:k + 1])[0, 0]
+                          for k, i in enumerate([i for i, oo in first.table if oo == o]))
+                      + first.bias[o] for o in range(16)])
 print(json.dumps({
-    "inputs_per_output": [sorted(set(m.mask.sum(dim=(1, 2, 3)).tolist())) for m in convs],
-    "outputs": [m.mask.shape[0] for m in convs],
-    "unconnected_weights_zero": all(bool((m.weight * (1 - m.mask) == 0).all()) for m in convs),
+    "inputs_per_output": [m.weight.shape[1] for m in convs],
+    "outputs": [m.weight.shape[0] for m in convs],
+    "gathered_follow_the_table": all(sorted(m.gather.tolist()) == sorted(i for i, _ in m.table) for m in convs),
+    "matches_the_table": bool(torch.allclose(first(x)[0], direct, atol=1e-5)),
     "param_count": a._param_count(),
 }))
 """
 
 
-def test_the_images_connection_masks_have_1_and_4_inputs_per_output(quick_row):
+def test_the_images_connection_tables_are_grouped_convolutions_of_1_and_4_inputs(quick_row):
     import docker
 
     out = docker.from_env().containers.run(
-        "dlbench/torch:cpu", entrypoint=["python3", "-c", CHECK_IN_IMAGE],
+        "dlbench/pytorch:cpu", entrypoint=["python3", "-c", CHECK_IN_IMAGE],
         remove=True, network_mode="none").decode()
     found = json.loads(out.strip().splitlines()[-1])
-    assert found["inputs_per_output"] == [[1.0], [4.0]]
+    assert found["inputs_per_output"] == [1, 4]
     assert found["outputs"] == [16, 256]
-    assert found["unconnected_weights_zero"] is True
+    assert found["gathered_follow_the_table"] is True and found["matches_the_table"] is True
     assert found["param_count"] == CIFAR_PARAMS

@@ -1,0 +1,151 @@
+-- Runs one of GTDLBench's Torch scripts unchanged, as `th dlbench_harness.lua
+-- CONFIG.json SCRIPT ARGS...`, with only what the dlbench runner needs around it:
+--
+-- * torch.load serves the data files the script asks for ('mnist.t7/*_32x32.t7',
+--   'cifar-10-batches-t7/*.t7') as the tensors those files hold, read from raw
+--   byte arrays the adapter wrote from the canonical MNIST/CIFAR-10 files;
+-- * the globals the script assigns are watched: `train` and `test` are wrapped so
+--   each call is announced on stdout and waits for the runner's go (so the runner's
+--   own clock brackets them); `numEpoch`, `nbTrainingPatches`/`nbTestingPatches`
+--   (MNIST) and `trsize`/`tesize` (CIFAR-10) take the job's epoch count and subsets;
+--   `criterion` and `confusion` are observed for the epoch's loss and accuracy;
+-- * at the end, the script's own `trainTime` / `testTime` (what it prints as
+--   "whole training time" / "whole test time") and getParameters()'s size.
+--
+-- Events are lines `:::DLBENCH-TH {json}` at the start of a fresh line.
+require 'torch'
+local cjson = require 'cjson'
+
+local config_path, script = arg[1], arg[2]
+local config = cjson.decode(io.open(config_path):read('*a'))
+local script_args = {[0] = script}
+for i = 3, #arg do script_args[#script_args + 1] = arg[i] end
+
+local function emit(event, fields)
+   fields = fields or {}
+   fields.event = event
+   io.stdout:write('\n:::DLBENCH-TH ' .. cjson.encode(fields) .. '\n')
+   io.stdout:flush()
+end
+
+local function wait_for_go()
+   local line = io.stdin:read('*l')
+   if line ~= 'go' then error('dlbench harness: the runner went away (' .. tostring(line) .. ')') end
+end
+
+-- the data files, served from raw bytes -------------------------------------------
+local function bytes(path, shape)
+   local n = 1
+   for _, d in ipairs(shape) do n = n * d end
+   local file = torch.DiskFile(path, 'r'):binary()
+   local storage = file:readByte(n)
+   file:close()
+   assert(storage:size() == n, path .. ': short file')
+   return torch.ByteTensor(storage, 1, torch.LongStorage(shape))
+end
+
+local original_load = torch.load
+torch.load = function(path, ...)
+   -- the scripts name them relative to the working directory (paths.concat makes them absolute)
+   local cwd = paths.cwd() .. '/'
+   local relative = path:sub(1, #cwd) == cwd and path:sub(#cwd + 1) or path
+   local served = config.files[relative]
+   if served == nil then return original_load(path, ...) end
+   local data = bytes(served.data, served.data_shape)
+   if served.transpose then data = data:t():contiguous() end
+   return {data = data, labels = bytes(served.labels, served.labels_shape)}
+end
+
+-- the script's globals -------------------------------------------------------------
+local phase, epoch = nil, 0
+local loss_sum, loss_count, last_valid = 0, 0, nil
+
+local function wrap(name, fn)
+   return function(...)
+      if name == 'train' then epoch = epoch + 1 end
+      loss_sum, loss_count, last_valid = 0, 0, nil
+      emit('begin', {phase = name, epoch = epoch})
+      wait_for_go()
+      phase = name
+      local results = {fn(...)}
+      phase = nil
+      local loss = loss_count > 0 and loss_sum / loss_count or nil
+      emit('end', {phase = name, epoch = epoch, accuracy = last_valid, loss = loss,
+                   samples = (...):size()})
+      wait_for_go()
+      return unpack(results)
+   end
+end
+
+local function observe_criterion(criterion)
+   local forward = criterion.forward
+   criterion.forward = function(self, ...)
+      local f = forward(self, ...)
+      if phase then loss_sum, loss_count = loss_sum + f, loss_count + 1 end
+      return f
+   end
+   return criterion
+end
+
+local function observe_confusion(confusion)
+   -- the scripts print the matrix (which updates totalValid) and then zero it
+   local zero = confusion.zero
+   confusion.zero = function(self, ...)
+      if phase then last_valid = self.totalValid end
+      return zero(self, ...)
+   end
+   return confusion
+end
+
+local watch = {
+   train = function(v) return wrap('train', v) end,
+   test = function(v) return wrap('test', v) end,
+   criterion = observe_criterion,
+   confusion = observe_confusion,
+   numEpoch = function(v) return config.epochs or v end,
+   nbTrainingPatches = function(v) return config.train_subset or v end,
+   trsize = function(v) return config.train_subset or v end,
+   nbTestingPatches = function(v) return config.test_subset or v end,
+   tesize = function(v) return config.test_subset or v end,
+}
+-- th has already given _G Penlight's metatable (its modules as lazy globals, which the
+-- scripts meet too, e.g. `lapp`; and `config`, which train-on-cifar-10.lua's
+-- `config = config or {...}` finds): it is kept, with a __newindex added.
+local globals = getmetatable(_G) or {}
+local previous_newindex = globals.__newindex
+globals.__newindex = function(t, k, v)
+   if watch[k] and v ~= nil then v = watch[k](v) end
+   if previous_newindex then return previous_newindex(t, k, v) end
+   rawset(t, k, v)
+end
+setmetatable(_G, globals)
+
+-- run the script as `th SCRIPT ARGS` would ----------------------------------------
+package.path = paths.dirname(script) .. '/?.lua;' .. package.path
+arg = script_args
+emit('start', {script = script, jit = jit.version})
+dofile(script)
+
+local blas = {}
+local maps = io.open('/proc/self/maps')
+if maps then
+   for line in maps:lines() do
+      local path = line:match('(/%S+)$')
+      if path and (path:find('blas') or path:find('lapack')) and not blas[path] then
+         blas[path] = true
+      end
+   end
+   maps:close()
+end
+local blas_list = {}
+for path in pairs(blas) do blas_list[#blas_list + 1] = path end
+table.sort(blas_list)
+emit('finish', {train_time = rawget(_G, 'trainTime'), test_time = rawget(_G, 'testTime'),
+                param_count = rawget(_G, 'parameters') and parameters:nElement() or nil,
+                threads = torch.getnumthreads(), tensor_type = torch.getdefaulttensortype(),
+                -- under th, Penlight's `config` module is a lazy global: train-on-cifar-10.lua's
+                -- `config = config or {learningRate = ...}` keeps it, so optim.sgd runs on its
+                -- defaults (rate 1e-3, no decay) -- as it did for GTDLBench
+                sgd_config_is_penlight = package.loaded['pl.config'] ~= nil
+                                         and rawget(_G, 'config') == package.loaded['pl.config'],
+                jit = jit.version, blas = blas_list})

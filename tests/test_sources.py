@@ -1,0 +1,128 @@
+"""The source registry: pinned archives verified by their trees, from a local mirror.
+
+Nothing here needs Docker or the network: every error is found before either is asked.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import shutil
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, dlbench
+from orchestrator import catalog, sources
+
+TORCH7 = sources.lookup("torch/torch7")
+
+
+def snapshot(results: Path) -> dict:
+    return {str(p.relative_to(results)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(results.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture
+def mirror(sources_root, tmp_path):
+    """A writable copy of the shared mirror."""
+    copy = tmp_path / "sources"
+    shutil.copytree(sources_root, copy)
+    for path in copy.rglob("*"):
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    return copy
+
+
+@pytest.fixture
+def stored(tmp_path):
+    """A results directory holding a row already."""
+    results = tmp_path / "results"
+    shutil.copytree(REPO / "tests" / "fixtures" / "results-v2", results)
+    return results
+
+
+def one_error_line(proc, *fragments):
+    assert proc.returncode != 0
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+    return lines[0]
+
+
+def test_every_registered_archive_of_the_shared_mirror_verifies(sources_root):
+    for source in sources.REGISTRY:
+        sources.verify(source, sources_root / source.group / source.filename)
+
+
+def test_the_torch_image_pins_registered_sources_and_the_build_order():
+    pinned = catalog.models("torch")["sources"]
+    assert [sources.lookup(repo).repo for repo in pinned] == pinned
+    script = (REPO / "images" / "torch" / "build-torch7.sh").read_text()
+    order = [line.split()[0] for line in script.split("<<ROCKS\n")[1].split("ROCKS\n")[0].splitlines()]
+    assert order == [sources.lookup(repo).name for repo in pinned[1:-1]]   # luajit-rocks first, GTDLBench last
+
+
+def test_the_same_tree_in_other_bytes_verifies_and_a_changed_file_does_not(sources_root, tmp_path):
+    """GitHub's archive of a commit differs in bytes from `git archive`'s; the tree does not."""
+    original = sources_root / TORCH7.group / TORCH7.filename
+    repacked, altered = tmp_path / "repacked.tar.gz", tmp_path / "altered.tar.gz"
+    with tarfile.open(original) as src, \
+            tarfile.open(repacked, "w:gz", compresslevel=1, format=tarfile.GNU_FORMAT) as same, \
+            tarfile.open(altered, "w:gz") as changed:
+        for member in src:
+            data = src.extractfile(member).read() if member.isfile() else None
+            member.mtime = 0
+            same.addfile(member, io.BytesIO(data) if data is not None else None)
+            if member.name.endswith("/init.lua") and data is not None:
+                data = data.replace(b"torch", b"torcH", 1)
+            changed.addfile(member, io.BytesIO(data) if data is not None else None)
+    assert repacked.read_bytes() != original.read_bytes()
+    assert sources.verify(TORCH7, repacked) == repacked
+    with pytest.raises(sources.SourceError, match=r"altered\.tar\.gz: tree checksum .* damaged or altered"):
+        sources.verify(TORCH7, altered)
+
+
+@pytest.mark.parametrize("command", ["build-images", "run"])
+def test_a_damaged_archive_is_one_line_naming_it(command, mirror, stored, data_root):
+    archive = mirror / TORCH7.group / TORCH7.filename
+    raw = gzip.decompress(archive.read_bytes())
+    archive.write_bytes(gzip.compress(raw[: len(raw) // 2]))        # a truncated download
+    before = snapshot(stored)
+    extra = ["--results", stored, "--data-dir", data_root, "--datasets", "mnist"] if command == "run" else []
+    proc = dlbench(command, "--frameworks", "torch", "--sources", mirror, *extra)
+    one_error_line(proc, str(archive), "damaged archive")
+    assert snapshot(stored) == before
+
+
+def test_a_missing_mirror_directory_is_one_line(tmp_path, stored, data_root):
+    before = snapshot(stored)
+    proc = dlbench("run", "--frameworks", "torch", "--datasets", "mnist", "--results", stored,
+                   "--data-dir", data_root, env={"DLBENCH_SOURCES_DIR": str(tmp_path / "nowhere")})
+    one_error_line(proc, f"DLBENCH_SOURCES_DIR {tmp_path / 'nowhere'}: no such directory")
+    proc = dlbench("build-images", "--frameworks", "torch", "--sources", tmp_path / "nowhere")
+    one_error_line(proc, f"--sources {tmp_path / 'nowhere'}: no such directory")
+    assert snapshot(stored) == before
+
+
+def test_an_archive_of_an_unknown_commit_is_one_line_naming_it(mirror, stored, data_root):
+    folder = mirror / TORCH7.group
+    stranger = folder / f"torch7-{'0' * 40}.tar.gz"
+    (folder / TORCH7.filename).rename(stranger)
+    before = snapshot(stored)
+    proc = dlbench("run", "--frameworks", "torch", "--datasets", "mnist", "--results", stored,
+                   "--data-dir", data_root, "--sources", mirror)
+    one_error_line(proc, f"{folder / TORCH7.filename}: missing", f"{stranger} is an unknown commit",
+                   TORCH7.commit)
+    assert snapshot(stored) == before
+
+
+def test_a_missing_archive_and_doctor(mirror):
+    (mirror / TORCH7.group / TORCH7.filename).unlink()
+    proc = dlbench("build-images", "--frameworks", "torch", "--sources", mirror)
+    one_error_line(proc, f"{mirror / TORCH7.group / TORCH7.filename}: missing from the sources mirror")
+    report = dlbench("doctor", "--sources", mirror).stdout
+    assert f"source torch/torch7@{TORCH7.commit[:12]}: not in {mirror / 'torch7'}" in report
+    assert f"ok   source torch/nn@" in report and f"mirror {mirror}" in report

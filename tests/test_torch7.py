@@ -1,0 +1,91 @@
+"""Lua Torch7 running GTDLBench's own scripts: built from the shared source mirror,
+trained on the real data sets (quick profile), counted by Torch7 itself.
+
+The source registry's errors (damaged archive, missing mirror, unknown commit) are
+tested without Docker in test_sources.py.
+"""
+
+from __future__ import annotations
+
+import json
+
+import docker
+import pandas as pd
+import pytest
+
+from conftest import dlbench
+from orchestrator import catalog, sources
+
+pytestmark = pytest.mark.docker
+
+MNIST_PARAMS = 832 + 51264 + 115400 + 2010            # SpatialConvolutionMM x2, Linear x2
+CIFAR_PARAMS = 16 * 25 + 16 + 1024 * 25 + 256 + 819328 + 1290   # connections only, as Map holds them
+
+
+@pytest.fixture(scope="module")
+def built(sources_root):
+    proc = dlbench("build-images", "--frameworks", "torch", "--sources", sources_root, check=True,
+                   timeout=3600)
+    return proc
+
+
+@pytest.fixture(scope="module")
+def quick_rows(built, sources_root, data_root, tmp_path_factory):
+    results = tmp_path_factory.mktemp("results")
+    dlbench("run", "--frameworks", "torch", "--profile", "quick", "--results", results,
+            "--data-dir", data_root, "--sources", sources_root, check=True, timeout=3600)
+    return pd.read_parquet(results).set_index("dataset"), results
+
+
+def test_the_image_records_every_pinned_commit(built, sources_root):
+    tag, image_id, version = built.stdout.split(None, 2)     # "dlbench/torch:cpu  sha256:…  torch7@…"
+    assert tag == "dlbench/torch:cpu" and version.startswith("torch7@")
+    labels = docker.from_env().images.get(image_id.removeprefix("sha256:")).labels
+    for repo in catalog.models("torch")["sources"]:
+        assert labels[f"org.dlbench.sources.{repo}"] == sources.lookup(repo).commit
+    again = dlbench("build-images", "--frameworks", "torch", "--sources", sources_root, check=True)
+    assert "dlbench/torch:cpu: up to date" in again.stderr
+
+
+def test_quick_mnist_and_cifar10_are_ok_rows_of_torch7(quick_rows):
+    rows, results = quick_rows
+    assert set(rows.index) == {"mnist", "cifar10"} and set(rows["status"]) == {"ok"}, rows["error"].tolist()
+    torch7 = sources.lookup("torch/torch7").commit
+    for row in rows.itertuples():
+        assert row.framework == "torch"
+        assert row.framework_version == f"torch7@{torch7} LuaJIT 2.1.0-beta1"
+        assert row.train_time_s > 0 and row.test_time_s > 0 and row.setup_time_s > 0
+        assert row.script_train_time_s > 0 and row.script_test_time_s > 0
+        assert "openblas" in json.loads(row.libraries)["th_blas"][0]
+        assert len(row.epoch_loss) == 1
+    mnist, cifar = rows.loc["mnist"], rows.loc["cifar10"]
+    assert mnist.accuracy >= 0.90
+    assert mnist.param_count == MNIST_PARAMS == 169506
+    assert cifar.param_count == CIFAR_PARAMS == 846890
+    assert cifar.accuracy > 0.15
+    assert (mnist.train_samples, mnist.test_samples) == (5000, 10000)
+    assert (cifar.train_samples, cifar.test_samples) == (2000, 2000)
+    libraries = {ds: json.loads(rows.loc[ds, "libraries"]) for ds in rows.index}
+    assert libraries["mnist"]["tensor_type"] == "torch.FloatTensor"      # the MNIST script's own choice
+    assert libraries["cifar10"]["tensor_type"] == "torch.DoubleTensor"   # CIFAR-10's never set: float64
+    # the script's own totals: its one training pass, and one test pass (one epoch)
+    assert mnist.script_train_time_s == pytest.approx(mnist.train_time_s, rel=0.2)
+    assert mnist.script_test_time_s == pytest.approx(mnist.test_time_s, rel=0.3, abs=0.5)
+    threads = json.loads(mnist.threads_framework)["torch.getnumthreads"]
+    assert threads == (mnist.threads if pd.notna(mnist.threads) and mnist.threads else 4)
+
+
+def test_two_epochs_test_after_each_and_exclude_the_first_test_from_training(
+        built, sources_root, data_root, tmp_path):
+    results = tmp_path / "results"
+    dlbench("run", "--frameworks", "torch", "--datasets", "mnist", "--profile", "quick",
+            "--set", "epochs=2", "--set", "train_subset=1000", "--set", "test_subset=1000", "--results", results,
+            "--data-dir", data_root, "--sources", sources_root, check=True, timeout=3600)
+    row = pd.read_parquet(results).iloc[0]
+    result = json.load(open(results / "_jobs" / row.run_id / "result.json"))
+    assert [e["epoch"] for e in result["epochs"]] == [1, 2]
+    assert all(0 < e["test_accuracy"] <= 1 for e in result["epochs"])
+    assert result["train_excluded_s"] > 0          # epoch 1's test pass, not training
+    assert result["epochs"][-1]["test_accuracy"] == row.accuracy
+    # the script's test total covers both passes; the runner's test time the last one
+    assert row.script_test_time_s > row.test_time_s
