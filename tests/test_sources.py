@@ -125,4 +125,4 @@ def test_a_missing_archive_and_doctor(mirror):
     one_error_line(proc, f"{mirror / TORCH7.group / TORCH7.filename}: missing from the sources mirror")
     report = dlbench("doctor", "--sources", mirror).stdout
     assert f"source torch/torch7@{TORCH7.commit[:12]}: not in {mirror / 'torch7'}" in report
-    assert f"ok   source torch/nn@" in report and f"mirror {mirror}" in report
+    assert "ok   source torch/nn@" in report and f"mirror {mirror}" in report

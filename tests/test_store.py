@@ -450,7 +450,7 @@ def test_torch_rows_of_schema_version_3_are_read_as_pytorch(tmp_path):
     import shutil
 
     results = tmp_path / "results"
-    shutil.copytree(os.path.join(os.path.dirname(__file__), "fixtures", "results-v3"), results)
+    shutil.copytree(os.path.join(os.path.dirname(__file__), "fixtures", "results-v3-torch"), results)
     assert {pq.read_schema(f).metadata[b"dlbench.schema_version"] for f in results.iterdir()} == {b"3"}
     lua = record_for(tmp_path, good_result()).model_copy(update={
         "framework": "torch", "framework_version": "torch7@3e9e141ced1afd0cad451e69f90e6e53503647ca LuaJIT 2.1.0-beta1",
