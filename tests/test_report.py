@@ -57,7 +57,7 @@ def real(data_root, tmp_path_factory) -> Path:
     dlbench("run", "--frameworks", "pytorch", "--datasets", "mnist", "--profile", "quick",
             "--repeats", "2", "--results", ran, "--data-dir", data_root, check=True)
     results = tmp_path_factory.mktemp("report-results")
-    rows = [row for f in sorted(ran.glob("runs-*.parquet")) for row in pq.read_table(f).to_pylist()]
+    rows = [row for f in store.row_files(ran) for row in pq.read_table(f).to_pylist()]
     store.append(results, [RunRecord(**dict(row, framework="torch", hyperparameters=paper_defaults("torch", "quick")))
                            for row in rows])
     return results

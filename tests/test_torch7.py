@@ -34,7 +34,7 @@ def quick_rows(built, sources_root, data_root, tmp_path_factory):
     results = tmp_path_factory.mktemp("results")
     dlbench("run", "--frameworks", "torch", "--profile", "quick", "--results", results,
             "--data-dir", data_root, "--sources", sources_root, check=True, timeout=3600)
-    return pd.read_parquet(results).set_index("dataset"), results
+    return pd.read_parquet(results / "runs").set_index("dataset"), results
 
 
 def test_the_image_records_every_pinned_commit(built, sources_root):
@@ -81,7 +81,7 @@ def test_two_epochs_test_after_each_and_exclude_the_first_test_from_training(
     dlbench("run", "--frameworks", "torch", "--datasets", "mnist", "--profile", "quick",
             "--set", "epochs=2", "--set", "train_subset=1000", "--set", "test_subset=1000", "--results", results,
             "--data-dir", data_root, "--sources", sources_root, check=True, timeout=3600)
-    row = pd.read_parquet(results).iloc[0]
+    row = pd.read_parquet(results / "runs").iloc[0]
     result = json.load(open(results / "_jobs" / row.run_id / "result.json"))
     assert [e["epoch"] for e in result["epochs"]] == [1, 2]
     assert all(0 < e["test_accuracy"] <= 1 for e in result["epochs"])
