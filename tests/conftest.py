@@ -19,12 +19,18 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 
 
-def shared_datasets() -> Path:
-    """The real MNIST and CIFAR-10, in the canonical layout (never downloaded by tests)."""
-    path = Path(os.environ.get("DLBENCH_TEST_DATA_DIR", REPO.parent / "shared" / "datasets"))
-    if not (path / "mnist").is_dir():
-        pytest.fail(f"test data sets not found at {path}; set DLBENCH_TEST_DATA_DIR")
+def _shared(name: str, variable: str, marker: str, what: str) -> Path:
+    """A folder of ``shared/`` beside the repository (or ``variable``), which must hold
+    ``marker``: the tests never download what is there."""
+    path = Path(os.environ.get(variable, REPO.parent / "shared" / name))
+    if not (path / marker).is_dir():
+        pytest.fail(f"{what} not found at {path}; set {variable}")
     return path
+
+
+def shared_datasets() -> Path:
+    """The real MNIST and CIFAR-10, in the canonical layout."""
+    return _shared("datasets", "DLBENCH_TEST_DATA_DIR", "mnist", "test data sets")
 
 
 @pytest.fixture(scope="session")
@@ -34,10 +40,7 @@ def data_root() -> Path:
 
 def shared_sources() -> Path:
     """The pinned source archives' local mirror (tests never fetch from GitHub)."""
-    path = Path(os.environ.get("DLBENCH_TEST_SOURCES_DIR", REPO.parent / "shared" / "sources"))
-    if not (path / "torch7").is_dir():
-        pytest.fail(f"source archives not found at {path}; set DLBENCH_TEST_SOURCES_DIR")
-    return path
+    return _shared("sources", "DLBENCH_TEST_SOURCES_DIR", "torch7", "source archives")
 
 
 @pytest.fixture(scope="session")
