@@ -36,7 +36,7 @@ import json
 import re
 import sys
 from pathlib import Path
-from typing import Annotated, Literal, Optional
+from typing import Annotated, Literal, NamedTuple, Optional
 
 from pydantic import (BaseModel, ConfigDict, Field, PlainValidator, StrictInt, ValidationError,
                       field_validator)
@@ -359,9 +359,17 @@ def _message(error: dict) -> str:
 Options = RunOptions     # the command line's axes, by the name older code uses
 
 
-def make_plan(path: Path | None, options: RunOptions, host_cpus: int | None = None) -> Plan:
-    """The plan of a campaign file (if any) with the command line's axes on top."""
-    source = None
+class Campaign(NamedTuple):
+    """What a campaign file and the command line ask for: the plan, and where it runs."""
+
+    plan: Plan
+    backend: str | None = None          # the file's ``backend`` (None: not written)
+    slurm: SlurmTable = SlurmTable()    # the file's ``[slurm]`` table
+
+
+def read(path: Path | None, options: RunOptions, host_cpus: int | None = None) -> Campaign:
+    """The campaign file (if any), read once, with the command line's axes on top."""
+    source, document = None, None
     if path is not None:
         document, source = load(Path(path))
         axes = document.axes()
@@ -369,8 +377,16 @@ def make_plan(path: Path | None, options: RunOptions, host_cpus: int | None = No
         axes = Axes()
     axes = merge(axes, options)
     try:
-        return expand(axes, host_cpus)
+        plan = expand(axes, host_cpus)
     except PlanError as exc:
         if source is None or not from_file(exc.key, options):
             raise
         raise source.error(exc.key, str(exc)) from None
+    if document is None:
+        return Campaign(plan)
+    return Campaign(plan, document.backend, document.slurm)
+
+
+def make_plan(path: Path | None, options: RunOptions, host_cpus: int | None = None) -> Plan:
+    """The plan of a campaign file (if any) with the command line's axes on top."""
+    return read(path, options, host_cpus).plan

@@ -13,7 +13,7 @@ import typer
 from typer.exceptions import TyperException
 from rich.console import Console
 
-from . import __version__, build, catalog, compare, datasets, report, sources, store, text as texts
+from . import __version__, build, catalog, compare, datasets, execute, report, sources, store, text as texts
 from . import options as options_
 from .options import RunOptions, names as _names
 from .interrupts import interrupted, received
@@ -112,13 +112,6 @@ def _builder_options(base, mirror, ca_bundle, network, sources_dir=None):
             "sources_dir": str(sources_dir) if sources_dir else None}
 
 
-def _check_sources(frameworks, sources_dir):
-    """The frameworks' pinned source archives, verified before Docker is asked anything."""
-    pinned = sorted({repo for fw in frameworks for repo in catalog.models(fw).get("sources", [])})
-    if pinned:
-        sources.prepare(pinned, sources.mirror_dir(sources_dir))
-
-
 @app.command("build-images")
 def build_images(frameworks: Frameworks = None, base: BaseOpt = BaseSource.auto,
                  mirror: MirrorOpt = build.DEFAULT_MIRROR, ca_bundle: CaOpt = None,
@@ -138,7 +131,7 @@ def build_images(frameworks: Frameworks = None, base: BaseOpt = BaseSource.auto,
     for reason in todo.values():
         if reason is not None and frameworks:
             raise UsageError(reason)      # asked for by name: say so before building anything
-    _check_sources([fw for (fw, _), reason in todo.items() if reason is None], sources_dir)
+    sources.prepare_for([fw for (fw, _), reason in todo.items() if reason is None], sources_dir)
     display = RichDisplay(err, verbose=verbose)
     builder = build.Builder(docker_client(), say=display.say,
                             log_dir=Path(datasets.cache_root()).parent / "build-logs",
@@ -153,9 +146,7 @@ def build_images(frameworks: Frameworks = None, base: BaseOpt = BaseSource.auto,
                   f"{image.labels.get(build.LABEL + '.framework-version', '')}")
 
 
-class Backend(str, enum.Enum):
-    local = "local"
-    slurm = "slurm"
+Backend = enum.Enum("Backend", {s: s for s in execute.SCHEDULERS}, type=str)
 
 
 def _slurm_task(plan_file, plan_index, results, verbose):
@@ -235,60 +226,45 @@ def run(frameworks: Frameworks = None,
         plan_index: Annotated[Optional[int], typer.Option(hidden=True)] = None,
         verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False):
     """Run the benchmark jobs, building missing images first; rows go to the results directory."""
-    from . import campaign as campaigns
     from .display import RichDisplay
-    from .run import run_plan
 
     if plan_file is not None:       # one task of a Slurm array, on its node
         _slurm_task(plan_file, plan_index, results, verbose)
         return
     if python is not None and runtime is not Runtime.native:
         raise UsageError("--python goes with --runtime native")
-    options = RunOptions.from_command_line(
-        name=name, frameworks=frameworks, datasets=datasets_, profile=profile, cpus=cpus,
-        threads=threads, gpu=gpu, devices=devices, set_=set_, sweep=sweep, batch_sizes=batch_sizes,
-        learning_rates=learning_rates, settings_from=settings_from, repeats=repeats, seed=seed,
-        memory=memory, timeout=timeout)
-    the_plan = campaigns.make_plan(campaign, options)
-    for note in the_plan.skipped:
+    request = execute.Request(
+        options=RunOptions.from_command_line(
+            name=name, frameworks=frameworks, datasets=datasets_, profile=profile, cpus=cpus,
+            threads=threads, gpu=gpu, devices=devices, set_=set_, sweep=sweep,
+            batch_sizes=batch_sizes, learning_rates=learning_rates, settings_from=settings_from,
+            repeats=repeats, seed=seed, memory=memory, timeout=timeout),
+        campaign=campaign, results=results, data_dir=data_dir,
+        builder_options=_builder_options(base, mirror, ca_bundle, build_network, sources_dir),
+        runtime=runtime.value, python=python, resume=resume, fail_fast=fail_fast,
+        scheduler=backend.value if backend else None,
+        slurm=execute.SlurmRequest(partition, account, qos, tuple(sbatch_option), detach))
+    planned = execute.plan(request)
+    for note in planned.plan.skipped:
         err.print(f"[yellow]skipped:[/yellow] {note}")
     if dry_run:
-        for job in the_plan.jobs:
+        for job in planned.plan.jobs:
             sys.stdout.write(job.model_dump_json() + "\n")
-        err.print(f"{len(the_plan.jobs)} job(s)" + (f" in campaign {the_plan.campaign}"
-                                                      if the_plan.campaign else ""), highlight=False)
+        err.print(f"{len(planned.plan.jobs)} job(s)" + (f" in campaign {planned.plan.campaign}"
+                                                          if planned.plan.campaign else ""),
+                  highlight=False)
         return
-    if runtime == "docker":
-        _check_sources(sorted({job.framework for job in the_plan.jobs}), sources_dir)
-    target = store.results_dir(results)
-    table = campaigns.load(campaign)[0] if campaign is not None else None
-    if backend is None:
-        backend = Backend((table and table.backend) or "local")
-    if backend is Backend.slurm:
-        from .schedulers import slurm
-        given = table.slurm if table is not None else campaigns.SlurmTable()
-        array_id, records = slurm.run_array(
-            the_plan, target, slurm.SlurmOptions(
-                partition=partition or given.partition, account=account or given.account,
-                qos=qos or given.qos, sbatch_options=[*given.sbatch_options, *sbatch_option]),
-            detach, lambda line: err.print(line, markup=False, highlight=False),
-            RichDisplay(err, verbose=verbose), data_dir=data_dir, memory=memory, timeout=timeout,
-            resume=resume, runtime=runtime.value, python=python,
-            builder_options=_builder_options(base, mirror, ca_bundle, build_network, sources_dir))
-        if array_id is None:
+    done = execute.execute(request, RichDisplay(err, verbose=verbose),
+                           lambda line: err.print(line, markup=False, highlight=False), planned)
+    if done.array_id is not None:
+        out.print(done.array_id, highlight=False)
+    if done.records is None:        # a detached array, or an array with nothing left to run
+        if done.array_id is None:
             err.print("nothing to run: every job is stored as ok", highlight=False)
-        else:
-            out.print(array_id, highlight=False)
-        if records is None:
-            return
-    else:
-        records = run_plan(the_plan, target, data_dir,
-                           _builder_options(base, mirror, ca_bundle, build_network, sources_dir),
-                           RichDisplay(err, verbose=verbose), resume=resume, fail_fast=fail_fast,
-                           runtime=runtime.value, python=python)
-    failed = [r for r in records if r.status != "ok"]
-    err.print(f"{len(records) - len(failed)} ok, {len(failed)} not ok; results in {target}")
-    if failed:
+        return
+    err.print(f"{len(done.records) - len(done.not_ok)} ok, {len(done.not_ok)} not ok; "
+              f"results in {done.results}")
+    if done.not_ok:
         raise typer.Exit(3)
 
 

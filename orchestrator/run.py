@@ -25,14 +25,12 @@ from .hostinfo import check_gpu
 
 
 def run_plan(plan: Plan, results: Path, data_dir=None, builder_options: dict | None = None,
-             display=None, memory: str | None = None, timeout: float | None = None,
-             resume: bool = False, fail_fast: bool = False, runtime: str = "docker",
+             display=None, resume: bool = False, fail_fast: bool = False, runtime: str = "docker",
              python: str | None = None, backend=None, row_fields: dict | None = None) -> list:
     """Run every job of the plan; returns the stored rows.
 
     Each job leaves exactly one row, whatever happened to it; a bad job never stops
-    the campaign unless ``fail_fast``.  ``memory`` and ``timeout``, when given,
-    replace the jobs' own limits.  ``runtime`` is docker (containers) or native
+    the campaign unless ``fail_fast``.  ``runtime`` is docker (containers) or native
     (processes of the ``python`` interpreter).  A Slurm task passes its own
     ``backend`` (the image it was given) and ``row_fields`` (node, Slurm ids)."""
     display = display or NullDisplay()
@@ -43,26 +41,14 @@ def run_plan(plan: Plan, results: Path, data_dir=None, builder_options: dict | N
     if backend is None:
         backend = runtimes.make(runtime, builder_options, python, display)
     data = datasets.prepare(plan.datasets, data_dir, progress=display.download_progress())
-    targets = {}
-    for job in plan.jobs:
-        key = (job.framework, job.variant)
-        if key not in targets:
-            targets[key] = backend.target(*key)
+    targets, todo = resolve(plan.jobs, backend, data)
     provenance_host = dict(backend.host_facts(), runtime=backend.runtime, **(row_fields or {}))
-    todo = [(job, job.job_id(targets[job.framework, job.variant].id, data[job.dataset].sha256))
-            for job in plan.jobs]
     if resume:
-        done = store.ok_job_ids(results, plan.campaign)
-        skipped = sum(job_id in done for _, job_id in todo)
-        todo = [(job, job_id) for job, job_id in todo if job_id not in done]
-        display.say(f"resume: {skipped} job(s) already stored as ok, {len(todo)} to run")
+        todo = not_stored(results, plan.campaign, todo, display)
     records = []
     display.start(len(todo))
     try:
         for index, (job, job_id) in enumerate(todo, 1):
-            if memory is not None or timeout is not None:
-                job = job.model_copy(update={k: v for k, v in (("memory", memory), ("timeout", timeout))
-                                             if v is not None})
             if job.memory is None and backend.default_memory:
                 job = job.model_copy(update={"memory": str(backend.default_memory)})
             target = targets[job.framework, job.variant]
@@ -111,6 +97,26 @@ def run_plan(plan: Plan, results: Path, data_dir=None, builder_options: dict | N
         rows, traces = store.compact(results)
         display.say(f"compacted {rows} row files and {traces} trace files of {results}")
     return records
+
+
+def resolve(jobs: list, backend, data: dict) -> tuple[dict, list]:
+    """Each job's target (found or built once per framework and variant) and each job
+    with its id, which names what it runs: definition, image and data."""
+    targets = {}
+    for job in jobs:
+        key = (job.framework, job.variant)
+        if key not in targets:
+            targets[key] = backend.target(*key)
+    return targets, [(job, job.job_id(targets[job.framework, job.variant].id,
+                                      data[job.dataset].sha256)) for job in jobs]
+
+
+def not_stored(results: Path, campaign: str | None, todo: list, display) -> list:
+    """``--resume``: the (job, job id) pairs not yet stored as ok."""
+    done = store.ok_job_ids(results, campaign)
+    left = [(job, job_id) for job, job_id in todo if job_id not in done]
+    display.say(f"resume: {len(todo) - len(left)} job(s) already stored as ok, {len(left)} to run")
+    return left
 
 
 def _prepare(results: Path, run_id: str, index: int, job_dir: bool) -> tuple[store.Rescue, Path | None]:

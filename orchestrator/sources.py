@@ -25,6 +25,7 @@ from pathlib import Path
 
 import platformdirs
 
+from . import catalog
 from .errors import DlbenchError
 
 MIRROR_VARIABLE = "DLBENCH_SOURCES_DIR"
@@ -241,6 +242,14 @@ def _fetch(source: Source, target: Path) -> None:
 def prepare(repos: list[str], mirror: Path | None) -> dict[Source, Path]:
     """Every named source's archive, located and verified."""
     return {source: verify(source, locate(source, mirror)) for source in map(lookup, repos)}
+
+
+def prepare_for(frameworks, sources_dir: str | os.PathLike | None) -> None:
+    """The frameworks' pinned source archives, verified (fetched if need be) before
+    Docker is asked anything."""
+    pinned = sorted({repo for fw in frameworks for repo in catalog.models(fw).get("sources", [])})
+    if pinned:
+        prepare(pinned, mirror_dir(sources_dir))
 
 
 def status(mirror: Path | None):

@@ -14,18 +14,13 @@ directory.  Docker's errors are translated once, in ``errors.docker_errors``.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
-import shutil
-import subprocess
-import sys
 import threading
 import time
-import uuid
 from pathlib import Path
 
 from .. import build, catalog, hostinfo, jobdir, owners, store
-from ..errors import GpuError, docker_errors
+from ..errors import docker_errors
 from ..interrupts import signals_deferred
 from ..plan import Job
 from ..traces import Sampler
@@ -128,8 +123,11 @@ def _remove_job_dir(labels: dict) -> None:
         jobdir.remove(Path(results) / store.JOBS / run_id)
 
 
-def run_container(client, job: Job, tag: str, run_id: str, job_id: str, job_dir: Path,
-                  dataset_path: Path, display, owner: str, device: str | None = None) -> Outcome:
+def container_options(job: Job, tag: str, run_id: str, job_id: str, job_dir: Path,
+                      dataset_path: Path, owner: str, device: str | None = None) -> dict:
+    """How a job's container is started: the Docker SDK's ``containers.run`` arguments
+    (hardening, limits, mounts, labels).  ``bench/overhead.py`` starts its containers
+    with these too."""
     root = os.getuid() == 0
     environment = {**job.thread_environment, "HOME": "/tmp", "PYTHONUNBUFFERED": "1"}
     tmpfs = {"/tmp": f"rw,noexec,nosuid,nodev,size={TMP_SIZE}"}
@@ -159,6 +157,15 @@ def run_container(client, job: Job, tag: str, run_id: str, job_id: str, job_dir:
         import docker.types
         kwargs["device_requests"] = [docker.types.DeviceRequest(
             device_ids=[device], capabilities=[["gpu"]])]
+    return kwargs
+
+
+def run_container(client, job: Job, tag: str, run_id: str, job_id: str, job_dir: Path,
+                  dataset_path: Path, display, owner: str, device: str | None = None) -> Outcome:
+    """Run the job's container to its end, following its output and sampling its
+    resources; the container is removed whatever happens."""
+    kwargs = container_options(job, tag, run_id, job_id, job_dir, dataset_path, owner, device)
+    root = os.getuid() == 0
     timeout = job.timeout
     started = time.perf_counter()
     container, watchdog, sampler, timed_out = None, None, None, threading.Event()

@@ -40,6 +40,7 @@ from pydantic import BaseModel
 from .. import datasets, store
 from ..errors import DlbenchError, docker_errors
 from ..plan import Job, Plan
+from ..run import not_stored, resolve, run_plan
 
 SLURM_DIR = "_slurm"
 COMMANDS = ("sbatch", "squeue", "sacct", "scancel")
@@ -87,8 +88,6 @@ class ArrayFile(BaseModel):
     tasks: list[Task]
     images: dict[str, Image] = {}       # "framework:variant" -> the image the jobs run
     data_dir: str | None = None
-    memory: str | None = None
-    timeout: float | None = None
     runtime: str = "docker"
     python: str | None = None
     array_id: str | None = None         # set once submitted
@@ -244,8 +243,7 @@ def _indices(text: str) -> list[int]:
 
 # -- submitting ------------------------------------------------------------------------------
 def submit(plan: Plan, results: Path, options: SlurmOptions, data_dir=None,
-           builder_options: dict | None = None, display=None, memory: str | None = None,
-           timeout: float | None = None, resume: bool = False, runtime: str = "docker",
+           builder_options: dict | None = None, display=None, resume: bool = False, runtime: str = "docker",
            python: str | None = None) -> tuple[str | None, ArrayFile | None]:
     """Submit the plan as one job array; returns (array id, its file), or (None, None)
     when nothing is left to run."""
@@ -262,40 +260,31 @@ def submit(plan: Plan, results: Path, options: SlurmOptions, data_dir=None,
                              f"wait for it (dlbench status) or scancel it before --resume")
         for array in arrays(results):
             reconcile(results, array)
-    jobs = [j.model_copy(update={k: v for k, v in (("memory", memory), ("timeout", timeout))
-                                 if v is not None}) for j in plan.jobs]
     submission = uuid.uuid4().hex[:12]
     name = f"dlbench-{plan.campaign or 'run'}"
     (_dir(results) / "logs").mkdir(parents=True, exist_ok=True)
-    if jobs:    # the partition, account, qos and options, checked by Slurm; nothing submitted
-        probe = [Task(job=j, job_id="0" * 16) for j in jobs]
+    if plan.jobs:    # the partition, account, qos and options, checked by Slurm; nothing submitted
+        probe = [Task(job=j, job_id="0" * 16) for j in plan.jobs]
         _command(sbatch_args(probe, options, results, name) + ["--test-only", "--wrap=true"],
                  "sbatch", check=True)
     backend = make(runtime, builder_options, python, display)
     data = datasets.prepare(plan.datasets, data_dir, progress=display.download_progress())
-    targets, images = {}, {}
-    for job in jobs:
-        key = f"{job.framework}:{job.variant}"
-        if key not in targets:
-            targets[key] = backend.target(job.framework, job.variant)
-            images[key] = Image(tag=targets[key].name, id=targets[key].id)
-    tasks = [Task(job=j, job_id=j.job_id(targets[f"{j.framework}:{j.variant}"].id,
-                                          data[j.dataset].sha256)) for j in jobs]
+    targets, todo = resolve(plan.jobs, backend, data)
     if resume:
-        done = store.ok_job_ids(results, plan.campaign)
-        skipped = sum(t.job_id in done for t in tasks)
-        tasks = [t for t in tasks if t.job_id not in done]
-        display.say(f"resume: {skipped} job(s) already stored as ok, {len(tasks)} to run")
-    if not tasks:
+        todo = not_stored(results, plan.campaign, todo, display)
+    if not todo:
         return None, None
+    images = {f"{fw}:{variant}": Image(tag=target.name, id=target.id)
+              for (fw, variant), target in targets.items()}
     if runtime == "docker":
-        for key, image in images.items():
-            if targets[key].reason is None and any(f"{t.job.framework}:{t.job.variant}" == key
-                                                   for t in tasks):
-                image.archive = save_image(backend.client, targets[key].image, results, display)
+        for (fw, variant), target in targets.items():
+            if target.reason is None and any((j.framework, j.variant) == (fw, variant) for j, _ in todo):
+                images[f"{fw}:{variant}"].archive = save_image(backend.client, target.image,
+                                                              results, display)
+    tasks = [Task(job=job, job_id=job_id) for job, job_id in todo]
     array = ArrayFile(submission=submission, campaign=plan.campaign, tasks=tasks, images=images,
                       data_dir=str(Path(data_dir).resolve()) if data_dir else None,
-                      memory=memory, timeout=timeout, runtime=runtime, python=python)
+                      runtime=runtime, python=python)
     plan_file = _dir(results) / "plans" / f"{submission}.json"
     _write_json(plan_file, array.model_dump_json(indent=1))
     args = sbatch_args(tasks, options, results, name)
@@ -367,7 +356,6 @@ def task_fields() -> dict:
 
 def run_task(plan_file: Path, index: int, results: Path, display=None, builder_options=None) -> list:
     """Run one job of an array's plan on this node, exactly as a local run does."""
-    from ..run import run_plan
     from ..runtimes import Target
     from ..runtimes.docker import DockerBackend, image_unsupported
     from ..runtimes.native import NativeBackend

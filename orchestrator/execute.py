@@ -1,0 +1,97 @@
+"""One ``dlbench run``, carried out: the plan, the sources it needs, then its scheduler.
+
+The command line turns its options into a ``Request`` (a plain value) and calls
+``execute``; nothing else decides where a run goes.  The campaign file, if any,
+is read once here (``campaign.read``): the plan, and the file's ``backend`` and
+``[slurm]`` table, which options given on the command line replace.
+
+    local   the job loop (``run.run_plan``) on this host, one job after another
+    slurm   one Slurm job array (``schedulers/slurm.py``); each of its tasks runs
+            that same job loop on its node
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import sources, store
+from .campaign import Campaign, read
+from .display import NullDisplay
+from .options import RunOptions
+from .run import run_plan
+
+SCHEDULERS = ("local", "slurm")
+
+
+@dataclass(frozen=True)
+class SlurmRequest:
+    """How a Slurm array is submitted, as given on the command line (None: not given)."""
+
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    sbatch_options: tuple[str, ...] = ()
+    detach: bool = False            # submit, return the array id, do not follow
+
+
+@dataclass(frozen=True)
+class Request:
+    """Everything ``dlbench run`` was asked, checked by the command line's types."""
+
+    options: RunOptions = field(default_factory=RunOptions)
+    campaign: Path | None = None
+    results: Path | None = None
+    data_dir: Path | None = None
+    builder_options: dict = field(default_factory=dict)
+    runtime: str = "docker"
+    python: str | None = None
+    resume: bool = False
+    fail_fast: bool = False
+    scheduler: str | None = None    # local or slurm; None: the campaign file's, else local
+    slurm: SlurmRequest = SlurmRequest()
+
+
+@dataclass
+class Executed:
+    """What a run left: its rows (None when a Slurm array was submitted detached)."""
+
+    results: Path
+    records: list | None
+    array_id: str | None = None     # the Slurm array, if one was submitted
+
+    @property
+    def not_ok(self) -> list:
+        return [r for r in self.records or [] if r.status != "ok"]
+
+
+def plan(request: Request) -> Campaign:
+    """The plan of the request, touching nothing."""
+    return read(request.campaign, request.options)
+
+
+def execute(request: Request, display=None, say=print, campaign: Campaign | None = None) -> Executed:
+    """Run the request's plan where it asks; every job's row is stored as it ends."""
+    display = display or NullDisplay()
+    campaign = campaign or plan(request)
+    the_plan = campaign.plan
+    if request.runtime == "docker":
+        sources.prepare_for(the_plan.frameworks, request.builder_options.get("sources_dir"))
+    results = store.results_dir(request.results)
+    scheduler = request.scheduler or campaign.backend or "local"
+    if scheduler == "local":
+        return Executed(results, run_plan(
+            the_plan, results, request.data_dir, request.builder_options, display,
+            resume=request.resume, fail_fast=request.fail_fast, runtime=request.runtime,
+            python=request.python))
+    from .schedulers import slurm
+
+    given, table = request.slurm, campaign.slurm
+    options = slurm.SlurmOptions(
+        partition=given.partition or table.partition, account=given.account or table.account,
+        qos=given.qos or table.qos, sbatch_options=[*table.sbatch_options, *given.sbatch_options])
+    array_id, records = slurm.run_array(
+        the_plan, results, options, given.detach, say, display, data_dir=request.data_dir,
+        resume=request.resume, runtime=request.runtime, python=request.python,
+        builder_options=request.builder_options)
+    return Executed(results, records, array_id)
