@@ -1,9 +1,11 @@
 """What dlbench itself costs: the same quick job run three (or four) ways, alternating.
 
     (a) plain      the framework's training loop in its image, driven by
-                   bench/plain_loop.py: no runner, no events, no result file
-    (b) runner     the dlbench runner in the same image, started with the Docker SDK
-                   as dlbench starts it (same limits and hardening), result.json read back
+                   bench/plain_loop.py: no runner, no events, no result file (the
+                   container started as in (b), the script mounted at /bench)
+    (b) runner     the dlbench runner in the same image, its container started with
+                   dlbench's own options (runtimes/docker.container_options: job
+                   directory, mounts, limits, hardening), result.json read back
     (c) dlbench    `dlbench run` end to end: CLI, image check, data verification,
                    container, trace, collection, Parquet write
     (d) native     with --native-python: `dlbench run --runtime native` on the host
@@ -41,9 +43,8 @@ import pandas as pd
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-from dlbench_runner.contract import THREAD_VARIABLES  # noqa: E402
-from orchestrator import build, catalog, datasets, hostinfo  # noqa: E402
-from orchestrator.runtimes import native  # noqa: E402
+from orchestrator import build, catalog, datasets, hostinfo, jobdir, owners, plan  # noqa: E402
+from orchestrator.runtimes import docker as docker_runtime, native  # noqa: E402
 
 GOALS = {"b/a": 0.98, "fixed": 2.0, "d/c": 0.97}
 
@@ -53,52 +54,57 @@ def fail(message: str) -> None:
     sys.exit(2)
 
 
-def container_run(client, image, command, volumes, cpus, entrypoint=None):
-    """Run one container as dlbench does; returns (wall seconds, exit code, output)."""
-    kwargs = dict(image=image, command=command, detach=True, network_mode="none",
-                  user="65534:65534", read_only=True, tmpfs={"/tmp": "rw,exec,size=2g"},
-                  cap_drop=["ALL"], security_opt=["no-new-privileges"], volumes=volumes,
-                  environment={"HOME": "/tmp", "PYTHONUNBUFFERED": "1",
-                               **{v: str(cpus) for v in THREAD_VARIABLES}},
-                  cpuset_cpus="0" if cpus == 1 else f"0-{cpus - 1}", nano_cpus=cpus * 10**9,
-                  labels={f"{build.LABEL}.role": "bench"})
-    if entrypoint:
+def job_of(client, framework, cpus):
+    """The quick MNIST job as `dlbench run --cpus N` plans it, with dlbench's default memory limit."""
+    job, = plan.make_plan([framework], ["mnist"], "quick", cpus=cpus).jobs
+    total = client.info().get("MemTotal")
+    return job.model_copy(update={"memory": str(int(total * docker_runtime.DEFAULT_MEMORY_SHARE))})
+
+
+def container_run(client, job, data, scratch, owner, command=None, entrypoint=None, mounts=None):
+    """Start one container exactly as dlbench starts a job's (its options, job directory,
+    mounts, limits and hardening), with another command if given; returns (wall seconds,
+    exit code, output, job directory)."""
+    job_dir = Path(tempfile.mkdtemp(dir=scratch)) / "jobs" / "bench"
+    job_dir.mkdir(parents=True)
+    root = os.getuid() == 0
+    jobdir.prepare(job_dir, job.spec("bench", "0" * 16),
+                   owner=docker_runtime.NOBODY if root else None).close()
+    kwargs = docker_runtime.container_options(job, build.image_tag(job.framework), "bench", "0" * 16,
+                                              job_dir, data / "mnist", owner.token)
+    kwargs["labels"][f"{build.LABEL}.role"] = "bench"
+    if command is not None:
+        kwargs["command"] = command
+    if entrypoint is not None:
         kwargs["entrypoint"] = entrypoint
+    kwargs["volumes"].update(mounts or {})
     started = time.perf_counter()
     container = client.containers.run(**kwargs)
     try:
         code = container.wait()["StatusCode"]
         wall = time.perf_counter() - started
-        return wall, code, container.logs().decode("utf-8", "replace")
+        return wall, code, container.logs().decode("utf-8", "replace"), job_dir
     finally:
         container.remove(force=True)
 
 
-def way_plain(client, framework, data, cpus):
-    wall, code, out = container_run(
-        client, build.image_tag(framework),
-        ["/bench/plain_loop.py", "--threads", str(cpus)],
-        {str(data / "mnist"): {"bind": "/data/mnist", "mode": "ro"},
-         str(REPO / "bench"): {"bind": "/bench", "mode": "ro"}}, cpus, entrypoint=["python3"])
+def way_plain(client, job, data, scratch, owner):
+    wall, code, out, _ = container_run(
+        client, job, data, scratch, owner, entrypoint=["python3"],
+        command=["/bench/plain_loop.py", "--threads", str(job.cpus)],
+        mounts={str(REPO / "bench"): {"bind": "/bench", "mode": "ro"}})
     lines = [line for line in out.splitlines() if line.startswith("{")]
     if code != 0 or not lines:
-        raise RuntimeError(f"{framework} plain loop failed ({code}): {out[-500:]}")
+        raise RuntimeError(f"{job.framework} plain loop failed ({code}): {out[-500:]}")
     return {"ips": json.loads(lines[-1])["train_images_per_s"], "wall": wall}
 
 
-def way_runner(client, framework, data, cpus, scratch):
-    out_dir = Path(tempfile.mkdtemp(dir=scratch))
-    os.chmod(out_dir, 0o777)
-    spec = {"framework": framework, "dataset": "mnist", "profile": "quick", "overrides": {},
-            "threads": cpus, "device": "cpu", "seed": 1}
-    (out_dir / "job.json").write_text(json.dumps(spec))
-    wall, code, out = container_run(
-        client, build.image_tag(framework), None,
-        {str(data / "mnist"): {"bind": "/data/mnist", "mode": "ro"},
-         str(out_dir): {"bind": "/out", "mode": "rw"}}, cpus)
-    result = json.loads((out_dir / "result.json").read_text()) if (out_dir / "result.json").exists() else {}
+def way_runner(client, job, data, scratch, owner):
+    wall, code, out, job_dir = container_run(client, job, data, scratch, owner)
+    raw, _ = jobdir.read_output(job_dir, "result.json", 1 << 20)
+    result = json.loads(raw) if raw else {}
     if code != 0 or result.get("status") != "ok":
-        raise RuntimeError(f"{framework} runner failed ({code}): {out[-500:]}")
+        raise RuntimeError(f"{job.framework} runner failed ({code}): {out[-500:]}")
     return {"ips": result["train_images_per_s"], "wall": wall, "total": result["total_time_s"]}
 
 
@@ -161,6 +167,8 @@ def main():
             else:
                 native_ok.add(framework)
     runs = {(f, w): [] for f in frameworks for w in "abcd"}
+    jobs = {f: job_of(client, f, args.cpus) for f in frameworks}
+    owner = owners.current()
     scratch = Path(tempfile.mkdtemp(prefix="dlbench-overhead-"))
     try:
         for round_ in range(args.rounds):
@@ -169,10 +177,11 @@ def main():
                 order = ways[round_ % len(ways):] + ways[:round_ % len(ways)]
                 for way in order:
                     if way == "a":
-                        runs[framework, way].append(way_plain(client, framework, args.data_dir, args.cpus))
+                        runs[framework, way].append(way_plain(client, jobs[framework], args.data_dir,
+                                                              scratch, owner))
                     elif way == "b":
-                        runs[framework, way].append(way_runner(client, framework, args.data_dir,
-                                                               args.cpus, scratch))
+                        runs[framework, way].append(way_runner(client, jobs[framework], args.data_dir,
+                                                               scratch, owner))
                     elif way == "c":
                         runs[framework, way].append(way_dlbench(framework, args.data_dir, args.cpus, scratch))
                     else:
