@@ -1,6 +1,7 @@
-"""MXNet adapter: GTDLBench's MXNet defaults, the image-classification examples.
+"""MXNet adapter: MXNet's own image-classification examples.
 
-GTDLBench ran MXNet's own example scripts, ``example/image-classification``
+GTDLBench lists MXNet but published no MXNet model, command or number; dlbench
+trains MXNet's own example scripts, ``example/image-classification``
 (branch v1.x): ``train_mnist.py`` and ``train_cifar10.py``, both training with
 ``common/fit.py`` (``mx.mod.Module`` and ``Module.fit``).  The networks are
 rebuilt here as MXNet symbols following ``symbols/lenet.py`` and
@@ -22,7 +23,7 @@ What fit.py sets up, kept here:
   weight decay (wd_mult 0), as in the original.
 
 MNIST, ``train_mnist.py`` with ``--network lenet`` (the script's own default
-network is ``mlp``; GTDLBench used LeNet): pixels / 255, batch 64, lr 0.05,
+network is ``mlp``; dlbench chooses LeNet, the study's MNIST model): pixels / 255, batch 64, lr 0.05,
 step 0.1 at epoch 10, 20 epochs; ``NDArrayIter(shuffle=True)``, whose default
 ``last_batch_handle='pad'`` fills the last batch of an epoch from its start
 (938 batches, 60,032 images an epoch).
@@ -47,7 +48,7 @@ Which version of the scripts: in GTDLBench's time (2017-18) train_cifar10.py
 calls ``set_data_aug_level(parser, 2)``; the last v1.x scripts comment the
 augmentation out (``# set_cifar_aug(parser)``) and default
 random crop and mirror to 0.  dlbench keeps the level-2 augmentation that
-GTDLBench trained with.  train_mnist.py's lr was .006 in its 2016 version and
+the scripts had in MXNet 1.0's time.  train_mnist.py's lr was .006 in its 2016 version and
 .05 from 2017 on (v1.x); dlbench uses .05.
 
 Quick profile: the same models, one epoch cut to ``max_batches`` batches:

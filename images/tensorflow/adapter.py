@@ -59,13 +59,14 @@ How dlbench differs, and why:
     20,000-example buffer over files read in shuffled order) becomes the same
     per-epoch shuffle: a uniform permutation of the 50,000 images every epoch.
     The CIFAR augmentation runs inside the training step (tf.image ops and a
-    tf.random.Generator), so it is timed as training, as the original's input
-    threads ran during training.
+    tf.random.Generator), so it is timed as training; the original's 16 input
+    threads ran it beside the training steps.
   * cifar10_eval.py evaluates ceil(10000 / 128) = 79 batches of 128, 10,112
     images, the queue wrapping around to repeat 112; dlbench tests each of the
     10,000 test images exactly once (in batches of 128, the last of 16).
-    cifar10_eval.py reruns every 5 minutes during training; dlbench tests once,
-    after training.
+    GTDLBench's cifar10_eval.py runs once after training with run_once set,
+    evaluating three times back to back, each in a new session; dlbench tests
+    once, after training.
   * The zero weight-decay terms (wd=0.0 on conv1, conv2, softmax_linear) add
     nothing to the loss or the gradients and are left out.
   * Setup runs one training step (on the first batch_size training images) to
