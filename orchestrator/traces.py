@@ -34,6 +34,7 @@ CGROUP_ROOT = Path("/sys/fs/cgroup")
 PEAK_FILES = ("memory.peak", "memory.max_usage_in_bytes")   # cgroup v2, v1
 NVIDIA_SMI_TIMEOUT_S = 10
 PEAK_INTERVAL_S = 0.05
+STREAM_WAIT_S = 0.05    # for the stats thread at stop; its stream ends at Docker's next tick
 
 
 @dataclasses.dataclass
@@ -146,6 +147,7 @@ class Sampler:
         self.error: str | None = None
         self._peak_file: Path | None = None
         self._stop = threading.Event()
+        self._lock = threading.Lock()       # samples are taken by stop() and not added after
         self._thread = threading.Thread(target=self._run, name=f"sampler-{container.short_id}",
                                         daemon=True)
         self._peak_thread = threading.Thread(target=self._watch_peak, daemon=True,
@@ -160,9 +162,14 @@ class Sampler:
         return self
 
     def stop(self, timeout: float = 10.0) -> None:
-        """After the container has exited: the stream ends with it; wait for the threads."""
-        self._stop.set()
-        self._thread.join(timeout)
+        """After the container has exited: the samples so far are the trace.
+
+        Docker ends a stopped container's stats stream only at its next tick, up to a
+        second later, with an empty sample that is not kept anyway; rather than wait for
+        it, the stream's thread is left to end on its own and adds nothing more."""
+        with self._lock:
+            self._stop.set()
+        self._thread.join(min(timeout, STREAM_WAIT_S))
         if self._peak_thread.is_alive():
             self._peak_thread.join(timeout)
 
@@ -190,12 +197,15 @@ class Sampler:
         usage, peak = memory_usage(stats)
         if not usage or str(stats.get("read", "")).startswith("0001"):
             return              # a stopped container's empty sample
-        if peak:
-            self.docker_peak = max(peak, self.docker_peak or 0)
         gpu_util, gpu_memory = gpu_sample(self.gpu) if self.gpu is not None else (None, None)
-        self.samples.append({"t_s": round(self.clock() - self.started, 3),
-                             "cpu_percent": cpu_percent(stats), "memory_bytes": int(usage),
-                             "gpu_util": gpu_util, "gpu_memory_bytes": gpu_memory})
+        sample = {"t_s": round(self.clock() - self.started, 3), "cpu_percent": cpu_percent(stats),
+                  "memory_bytes": int(usage), "gpu_util": gpu_util, "gpu_memory_bytes": gpu_memory}
+        with self._lock:
+            if self._stop.is_set():
+                return
+            if peak:
+                self.docker_peak = max(peak, self.docker_peak or 0)
+            self.samples.append(sample)
 
     def summary(self) -> Summary:
         return summarise(self.samples, self.docker_peak, self.cgroup_peak)
