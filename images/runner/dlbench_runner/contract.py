@@ -30,12 +30,15 @@ PROFILES = ("paper", "quick")
 # plans with these functions) and the runner refuse the same values: every number
 # is finite and 0 or more, an integer fits the 32-bit integers frameworks take,
 # learning rates are more than 0, and the length of training and batch sizes are
-# at least 1 (a batch at most MAX_BATCH_SIZE images, more than either data set holds).
+# at least 1 (a batch at most MAX_BATCH_SIZE images, more than either data set holds);
+# a named choice is one of its values (``dtype``: the floating-point type a model
+# computes in).
 MAX_INT = 2**31 - 1
 MAX_BATCH_SIZE = 65536
 POSITIVE = ("learning_rate", "learning_rate_lr1")
 AT_LEAST_ONE = ("epochs", "max_iter", "max_steps", "batch_size", "test_batch_size")
 BATCH_SIZES = ("batch_size", "test_batch_size")
+CHOICES = {"dtype": ("float64", "float32")}
 # Seeds: what every framework's seeding takes (numpy's RandomState, torch, TensorFlow).
 MAX_SEED = MAX_INT
 
@@ -90,6 +93,9 @@ def _coerce(key, value, default):
 
 def check_value(key, value):
     """Refuse a hyper-parameter outside the bounds above; the message names it."""
+    if key in CHOICES and value not in CHOICES[key]:
+        raise SpecError("hyper-parameter %r must be one of %s, not %r"
+                        % (key, ", ".join(CHOICES[key]), value))
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return
     if isinstance(value, float) and not math.isfinite(value):
