@@ -1,24 +1,44 @@
 """The theano image end to end: built (or found up to date), then the quick
-profile of the deeplearning.net LeNet5 tutorial on MNIST and on CIFAR-10 run
-through the CLI on the real data sets; the tutorial's early stopping and the
-refusal of a Theano that would not compile C code are checked in the image."""
+profile of the deeplearning.net LeNet5 tutorial on MNIST and of the Reslab
+tutorial's colour convnet on CIFAR-10 run through the CLI on the real data sets;
+the tutorial's early stopping and the refusal of a Theano that would not compile
+C code are checked in the image.  Without Docker: the reconstructed CIFAR-10
+model's shapes and Theano's numeric type as GTDLBench ran it (float64)."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import math
 import textwrap
 
 import pytest
 
-pytestmark = pytest.mark.docker
+from conftest import REPO
+from orchestrator import catalog, compare, plan
+from orchestrator.errors import UsageError
+
+docker = pytest.mark.docker
 
 FRAMEWORK = "theano"
 
 IMAGE = "dlbench/theano:cpu"
+RESLAB = "theano-reslab-convnet-cifar10"
 # conv 20*1*25+20, conv 50*20*25+50, hidden (50*4*4)*500+500, logistic 500*10+10
 MNIST_PARAMS = 520 + 25050 + 400500 + 5010
-# conv 20*3*25+20, conv 50*20*25+50, hidden (50*5*5)*500+500, logistic 500*10+10
-CIFAR_PARAMS = 1520 + 25050 + 625500 + 5010
+# 6_convnet_color.py: conv 4*3*9+4, conv 8*4*9+8, hidden (8*4*4)*100+100, output 100*10+10
+RESLAB_PARAMS = 112 + 296 + 12900 + 1010
+# 6_convnet.py (grey input): the first convolution has one input map, 4*1*9+4
+RESLAB_GREY_PARAMS = 40 + 296 + 12900 + 1010
+
+
+def theano_adapter():
+    """images/theano/adapter.py as a module (it imports Theano only in setup())."""
+    module_spec = importlib.util.spec_from_file_location("theano_adapter",
+                                                         REPO / "images" / "theano" / "adapter.py")
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    return module
 
 
 @pytest.fixture(scope="module")
@@ -40,14 +60,16 @@ def run_in_image(script: str) -> str:
 
 
 def setup_in_image(device: str, error: str, before: str = "") -> str:
-    """The adapter's setup() for an MNIST job on ``device`` in the image, after the statements
-    ``before``; prints "refused: MESSAGE" where it raises ``error``."""
+    """The adapter's setup() for a quick MNIST job on ``device`` in the image, after the
+    statements ``before``; prints "refused: MESSAGE" where it raises ``error``."""
     return run_in_image("import os, sys\n"
                         "sys.path[:0] = ['/opt/dlbench', '/opt/dlbench/framework']\n"
                         + textwrap.dedent(before) + textwrap.dedent(f"""
         import adapter
-        from dlbench_runner import runner
-        spec = {{"hyperparameters": {{}}, "dataset": "mnist", "device": "{device}", "seed": 1, "threads": 1}}
+        from dlbench_runner import runner, spec as specs
+        spec = specs.complete({{"framework": "theano", "dataset": "mnist", "profile": "quick",
+                               "device": "{device}", "threads": 1}},
+                              specs.load_catalog("/opt/dlbench/framework"))
         try:
             adapter.Adapter(runner.Context(spec, "/data")).setup()
         except {error} as exc:
@@ -55,6 +77,7 @@ def setup_in_image(device: str, error: str, before: str = "") -> str:
     """))
 
 
+@docker
 def test_both_quick_runs_are_stored_as_ok(quick_results, documents):
     assert set(quick_results) == {"mnist", "cifar10"}
     for name, row in quick_results.items():
@@ -70,22 +93,16 @@ def test_both_quick_runs_are_stored_as_ok(quick_results, documents):
         assert framework_threads["theano.config.openmp"] == (row.threads > 1)
         assert framework_threads["openblas_get_num_threads"] == row.threads
         theano = documents[name]["theano"]
-        assert theano["floatX"] == "float32"
+        assert theano["floatX"] == "float64"        # Theano's default, as GTDLBench ran it
         # the convolutions and their gradients ran as Theano's GEMM-based C ops
         assert theano["conv_ops"] == ["CorrMM", "CorrMM_gradInputs", "CorrMM_gradWeights"]
         hp = json.loads(row.hyperparameters)
-        assert (hp["batch_size"], hp["learning_rate"], hp["epochs"]) == (500, 0.1, 1)
-        # one epoch of whole minibatches of 500 (MNIST 100, CIFAR-10 80), one
-        # validation pass at its end, no early stop
-        batches = row.train_samples // 500
+        assert hp["epochs"] == 1 and hp["dtype"] == "float64"
         assert len(row.epoch_loss) == 1
-        stop = documents[name]["early_stopping"]
-        assert stop["epochs_run"] == 1 and stop["stopped_early"] is False
-        assert stop["iterations"] == stop["best_iteration"] == stop["validation_frequency"] == batches
-        assert 0.0 < stop["best_validation_error"] < 0.9
 
 
-def test_lenet5_on_mnist(quick_results):
+@docker
+def test_lenet5_on_mnist(quick_results, documents):
     row = quick_results["mnist"]
     assert row.model == "theano-lenet5"
     assert row.param_count == MNIST_PARAMS == 431080
@@ -93,16 +110,30 @@ def test_lenet5_on_mnist(quick_results):
     # the first 50,000 training images train, the last 10,000 validate
     assert row.train_samples == 50000
     assert 0.0 < row.epoch_accuracy[0] <= 1.0
+    hp = json.loads(row.hyperparameters)
+    assert (hp["batch_size"], hp["learning_rate"]) == (500, 0.1)
+    # one epoch of 100 whole minibatches of 500, one validation pass at its end, no early stop
+    stop = documents["mnist"]["early_stopping"]
+    assert stop["epochs_run"] == 1 and stop["stopped_early"] is False
+    assert stop["iterations"] == stop["best_iteration"] == stop["validation_frequency"] == 100
+    assert 0.0 < stop["best_validation_error"] < 0.9
 
 
-def test_lenet5_on_cifar10(quick_results):
+@docker
+def test_reslab_convnet_on_cifar10(quick_results, documents):
     row = quick_results["cifar10"]
-    assert row.model == "theano-lenet5-cifar10"
-    assert row.param_count == CIFAR_PARAMS == 657080
+    assert row.model == RESLAB
+    assert row.param_count == RESLAB_PARAMS == 14318
     assert row.accuracy >= 0.20          # twice chance
-    assert row.train_samples == 40000
+    # all 50,000 training images, one epoch of 1,000 minibatches of 50, no validation split
+    assert row.train_samples == 50000 and 0.0 < row.epoch_accuracy[0] <= 1.0
+    hp = json.loads(row.hyperparameters)
+    assert (hp["batch_size"], hp["learning_rate"], hp["momentum"], hp["grayscale"]) == \
+        (50, 0.01, 0.9, False)
+    assert documents["cifar10"]["early_stopping"] is None
 
 
+@docker
 def test_the_image_carries_its_labels(built):
     import docker
     labels = docker.from_env().images.get(IMAGE).labels
@@ -110,6 +141,7 @@ def test_the_image_carries_its_labels(built):
     assert labels["org.dlbench.framework-version"] == "1.0.5+dfsg-2"
 
 
+@docker
 def test_early_stopping_follows_the_tutorial(built):
     """The training loop with stand-in functions: 10 minibatches an epoch, patience
     10, so validation every 5 iterations.  Validation errors 0.5 (it 4, patience
@@ -126,8 +158,8 @@ def test_early_stopping_follows_the_tutorial(built):
               "patience_increase": 2, "improvement_threshold": 0.995, "validation_images": 100}
         spec = {"hyperparameters": hp, "dataset": "mnist", "device": "cpu", "seed": 1, "threads": 1}
         ctx = runner.Context(spec, "/data")
-        a = adapter.Adapter(ctx)
-        a.np, a.n_train, a.n_valid = numpy, 1000, 100
+        a = adapter.LeNet5(ctx, numpy, None)
+        a.n_train, a.n_valid = 1000, 100
         state = {"it": -1}
         class Param:
             def get_value(self, borrow=False): return state["it"]
@@ -151,6 +183,7 @@ def test_early_stopping_follows_the_tutorial(built):
     assert stop["best_validation_error"] == 0.4 and stop["validation_frequency"] == 5
 
 
+@docker
 def test_a_theano_without_cpp_compiler_is_refused(built):
     """Theano silently runs Python code when it finds no compiler; the adapter refuses."""
     out = setup_in_image("cpu", "RuntimeError", before="""
@@ -161,6 +194,40 @@ def test_a_theano_without_cpp_compiler_is_refused(built):
     assert "refused: Theano found no C++ compiler" in out
 
 
+@docker
 def test_cuda_is_a_clear_error(built):
     out = setup_in_image("cuda", "ValueError")
     assert "refused: this theano image is a CPU build" in out
+
+
+# -- without Docker ---------------------------------------------------------------------------
+def test_the_reslab_convnet_has_the_scripts_shapes():
+    """6_convnet_color.py's parameters in its order: 32x32 -> conv 3x3 30x30 -> pool 3 10x10
+    -> conv 3x3 8x8 -> pool 2 4x4, so 8*4*4 = 128 inputs to the 100-unit layer."""
+    shapes = theano_adapter().reslab_shapes
+    assert shapes(3) == [("w_c1", (4, 3, 3, 3)), ("b_c1", (4,)), ("w_c2", (8, 4, 3, 3)), ("b_c2", (8,)),
+                         ("w_h3", (128, 100)), ("b_h3", (100,)), ("w_o", (100, 10)), ("b_o", (10,))]
+    assert sum(math.prod(shape) for _, shape in shapes(3)) == RESLAB_PARAMS
+    assert sum(math.prod(shape) for _, shape in shapes(1)) == RESLAB_GREY_PARAMS == 14246
+
+
+def test_theano_computes_in_float64_as_gtdlbench_ran_it_unless_told_float32():
+    assert catalog.models("theano")["models"]["cifar10"]["model"] == RESLAB
+    for dataset in ("mnist", "cifar10"):
+        for profile in ("paper", "quick"):
+            job, = plan.make_plan(["theano"], [dataset], profile, host_cpus=2).jobs
+            assert job.hyperparameters["dtype"] == "float64"
+        single, = plan.make_plan(["theano"], [dataset], overrides={"dtype": "float32"}, host_cpus=2).jobs
+        # a change of the model's own settings: stored as such, never judged against the paper
+        own = compare.defaults("theano", dataset, "paper")
+        assert {k: v for k, v in single.hyperparameters.items() if own[k] != v} == {"dtype": "float32"}
+        with pytest.raises(UsageError, match="'dtype' must be one of float64, float32, not 'float16'"):
+            plan.make_plan(["theano"], [dataset], overrides={"dtype": "float16"}, host_cpus=2)
+    adapter = theano_adapter()
+    assert "floatX=float64" in adapter.theano_flags(2, "/compile/x", "float64").split(",")
+    assert "floatX=float32" in adapter.theano_flags(2, "/compile/x", "float32").split(",")
+    job, = plan.make_plan(["theano"], ["cifar10"], host_cpus=2).jobs
+    assert {k: job.hyperparameters[k] for k in ("epochs", "batch_size", "learning_rate", "momentum",
+                                                "grayscale")} == \
+        {"epochs": 50, "batch_size": 50, "learning_rate": 0.01, "momentum": 0.9, "grayscale": False}
+

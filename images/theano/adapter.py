@@ -1,6 +1,6 @@
-"""Theano adapter: the deeplearning.net LeNet5 tutorial, trained by Theano itself.
+"""Theano adapter: GTDLBench's two Theano programs, trained by Theano itself.
 
-GTDLBench's Theano default on MNIST is ``THEANO_FLAGS=device=cpu python
+MNIST: GTDLBench's Theano default is ``THEANO_FLAGS=device=cpu python
 convolutional_mlp.py``: ``evaluate_lenet5()`` of the DeepLearningTutorials
 (code/convolutional_mlp.py, with LogisticRegression and load_data from
 logistic_sgd.py and HiddenLayer from mlp.py).  The graph here is that
@@ -41,10 +41,10 @@ How dlbench differs from the tutorial, and why:
   dropped either way).  Training and validation still use whole batches only.
 * The training function also returns the minibatch's error count (from the
   same forward pass) for the per-epoch training accuracy.
-* The data come from the canonical IDX / CIFAR-10 binary files instead of
-  mnist.pkl.gz; labels are int32 shared variables (the tutorial stores floatX
-  and casts, for the GPU).  ``validation_images`` (10,000) names the split
-  that mnist.pkl.gz fixes; ``epochs`` is the tutorial's ``n_epochs``.
+* The data come from the canonical IDX files instead of mnist.pkl.gz; labels
+  are int32 shared variables (the tutorial stores floatX and casts, for the
+  GPU).  ``validation_images`` (10,000) names the split that mnist.pkl.gz
+  fixes; ``epochs`` is the tutorial's ``n_epochs``.
 * Where training ended (epochs run, iterations, whether patience ran out, the
   best validation error and its iteration) goes to result.json under
   ``early_stopping``; the stored row shows it as the number of epochs and the
@@ -54,24 +54,51 @@ How dlbench differs from the tutorial, and why:
   Theano 1.0; its older forms (conv.conv2d, downsample.max_pool_2d) build the
   same graph.
 
-CIFAR-10: GTDLBench names a Theano CIFAR-10 ``convolutional_mlp.py`` derived
-from the Reslab theano-tutorial but never published it.  dlbench's definition
-is the same LeNet5 on 3x32x32 input (channel-first, byte / 256): conv 5x5
-3->20, pool, conv 5x5 20->50, pool, 50*5*5 -> 500 -> 10, with the MNIST
-hyper-parameters and the last 10,000 training images for validation.
+CIFAR-10: GTDLBench runs ``python convolutional_mlp.py`` in its
+models/cifar10/theano, a file it never published, "derived from Reslab Theano
+tutorial (10 February 2015)" (benanne/theano-tutorial).  That tutorial's
+CIFAR-10 convnets are 6_convnet.py (grey: load.cifar10's default averages the
+three channels), 6_convnet_color.py (colour) and 6_convnet_dropout.py (grey,
+dropout 0.5); dlbench rebuilds the colour one, CIFAR-10 as the other
+frameworks take it (the README gives the evidence; ``grayscale`` true gives
+6_convnet.py's input):
 
-Theano settings (THEANO_FLAGS, set before the import): device=cpu,
-floatX=float32 (the float64 default breaks the tutorial's float32 updates),
-base_compiledir in a fresh directory under $DLBENCH_COMPILE_DIR, else under
-the temporary directory (the job's root file system is read-only, and its /tmp
-is noexec while the compiled modules are loaded as shared objects),
-blas.ldflags=-lopenblas (Theano calls OpenBLAS's sgemm directly), openmp on
-when more than one thread is requested (CorrMM then works on the images of a
-batch in parallel), on_opt_error and on_shape_error raise (Theano's default
-prints a warning and goes on without the optimisation).  Every function is
-compiled in setup(); a Theano without a C++ compiler would silently run Python
-implementations, or its Python virtual machine instead of the C one, so setup()
-refuses both.
+* load.py's data: byte / 255.0 (0 to 1, nothing subtracted), one-hot labels,
+  the 50,000 training images in file order, no validation split.
+* conv 3x3 3->4 ('valid', 30x30) + bias -> ReLU -> max-pool 3x3 (10x10);
+  conv 3x3 4->8 (8x8) + bias -> ReLU -> max-pool 2x2 (4x4); flatten 128 ->
+  fully connected 100 + ReLU -> fully connected 10 -> softmax; cost: the mean
+  categorical cross-entropy against the one-hot labels.  The script's
+  max_pool_2d leaves ignore_border False; 30 and 8 divide by 3 and 2, so the
+  sizes are the same.
+* Every weight and bias N(0, 0.1^2) (``randn * 0.1``), drawn in the script's
+  order (w_c1, b_c1, w_c2, b_c2, w_h3, b_h3, w_o, b_o) from
+  RandomState(seed); the script draws from numpy's unseeded global generator.
+* Its momentum: v = 0.9 v - 0.01 grad, then param + v, velocities from zero;
+  minibatches of 50 in file order (a last partial one trained too), 50 epochs.
+* The script prints the test accuracy after every epoch; the last is its
+  result.  dlbench tests once, after the last epoch: the same number, with
+  the test out of the training time.  The training function also returns
+  the minibatch's count of correct predictions, for the per-epoch training
+  accuracy.
+
+Numeric type: Theano computes in ``floatX``, float64 unless told otherwise;
+GTDLBench set only device=cpu, so both programs ran in float64, data,
+weights and updates alike (every variable of the tutorials follows floatX).
+The ``dtype`` hyper-parameter sets floatX: float64 by default,
+``dtype=float32`` for the faster single-precision variant.
+
+Theano settings (THEANO_FLAGS, set before the import): device=cpu, floatX
+from ``dtype``, base_compiledir in a fresh directory under
+$DLBENCH_COMPILE_DIR, else under the temporary directory (the job's root file
+system is read-only, and its /tmp is noexec while the compiled modules are
+loaded as shared objects), blas.ldflags=-lopenblas (Theano calls OpenBLAS's
+gemm directly), openmp on when more than one thread is requested (CorrMM then
+works on the images of a batch in parallel), on_opt_error and on_shape_error
+raise (Theano's default prints a warning and goes on without the
+optimisation).  Every function is compiled in setup(); a Theano without a C++
+compiler would silently run Python implementations, or its Python virtual
+machine instead of the C one, so setup() refuses both.
 """
 
 import os
@@ -79,19 +106,30 @@ import subprocess
 import tempfile
 
 DEBIAN_VERSION = "1.0.5+dfsg-2"
+N_CLASSES = 10
+
+# convolutional_mlp.py's LeNet5 (MNIST)
 NKERNS = (20, 50)          # evaluate_lenet5(nkerns=[20, 50])
 FILTER = 5
 POOL = (2, 2)
 N_HIDDEN = 500
-N_CLASSES = 10
 PIXEL_SCALE = 1.0 / 256    # mnist.pkl.gz: byte / 256
-SHAPES = {"mnist": (1, 28, 28), "cifar10": (3, 32, 32)}
+MNIST_SHAPE = (1, 28, 28)
+
+# The Reslab tutorial's 6_convnet_color.py (CIFAR-10)
+RESLAB_MAPS = (4, 8)
+RESLAB_FILTER = 3
+RESLAB_POOLS = (3, 2)
+RESLAB_HIDDEN = 100
+RESLAB_INIT_STD = 0.1      # init_weights: randn * 0.1, biases too
+RESLAB_PIXEL_MAX = 255.0   # load.py: byte / 255.0
+CIFAR_SIZE = 32
 
 
-def theano_flags(threads, compiledir):
+def theano_flags(threads, compiledir, floatx):
     # on_opt_error, on_shape_error: by default Theano prints a warning and goes on
     # without the optimisation (or with a default shape); here that fails the job.
-    flags = ["device=cpu", "floatX=float32", "mode=FAST_RUN",
+    flags = ["device=cpu", "floatX=%s" % floatx, "mode=FAST_RUN",
              "base_compiledir=%s" % compiledir, "blas.ldflags=-lopenblas",
              "on_opt_error=raise", "on_shape_error=raise"]
     if threads:
@@ -107,23 +145,37 @@ def conv_bound(numpy, filter_shape, poolsize):
     return numpy.sqrt(6.0 / (fan_in + fan_out))
 
 
+def reslab_shapes(channels):
+    """The Reslab convnet's parameters in the script's order (its draw order), as
+    (name, shape); the dense layer's input is what the two conv/pool stages leave."""
+    size, maps_in, shapes = CIFAR_SIZE, channels, []
+    for i, (maps, pool) in enumerate(zip(RESLAB_MAPS, RESLAB_POOLS), start=1):
+        shapes += [("w_c%d" % i, (maps, maps_in, RESLAB_FILTER, RESLAB_FILTER)), ("b_c%d" % i, (maps,))]
+        size, maps_in = (size - RESLAB_FILTER + 1) // pool, maps
+    flat = maps_in * size * size
+    return shapes + [("w_h3", (flat, RESLAB_HIDDEN)), ("b_h3", (RESLAB_HIDDEN,)),
+                     ("w_o", (RESLAB_HIDDEN, N_CLASSES)), ("b_o", (N_CLASSES,))]
+
+
 class Adapter:
+    """Sets Theano up as the job asks and leaves the rest to its data set's model."""
+
     def __init__(self, ctx):
         self.ctx = ctx
-        self.hp = ctx.hp
-        self.early_stopping = None
+        self.net = None
 
     # -- setup ---------------------------------------------------------------
     def setup(self):
-        if self.ctx.device != "cpu":
+        ctx = self.ctx
+        if ctx.device != "cpu":
             raise ValueError("this theano image is a CPU build (Debian's Theano without "
                              "libgpuarray/pygpu or CUDA); device %r is not available"
-                             % self.ctx.device)
-        if self.ctx.dataset not in SHAPES:
-            raise ValueError("no theano model for %s" % self.ctx.dataset)
+                             % ctx.device)
+        if ctx.dataset not in NETS:
+            raise ValueError("no theano model for %s" % ctx.dataset)
         self.compiledir = tempfile.mkdtemp(prefix="dlbench-theano-",
                                            dir=os.environ.get("DLBENCH_COMPILE_DIR") or None)
-        os.environ["THEANO_FLAGS"] = theano_flags(self.ctx.threads, self.compiledir)
+        os.environ["THEANO_FLAGS"] = theano_flags(ctx.threads, self.compiledir, ctx.hp["dtype"])
         import numpy
         import theano
         self.np, self.theano = numpy, theano
@@ -133,12 +185,77 @@ class Adapter:
         if "openblas" not in theano.config.blas.ldflags:
             raise RuntimeError("Theano does not link OpenBLAS (blas.ldflags=%r)"
                                % theano.config.blas.ldflags)
-        self._load_data()
-        self._build()
+        self.net = NETS[ctx.dataset](ctx, numpy, theano)
+        self.net.load(ctx.load_data())
+        self.net.build()
+        self.conv_ops = compiled_conv_ops(self.net.train_fn)
 
-    def _load_data(self):
+    def train(self):
+        self.net.train()
+
+    def test(self):
+        return self.net.test()
+
+    # -- describe ------------------------------------------------------------
+    def describe(self):
+        np, theano = self.np, self.theano
+        import scipy
+        config = theano.config
+        return {
+            "framework_version": theano.__version__,
+            "param_count": int(sum(p.get_value(borrow=True).size for p in self.net.params)),
+            "device_name": None,
+            "threads": {"requested": self.ctx.threads,
+                        "framework": {"theano.config.openmp": bool(config.openmp),
+                                      "theano.config.openmp_elemwise_minsize":
+                                          int(config.openmp_elemwise_minsize),
+                                      "theano.config.blas.ldflags": config.blas.ldflags,
+                                      "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"),
+                                      "openblas_get_num_threads": _openblas_threads()}},
+            "libraries": {"numpy": np.__version__, "scipy": scipy.__version__,
+                          "theano_debian": DEBIAN_VERSION, "openblas": _openblas_config(),
+                          "cxx": "%s %s" % (config.cxx, _cxx_version(config.cxx))},
+            # Kept in result.json (the stored row has no columns for them).
+            "theano": {"floatX": config.floatX, "mode": str(config.mode),
+                       "linker": str(config.linker), "conv_ops": self.conv_ops},
+            "early_stopping": self.net.early_stopping,
+        }
+
+
+def compiled_conv_ops(train_fn):
+    """Fail loudly if the graph did not become C code: every node of the training
+    function must have a C implementation and the convolutions must be CorrMM;
+    returns the CorrMM ops."""
+    if type(train_fn.fn).__name__ != "CVM":
+        raise RuntimeError("Theano runs the training function with %s, not its C virtual "
+                           "machine (CVM): lazylinker_c did not compile"
+                           % type(train_fn.fn).__name__)
+    fgraph = train_fn.maker.fgraph
+    ops = sorted({type(node.op).__name__ for node in fgraph.apply_nodes})
+    if not any(op.startswith("CorrMM") for op in ops):
+        raise RuntimeError("the convolutions were not compiled to CorrMM (ops: %s)"
+                           % ", ".join(ops))
+    thunks = train_fn.fn
+    python_ops = []
+    for node, thunk in zip(getattr(thunks, "nodes", []), getattr(thunks, "thunks", [])):
+        if not hasattr(thunk, "cthunk"):
+            python_ops.append(type(node.op).__name__)
+    if python_ops:
+        raise RuntimeError("ops without C code in the training function: %s"
+                           % ", ".join(sorted(set(python_ops))))
+    return [op for op in ops if op.startswith("CorrMM")]
+
+
+class LeNet5:
+    """convolutional_mlp.py's evaluate_lenet5() on MNIST."""
+
+    def __init__(self, ctx, np, theano):
+        self.ctx, self.hp, self.np, self.theano = ctx, ctx.hp, np, theano
+        self.early_stopping = None
+
+    def load(self, arrays):
         np, theano, hp = self.np, self.theano, self.hp
-        arrays = self.ctx.load_data()
+        floatX = theano.config.floatX
         n_valid = hp["validation_images"]
         images, labels = arrays["train_images"], arrays["train_labels"]
         if not 0 < n_valid < len(labels):
@@ -146,8 +263,8 @@ class Adapter:
         n_train = len(labels) - n_valid
 
         def shared(x, y):
-            x = x.reshape(len(x), -1).astype(theano.config.floatX)
-            x *= np.float32(PIXEL_SCALE)        # in place: CIFAR-10 is 737 MB as float32
+            x = x.reshape(len(x), -1).astype(floatX)
+            x *= np.asarray(PIXEL_SCALE, dtype=floatX)      # in place
             return (theano.shared(x, borrow=True),
                     theano.shared(y.astype("int32"), borrow=True))
 
@@ -159,7 +276,7 @@ class Adapter:
         self.n_test = len(arrays["test_labels"])
         self.ctx.train_samples = n_train
 
-    def _build(self):
+    def build(self):
         np, theano, hp = self.np, self.theano, self.hp
         T = theano.tensor
         from theano.tensor.nnet import conv2d
@@ -167,7 +284,7 @@ class Adapter:
         floatX = theano.config.floatX
         rng = np.random.RandomState(self.ctx.seed)
         batch = hp["batch_size"]
-        channels, height, width = SHAPES[self.ctx.dataset]
+        channels, height, width = MNIST_SHAPE
 
         index = T.lscalar("index")
         x = T.matrix("x")
@@ -227,31 +344,7 @@ class Adapter:
             [index], errors, givens={x: window(self.valid_x), y: window(self.valid_y)})
         self.test_fn = theano.function(
             [index], [cost, errors], givens={x: window(self.test_x), y: window(self.test_y)})
-        self._check_compiled()
 
-    def _check_compiled(self):
-        """Fail loudly if the graph did not become C code: every node of the training
-        function must have a C implementation and the convolutions must be CorrMM."""
-        if type(self.train_fn.fn).__name__ != "CVM":
-            raise RuntimeError("Theano runs the training function with %s, not its C virtual "
-                               "machine (CVM): lazylinker_c did not compile"
-                               % type(self.train_fn.fn).__name__)
-        fgraph = self.train_fn.maker.fgraph
-        ops = sorted({type(node.op).__name__ for node in fgraph.apply_nodes})
-        if not any(op.startswith("CorrMM") for op in ops):
-            raise RuntimeError("the convolutions were not compiled to CorrMM (ops: %s)"
-                               % ", ".join(ops))
-        self.conv_ops = [op for op in ops if op.startswith("CorrMM")]
-        thunks = self.train_fn.fn
-        python_ops = []
-        for node, thunk in zip(getattr(thunks, "nodes", []), getattr(thunks, "thunks", [])):
-            if not hasattr(thunk, "cthunk"):
-                python_ops.append(type(node.op).__name__)
-        if python_ops:
-            raise RuntimeError("ops without C code in the training function: %s"
-                               % ", ".join(sorted(set(python_ops))))
-
-    # -- train ---------------------------------------------------------------
     def train(self):
         np, hp, ctx = self.np, self.hp, self.ctx
         batch = hp["batch_size"]
@@ -304,7 +397,6 @@ class Adapter:
                                    else "epoch limit reached",
                                    best_validation_loss, best_iter + 1), flush=True)
 
-    # -- test ----------------------------------------------------------------
     def test(self):
         batch = self.hp["batch_size"]
         loss_sum, error_sum = 0.0, 0.0
@@ -315,30 +407,95 @@ class Adapter:
             error_sum += float(errors) * count
         return {"accuracy": 1.0 - error_sum / self.n_test, "loss": loss_sum / self.n_test}
 
-    # -- describe ------------------------------------------------------------
-    def describe(self):
-        np, theano = self.np, self.theano
-        import scipy
-        config = theano.config
-        return {
-            "framework_version": theano.__version__,
-            "param_count": int(sum(p.get_value(borrow=True).size for p in self.params)),
-            "device_name": None,
-            "threads": {"requested": self.ctx.threads,
-                        "framework": {"theano.config.openmp": bool(config.openmp),
-                                      "theano.config.openmp_elemwise_minsize":
-                                          int(config.openmp_elemwise_minsize),
-                                      "theano.config.blas.ldflags": config.blas.ldflags,
-                                      "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"),
-                                      "openblas_get_num_threads": _openblas_threads()}},
-            "libraries": {"numpy": np.__version__, "scipy": scipy.__version__,
-                          "theano_debian": DEBIAN_VERSION, "openblas": _openblas_config(),
-                          "cxx": "%s %s" % (config.cxx, _cxx_version(config.cxx))},
-            # Kept in result.json (the stored row has no columns for them).
-            "theano": {"floatX": config.floatX, "mode": str(config.mode),
-                       "linker": str(config.linker), "conv_ops": self.conv_ops},
-            "early_stopping": self.early_stopping,
-        }
+
+class ReslabConvnet:
+    """The Reslab Theano tutorial's 6_convnet_color.py on CIFAR-10 (6_convnet.py's
+    grey input with ``grayscale``)."""
+
+    def __init__(self, ctx, np, theano):
+        self.ctx, self.hp, self.np, self.theano = ctx, ctx.hp, np, theano
+        self.early_stopping = None      # the script trains a fixed number of epochs
+        self.channels = 1 if self.hp["grayscale"] else 3
+
+    def load(self, arrays):
+        np, floatX = self.np, self.theano.config.floatX
+
+        def images(x):
+            # load.py: byte / 255.0 in floatX (in place: the same numbers as its
+            # float64 division cast to floatX); grey: the mean of the three channels.
+            x = x.reshape(len(x), -1).astype(floatX)
+            x /= np.asarray(RESLAB_PIXEL_MAX, dtype=floatX)
+            if self.channels == 1:
+                x = x.reshape(len(x), 3, CIFAR_SIZE, CIFAR_SIZE).mean(1)
+            return x.reshape(len(x), self.channels, CIFAR_SIZE, CIFAR_SIZE)
+
+        def one_hot(labels):
+            return np.eye(N_CLASSES, dtype=floatX)[labels]
+
+        self.train_x, self.train_t = images(arrays["train_images"]), one_hot(arrays["train_labels"])
+        self.test_x, self.test_t = images(arrays["test_images"]), one_hot(arrays["test_labels"])
+        self.ctx.train_samples = len(self.train_x)
+
+    def build(self):
+        np, theano, hp = self.np, self.theano, self.hp
+        T = theano.tensor
+        from theano.tensor.nnet import conv2d
+        from theano.tensor.signal import pool
+        floatX = theano.config.floatX
+        rng = np.random.RandomState(self.ctx.seed)
+        weights = {name: theano.shared(np.asarray(rng.randn(*shape) * RESLAB_INIT_STD, dtype=floatX),
+                                       name=name)
+                   for name, shape in reslab_shapes(self.channels)}
+        self.params = list(weights.values())
+
+        x = T.tensor4("x")
+        t = T.matrix("t")
+        layer = x
+        for i, ws in enumerate(RESLAB_POOLS, start=1):
+            w, b = weights["w_c%d" % i], weights["b_c%d" % i]
+            conv = conv2d(layer, w, filter_shape=w.get_value().shape)
+            layer = pool.pool_2d(T.maximum(0, conv + b.dimshuffle("x", 0, "x", "x")),
+                                 ws=(ws, ws), ignore_border=True)
+        hidden = T.maximum(0, T.dot(layer.flatten(2), weights["w_h3"]) + weights["b_h3"])
+        p_y_given_x = T.nnet.softmax(T.dot(hidden, weights["w_o"]) + weights["b_o"])
+        cost = T.mean(T.nnet.categorical_crossentropy(p_y_given_x, t))
+        correct = T.sum(T.eq(T.argmax(p_y_given_x, axis=1), T.argmax(t, axis=1)))
+
+        # The script's momentum(): v = momentum * v - learning_rate * grad; param + v.
+        lr = np.asarray(hp["learning_rate"], dtype=floatX)
+        momentum = np.asarray(hp["momentum"], dtype=floatX)
+        updates = []
+        for p, g in zip(self.params, T.grad(cost, self.params)):
+            velocity = theano.shared(np.zeros(p.get_value().shape, dtype=floatX))
+            step = momentum * velocity - lr * g
+            updates += [(velocity, step), (p, p + step)]
+
+        self.train_fn = theano.function([x, t], [cost, correct], updates=updates)
+        self.test_fn = theano.function([x, t], [cost, correct])
+
+    def train(self):
+        hp, ctx = self.hp, self.ctx
+        batch, n = hp["batch_size"], len(self.train_x)
+        step = 0
+        for epoch in range(1, hp["epochs"] + 1):
+            ctx.epoch_start()
+            loss_sum, correct_sum = 0.0, 0
+            for start in range(0, n, batch):
+                x = self.train_x[start:start + batch]
+                cost, correct = self.train_fn(x, self.train_t[start:start + batch])
+                loss_sum += float(cost) * len(x)
+                correct_sum += int(correct)
+                step += 1
+                ctx.progress(epoch, (start + len(x)) / n, cost, step=step)
+            ctx.epoch_done(epoch, loss_sum / n, correct_sum / n, samples=n)
+
+    def test(self):
+        # The script predicts the whole test set in one call.
+        cost, correct = self.test_fn(self.test_x, self.test_t)
+        return {"accuracy": int(correct) / len(self.test_x), "loss": float(cost)}
+
+
+NETS = {"mnist": LeNet5, "cifar10": ReslabConvnet}
 
 
 def _cxx_version(cxx):
