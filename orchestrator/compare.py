@@ -3,14 +3,17 @@ verdicts and training-time ratios, as one plain value that the renderers only fo
 
 Rules, stated once here and printed with every report:
 - Rows are grouped by machine (host name and CPU model) and schema version first, and
-  never averaged across those; within one machine, by framework, data set, device,
+  never averaged across those; within one machine, by framework, data set, model, device,
   profile, settings (own defaults, another framework's defaults, changed values) and
   threads.
 - Statistics are the median and the range (min to max) over a group's ok rows.
 - A group is judged against the paper cell of the same framework, data set and device
   class (cpu: the CPU column, cuda: the GPU column) only when it ran the paper profile
   with the framework's own defaults: "reproduced" when its median accuracy is within the
-  tolerance (percentage points) of the published accuracy.  Times are never judged, since
+  tolerance (percentage points) of the published accuracy.  A cell that names a model
+  (Theano CIFAR-10, whose program GTDLBench never published and dlbench reconstructed)
+  holds only for rows of that model; any other model of that framework and data set is
+  never held against it.  Times are never judged, since
   the machines differ; training-time ratios between frameworks are shown beside the
   paper's instead.
 """
@@ -39,7 +42,7 @@ METRICS = {
 # resource columns, reported when the rows have them (and not all empty)
 RESOURCES = ("memory_peak_bytes", "cpu_percent_mean", "gpu_util_mean", "gpu_memory_peak_bytes")
 
-GROUP_KEYS = ["section", "framework", "dataset", "device", "profile", "settings", "threads"]
+GROUP_KEYS = ["section", "framework", "dataset", "model", "device", "profile", "settings", "threads"]
 REPRODUCED, NOT_REPRODUCED = "reproduced", "not reproduced"
 
 
@@ -50,8 +53,12 @@ class Reference:
     meta: dict
     cells: dict
 
-    def cell(self, framework: str, dataset: str, device: str) -> dict | None:
-        return self.cells.get((framework, dataset, device))
+    def cell(self, framework: str, dataset: str, device: str, model: str | None = None) -> dict | None:
+        """The published cell; None for a ``model`` other than the one the cell names."""
+        cell = self.cells.get((framework, dataset, device))
+        if cell is not None and model is not None and cell.get("model", model) != model:
+            return None
+        return cell
 
     def test_time_note(self, framework: str, dataset: str) -> str | None:
         notes = self.meta["test_time_notes"]
@@ -104,7 +111,8 @@ class Report:
         notes = [
             f"Reproduced: the median accuracy of a paper-profile group run with the framework's own "
             f"defaults is within {self.tolerance:g} percentage point(s) of the published accuracy for "
-            f"the same framework, data set and device class (cpu: CPU column, cuda: GPU column). "
+            f"the same framework, data set and device class (cpu: CPU column, cuda: GPU column), "
+            f"and of the model the paper's cell names where it names one. "
             f"Quick-profile rows and rows with other settings are shown but never judged.",
             "Times are never judged as reproduced: the machines differ. Training-time ratios "
             "between frameworks on one machine are shown beside the same ratios in the paper.",
@@ -239,7 +247,8 @@ def _stats(metric: str, values: pd.Series) -> dict:
 
 
 def _against_paper(group: dict, ref: Reference, tolerance: float) -> dict:
-    cell = ref.cell(group["framework"], group["dataset"], group["device"])
+    cell = ref.cell(group["framework"], group["dataset"], group["device"], group["model"])
+    published = ref.cell(group["framework"], group["dataset"], group["device"])
     own = group["settings_kind"] == "own"
     shown = cell if own else None   # another framework's settings: the own-defaults cell is not theirs
     result = {
@@ -253,6 +262,8 @@ def _against_paper(group: dict, ref: Reference, tolerance: float) -> dict:
         verdict = "no ok run"
     elif group["framework"] in ref.meta.get("not_comparable", {}):
         verdict = ref.meta["not_comparable"][group["framework"]]
+    elif cell is None and published is not None:
+        verdict = f"not comparable: the paper's cell is {published['model']}, not {group['model']}"
     elif cell is None:
         verdict = "no paper cell"
     elif group["profile"] != "paper":
@@ -285,13 +296,13 @@ def _ratios(groups: pd.DataFrame, ref: Reference) -> pd.DataFrame:
         part = part.drop_duplicates("framework")
         if len(part) < 2:
             continue
-        with_cell = [r for r in part.itertuples() if ref.cell(r.framework, r.dataset, r.device)]
+        with_cell = [r for r in part.itertuples() if ref.cell(r.framework, r.dataset, r.device, r.model)]
         base = with_cell[0] if with_cell else next(part.itertuples())
-        base_cell = ref.cell(base.framework, base.dataset, base.device)
+        base_cell = ref.cell(base.framework, base.dataset, base.device, base.model)
         for r in part.itertuples():
             groups.at[r.Index, "ratio_baseline"] = base.framework
             groups.at[r.Index, "train_time_ratio"] = r.train_time_s_median / base.train_time_s_median
-            cell = ref.cell(r.framework, r.dataset, r.device)
+            cell = ref.cell(r.framework, r.dataset, r.device, r.model)
             if r.profile == "paper" and cell and base_cell:
                 groups.at[r.Index, "paper_train_time_ratio"] = (cell["train_time_s"]
                                                                 / base_cell["train_time_s"])

@@ -3,7 +3,8 @@ profile of the deeplearning.net LeNet5 tutorial on MNIST and of the Reslab
 tutorial's colour convnet on CIFAR-10 run through the CLI on the real data sets;
 the tutorial's early stopping and the refusal of a Theano that would not compile
 C code are checked in the image.  Without Docker: the reconstructed CIFAR-10
-model's shapes and Theano's numeric type as GTDLBench ran it (float64)."""
+model's shapes, Theano's numeric type as GTDLBench ran it (float64), and the
+paper's Theano CIFAR-10 cell held only against that model."""
 
 from __future__ import annotations
 
@@ -12,10 +13,12 @@ import json
 import math
 import textwrap
 
+import pandas as pd
 import pytest
 
 from conftest import REPO
-from orchestrator import catalog, compare, plan
+from orchestrator import catalog, compare, plan, store
+from orchestrator.collect import Outcome, collect
 from orchestrator.errors import UsageError
 
 docker = pytest.mark.docker
@@ -231,3 +234,33 @@ def test_theano_computes_in_float64_as_gtdlbench_ran_it_unless_told_float32():
                                                 "grayscale")} == \
         {"epochs": 50, "batch_size": 50, "learning_rate": 0.01, "momentum": 0.9, "grayscale": False}
 
+
+def test_the_papers_theano_cifar10_cell_judges_the_reconstruction_and_never_lenet5(tmp_path):
+    """One paper-profile row of each model with the same own settings: the reconstructed
+    model is judged against 49.66%; dlbench's earlier LeNet5 on CIFAR-10 never is."""
+    ref = compare.reference()
+    assert ref.cell("theano", "cifar10", "cpu", RESLAB)["accuracy_pct"] == 49.66
+    assert ref.cell("theano", "cifar10", "cpu", "theano-lenet5-cifar10") is None
+    job, = plan.make_plan(["theano"], ["cifar10"], host_cpus=2).jobs
+    records = []
+    for i, model in enumerate((RESLAB, "theano-lenet5-cifar10")):
+        one = job.model_copy(update={"model": model})
+        out = tmp_path / f"job{i}" / "out"
+        out.mkdir(parents=True)
+        (out / "result.json").write_text(json.dumps({
+            "schema_version": 1, "status": "ok", "error": None, "framework": "theano",
+            "dataset": "cifar10", "model": model, "profile": "paper",
+            "hyperparameters": one.hyperparameters, "device": "cpu", "seed": 1,
+            "setup_time_s": 40.0, "train_time_s": 600.0, "test_time_s": 1.0, "total_time_s": 641.0,
+            "accuracy": 0.5, "param_count": 14318, "epochs": [],
+            "started_at": "2026-01-01T00:00:00+00:00"}))
+        records.append(collect(one, f"run{i}", f"job{i}", out.parent,
+                               Outcome(exit_code=0, wall_time_s=650.0, log_tail=[]), {"image": IMAGE}))
+    store.append(tmp_path / "results", records)
+    groups = {g.model: g for g in compare.build(store.load(tmp_path / "results")).groups.itertuples()}
+    judged, never = groups[RESLAB], groups["theano-lenet5-cifar10"]
+    assert judged.settings == never.settings == "own defaults"
+    assert judged.paper_accuracy_pct == 49.66 and judged.verdict == "reproduced"
+    assert judged.accuracy_diff_points == pytest.approx(50.0 - 49.66)
+    assert never.verdict == f"not comparable: the paper's cell is {RESLAB}, not theano-lenet5-cifar10"
+    assert pd.isna(never.paper_accuracy_pct) and pd.isna(never.accuracy_diff_points)
