@@ -13,7 +13,7 @@ import typer
 from typer.exceptions import TyperException
 from rich.console import Console
 
-from . import __version__, build, catalog, compare, datasets, execute, report, sources, store, text as texts
+from . import __version__, build, catalog, datasets, execute, sources, store
 from . import options as options_
 from .options import RunOptions, names as _names
 from .interrupts import interrupted, received
@@ -272,7 +272,9 @@ def run(frameworks: Frameworks = None,
 def results(results: ResultsOpt = None,
             format: Annotated[Format, typer.Option("--format", help="table, csv or json.")] = Format.table):
     """Show the stored runs."""
-    _write(texts.results_text(store.load(store.results_dir(results)), format.value, out.width,
+    from .text import results_text      # pandas: loaded by the commands that show rows only
+
+    _write(results_text(store.load(store.results_dir(results)), format.value, out.width,
                               out.color_system, whole=not out.is_terminal))
 
 
@@ -341,10 +343,12 @@ def report_(results: ResultsOpt = None,
             html: Annotated[Optional[Path], typer.Option(
                 "--html", help="Write a self-contained HTML page with plots to DIR/index.html.",
                 metavar="DIR")] = None,
-            tolerance: Annotated[float, typer.Option(
+            tolerance: Annotated[Optional[float], typer.Option(
                 help="Accuracy within this many percentage points of the paper counts as "
-                     "reproduced.")] = compare.TOLERANCE_POINTS):
+                     "reproduced (default: the report's, 1 point).")] = None):
     """Compare the stored runs with the published GTDLBench numbers: statistics, verdicts, plots."""
+    from . import report
+
     text, page = report.make_report(store.results_dir(results), format and format.value, html,
                                     tolerance, out.width, out.color_system)
     if text is not None:

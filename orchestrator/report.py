@@ -9,9 +9,10 @@ from . import compare, store, text
 from .errors import StoreError, UsageError
 
 
-def make_report(results: Path, fmt: str | None, html_dir: Path | None, tolerance: float,
+def make_report(results: Path, fmt: str | None, html_dir: Path | None, tolerance: float | None = None,
                 width: int = 80, color_system: str | None = None) -> tuple[str | None, Path | None]:
     """The whole `dlbench report`: load, compare, render; returns (text, page written)."""
+    tolerance = compare.TOLERANCE_POINTS if tolerance is None else tolerance
     if not 0 <= tolerance <= 100:
         raise UsageError(f"--tolerance {tolerance:g}: a tolerance is 0 points or more, at most 100")
     frame = store.load(results)

@@ -48,12 +48,10 @@ import tempfile
 import uuid
 import warnings
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
-import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from .errors import StoreError, StoreWarning
@@ -70,7 +68,15 @@ COMPACT_AFTER = 200           # row files; ``dlbench run`` compacts past this ma
 READ_ATTEMPTS = 5             # a compaction may replace files while they are being read
 DATASET_FILES = 256           # files per pyarrow dataset: each keeps every file's parsed footer
                               # (~0.25 MiB for a row file) until it is dropped
-INTEGERS = {pa.int64(): pd.Int64Dtype()}.get   # nullable integers stay integers in pandas
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+def _integers(arrow_type):
+    """pyarrow's ``types_mapper``: nullable integers stay integers in pandas (pandas is
+    imported by the readers only: ``dlbench run`` never needs it)."""
+    import pandas as pd
+    return pd.Int64Dtype() if arrow_type == pa.int64() else None
 
 
 def results_dir(explicit: str | os.PathLike | None) -> Path:
@@ -176,6 +182,8 @@ def _gather(paths: list[Path], schema: pa.Schema, read_one: Callable[[Path], pa.
             _warn(f"{path}: unreadable {kind} file ({_why(exc)}); {fate}")
             continue
         (current if _is_current(file_schema, schema) else other).append(path)
+    import pyarrow.dataset as ds        # it loads pandas: the readers only, never `dlbench run`
+
     for start in range(0, len(current), DATASET_FILES):
         part = current[start:start + DATASET_FILES]
         try:
@@ -308,7 +316,7 @@ def load(results: Path) -> pd.DataFrame:
             continue            # compacted or migrated under us: read the directory again
         # a compaction writes its merged file before it removes the ones merged: a reader
         # between the two (or after a crash between them) sees those rows twice
-        frame = _refuse_newer(table, results).to_pandas(types_mapper=INTEGERS).sort_values("recorded_at", kind="stable")
+        frame = _refuse_newer(table, results).to_pandas(types_mapper=_integers).sort_values("recorded_at", kind="stable")
         return frame.drop_duplicates("run_id", ignore_index=True)
     raise StoreError(f"{results}: the row files kept changing while being read; try again")
 
