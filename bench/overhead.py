@@ -57,8 +57,7 @@ def fail(message: str) -> None:
 def job_of(client, framework, cpus):
     """The quick MNIST job as `dlbench run --cpus N` plans it, with dlbench's default memory limit."""
     job, = plan.make_plan([framework], ["mnist"], "quick", cpus=cpus).jobs
-    total = client.info().get("MemTotal")
-    return job.model_copy(update={"memory": str(int(total * docker_runtime.DEFAULT_MEMORY_SHARE))})
+    return job.model_copy(update={"memory": str(docker_runtime.default_memory(client))})
 
 
 def container_run(client, job, data, scratch, owner, command=None, entrypoint=None, mounts=None):
@@ -67,9 +66,7 @@ def container_run(client, job, data, scratch, owner, command=None, entrypoint=No
     exit code, output, job directory)."""
     job_dir = Path(tempfile.mkdtemp(dir=scratch)) / "jobs" / "bench"
     job_dir.mkdir(parents=True)
-    root = os.getuid() == 0
-    jobdir.prepare(job_dir, job.spec("bench", "0" * 16),
-                   owner=docker_runtime.NOBODY if root else None).close()
+    docker_runtime.prepare_job_dir(job_dir, job.spec("bench", "0" * 16)).close()
     kwargs = docker_runtime.container_options(job, build.image_tag(job.framework), "bench", "0" * 16,
                                               job_dir, data / "mnist", owner.token)
     kwargs["labels"][f"{build.LABEL}.role"] = "bench"

@@ -54,7 +54,8 @@ class Request:
 
 @dataclass
 class Executed:
-    """What a run left: its rows (None when a Slurm array was submitted detached)."""
+    """What a run left: its rows (None for a Slurm array submitted detached, or with
+    nothing left to run)."""
 
     results: Path
     records: list | None

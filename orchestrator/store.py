@@ -73,8 +73,8 @@ if TYPE_CHECKING:
 
 
 def _integers(arrow_type):
-    """pyarrow's ``types_mapper``: nullable integers stay integers in pandas (pandas is
-    imported by the readers only: ``dlbench run`` never needs it)."""
+    """pyarrow's ``types_mapper``: nullable integers stay integers in pandas (imported
+    here, not at start-up: commands that read no rows need no pandas)."""
     import pandas as pd
     return pd.Int64Dtype() if arrow_type == pa.int64() else None
 
@@ -182,7 +182,7 @@ def _gather(paths: list[Path], schema: pa.Schema, read_one: Callable[[Path], pa.
             _warn(f"{path}: unreadable {kind} file ({_why(exc)}); {fate}")
             continue
         (current if _is_current(file_schema, schema) else other).append(path)
-    import pyarrow.dataset as ds        # it loads pandas: the readers only, never `dlbench run`
+    import pyarrow.dataset as ds        # it loads pandas: imported by the readers, not at start-up
 
     for start in range(0, len(current), DATASET_FILES):
         part = current[start:start + DATASET_FILES]

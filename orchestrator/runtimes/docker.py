@@ -45,6 +45,19 @@ def docker_client():
     return client
 
 
+def default_memory(client) -> int | None:
+    """A job's memory limit when none is given: a share of the Docker host's memory."""
+    with docker_errors("asking Docker for the host's memory"):
+        total = client.info().get("MemTotal")
+    return int(total * DEFAULT_MEMORY_SHARE) if total else None
+
+
+def prepare_job_dir(job_dir: Path, spec: dict):
+    """``jobdir.prepare`` for a container: ``out/`` handed to the container's user
+    (nobody when dlbench runs as root); returns log.txt open for writing."""
+    return jobdir.prepare(job_dir, spec, owner=NOBODY if os.getuid() == 0 else None)
+
+
 def image_unsupported(image, tag: str) -> str | None:
     """Why a GPU variant image cannot run GPU jobs (stored as ``unsupported`` rows), or None."""
     if tag.endswith(":gpu") and image.labels.get(f"{LABEL}.cuda", "none") == "none":
@@ -63,9 +76,7 @@ class DockerBackend:
             display.say(f"removed container {short_id} left by an interrupted run")
         self.owner = owners.current()
         self.builder = build.Builder(self.client, say=display.say, **(builder_options or {}))
-        with docker_errors("asking Docker for the host's memory"):
-            total = self.client.info().get("MemTotal")
-        self.default_memory = int(total * DEFAULT_MEMORY_SHARE) if total else None
+        self.default_memory = default_memory(self.client)
 
     def host_facts(self) -> dict:
         return hostinfo.host_facts(self.client.version().get("Version"))
@@ -165,12 +176,11 @@ def run_container(client, job: Job, tag: str, run_id: str, job_id: str, job_dir:
     """Run the job's container to its end, following its output and sampling its
     resources; the container is removed whatever happens."""
     kwargs = container_options(job, tag, run_id, job_id, job_dir, dataset_path, owner, device)
-    root = os.getuid() == 0
     timeout = job.timeout
     started = time.perf_counter()
     container, watchdog, sampler, timed_out = None, None, None, threading.Event()
     out_watch = None
-    log = jobdir.prepare(job_dir, job.spec(run_id, job_id), owner=NOBODY if root else None)
+    log = prepare_job_dir(job_dir, job.spec(run_id, job_id))
     try:
         with docker_errors(f"running {job.label}"):
             with signals_deferred():        # never a started container we do not know of
