@@ -29,6 +29,14 @@ metadata.  History of the row schema:
        whose "whole training time" / "whole test time" are the published numbers),
        beside the runner's own.  Framework ``torch`` is Lua Torch7 from this version
        on; older ``torch`` rows were the PyTorch port and are read as ``pytorch``.
+    5  ``paper_train_time_s``, ``paper_test_time_s`` replace ``script_train_time_s`` and
+       ``script_test_time_s``: the spans GTDLBench's own method measured (its scripts'
+       prints, its logs' spans), with the periodic work its programs did inside them,
+       beside dlbench's uniform ``train_time_s`` (training steps only) and
+       ``test_time_s`` (one pass over the test set).  Each framework's definition is in
+       the README; empty where a job did not run the original's periodic work (every
+       profile but ``paper``) or GTDLBench published no time.  Version-4 rows keep
+       their values under the new names (only Lua Torch7 filled them).
 Readers refuse rows newer than they know; older ones are upgraded step by step
 by ``store.upgrade``.
 
@@ -46,11 +54,11 @@ import types
 import typing
 
 import pyarrow as pa
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
 from dlbench_runner.contract import SCHEMA_VERSION as RUNNER_SCHEMA_VERSION
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 TRACE_SCHEMA_VERSION = 1
 MAX_RESULT_BYTES = 4 << 20
 STATUSES = ("ok", "failed", "timeout", "oom", "unsupported", "no_result", "node_fail", "cancelled")
@@ -90,8 +98,11 @@ class RunnerResult(BaseModel):
     train_time_s: float | None = None
     test_time_s: float | None = None
     total_time_s: float | None = None
-    script_train_time_s: float | None = None
-    script_test_time_s: float | None = None
+    # the spans GTDLBench's method timed (older runners called them script_*)
+    paper_train_time_s: float | None = Field(
+        None, validation_alias=AliasChoices("paper_train_time_s", "script_train_time_s"))
+    paper_test_time_s: float | None = Field(
+        None, validation_alias=AliasChoices("paper_test_time_s", "script_test_time_s"))
     accuracy: float | None = Field(None, ge=0.0, le=1.0)
     test_loss: float | None = None
     train_samples: int | None = None
@@ -137,8 +148,8 @@ class RunRecord(BaseModel):
     train_time_s: float | None = None
     test_time_s: float | None = None
     total_time_s: float | None = None
-    script_train_time_s: float | None = None   # as the framework's own script printed them
-    script_test_time_s: float | None = None
+    paper_train_time_s: float | None = None   # the span GTDLBench's method timed
+    paper_test_time_s: float | None = None
     accuracy: float | None = None
     test_loss: float | None = None
     train_images_per_s: float | None = None
@@ -232,6 +243,9 @@ ADDED_IN = {
         "host_isolated_cpus", "node", "slurm_job_id", "slurm_array_task_id",
         "script_train_time_s", "script_test_time_s"],
 }
+# Columns a version renamed, old name -> new name.
+RENAMED_IN = {5: {"script_train_time_s": "paper_train_time_s",
+                  "script_test_time_s": "paper_test_time_s"}}
 
 TRACE_SCHEMA = pa.schema(
     [pa.field("run_id", pa.string()), pa.field("t_s", pa.float64()),

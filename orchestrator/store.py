@@ -55,7 +55,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .errors import StoreError, StoreWarning
-from .schema import (ADDED_IN, ARROW_SCHEMA, SCHEMA_VERSION, TRACE_SCHEMA, TRACE_SCHEMA_VERSION,
+from .schema import (ADDED_IN, ARROW_SCHEMA, RENAMED_IN, SCHEMA_VERSION, TRACE_SCHEMA, TRACE_SCHEMA_VERSION,
                      RunRecord)
 
 RUNS = "runs"
@@ -214,13 +214,30 @@ def _read_table(path: Path, kind: str) -> pa.Table:
 
 
 # -- rows, old ones upgraded ----------------------------------------------------------------
+def _field(name: str) -> pa.Field:
+    """The current schema's field of a column, or of the column it was renamed to."""
+    for renamed in RENAMED_IN.values():
+        if name in renamed:
+            return _field(renamed[name]).with_name(name)
+    return ARROW_SCHEMA.field(name)
+
+
+def _renamed(version: int):
+    """The step to ``version``: columns renamed, their values kept."""
+    def step(table: pa.Table) -> pa.Table:
+        names = RENAMED_IN[version]
+        return table.rename_columns([names.get(n, n) for n in table.column_names])
+    step.__doc__ = f"Version {version} renamed {', '.join(f'{a} to {b}' for a, b in RENAMED_IN[version].items())}."
+    return step
+
+
 def _add_empty(version: int):
     """The step to ``version``: the columns it added, empty (what older rows meant)."""
     def step(table: pa.Table) -> pa.Table:
         for name in ADDED_IN[version]:
             if name not in table.column_names:
-                table = table.append_column(ARROW_SCHEMA.field(name),
-                                            pa.nulls(len(table), ARROW_SCHEMA.field(name).type))
+                field = _field(name)
+                table = table.append_column(field, pa.nulls(len(table), field.type))
         return table
     step.__doc__ = f"Version {version} added {', '.join(ADDED_IN[version])}."
     return step
@@ -259,8 +276,9 @@ def _to_4(table: pa.Table) -> pa.Table:
 # version -> the step to the next: 2 added the campaign name, the job's limits and the
 # resource summary; 3 the cross-settings source; 4 the version a row was written with,
 # the host's timing facts, the Slurm node and ids and the script's own times (and torch
-# rows of the PyTorch port read as pytorch).
-UPGRADES = {1: _add_empty(2), 2: _add_empty(3), 3: _to_4}
+# rows of the PyTorch port read as pytorch); 5 renamed the script's times to the paper
+# spans.
+UPGRADES = {1: _add_empty(2), 2: _add_empty(3), 3: _to_4, 4: _renamed(5)}
 
 
 def upgrade(table: pa.Table, version: int) -> pa.Table:

@@ -32,7 +32,7 @@ from markdown_it import MarkdownIt
 from conftest import dlbench
 from orchestrator import compare, store, views
 from orchestrator.text import report_markdown
-from orchestrator.schema import ADDED_IN, ARROW_SCHEMA, SCHEMA_VERSION, RunRecord, dumps
+from orchestrator.schema import ADDED_IN, ARROW_SCHEMA, RENAMED_IN, SCHEMA_VERSION, RunRecord, dumps
 
 docker = pytest.mark.docker
 
@@ -223,6 +223,10 @@ def test_rows_written_by_an_older_schema_version_are_reported_apart(real, tmp_pa
     newer_columns = {c for version, columns in ADDED_IN.items() if version > older for c in columns}
     table = pa.Table.from_pylist([second.model_dump()], schema=ARROW_SCHEMA)
     table = table.drop_columns(sorted(newer_columns))
+    for version in sorted(RENAMED_IN, reverse=True):        # columns by their older names
+        if version > older:
+            back = {new: old for old, new in RENAMED_IN[version].items()}
+            table = table.rename_columns([back.get(n, n) for n in table.column_names])
     table = table.set_column(table.schema.get_field_index("schema_version"), "schema_version",
                              pa.array([older], pa.int64()))
     table = table.replace_schema_metadata({b"dlbench.schema_version": str(older).encode()})

@@ -228,7 +228,7 @@ def test_version_3_golden_directory_read_then_upgraded_in_place(tmp_path):
     pd.testing.assert_frame_equal(store.load_traces(results), traces)
     assert_v3_rows(pd.read_parquet(results / store.RUNS))
     proc = dlbench("upgrade", "--results", results, check=True)     # nothing left to do
-    assert proc.stdout.strip().endswith("upgraded 0 row files and 0 trace files to schema version 4")
+    assert proc.stdout.strip().endswith(f"upgraded 0 row files and 0 trace files to schema version {SCHEMA_VERSION}")
 
 
 def test_the_first_write_migrates_an_old_directory(tmp_path):
@@ -258,27 +258,28 @@ def three_readers(runs) -> dict[str, pa.Table]:
 
 @pytest.mark.parametrize("how", ["upgrade", "compact"])
 def test_a_mixed_version_directory_reads_alike_in_pandas_duckdb_and_polars(tmp_path, how):
-    """Rows of versions 1, 2 and 3 (golden files) beside current ones written by this
+    """Rows of versions 1 to 4 (golden files) beside current ones written by this
     dlbench; after `dlbench upgrade` (or compaction) the three readers agree, row for row."""
     from conftest import dlbench
 
     results = tmp_path / "results"
-    for version in (1, 2, 3):
+    for version in (1, 2, 3, 4):
         shutil.copytree(FIXTURES / f"results-v{version}", results, dirs_exist_ok=True)
     old = store.load(results)                               # read as they are, upgraded
-    assert sorted(old["written_schema_version"]) == [1, 1, 2, 3, 3]
+    assert sorted(old["written_schema_version"]) == [1, 1, 2, 3, 3, 4, 4]
     fill(results, tmp_path, ["now1", "now2"])                # the first write migrates
     fill(results, tmp_path, ["now3"])
     expected = store.load(results)
     pd.testing.assert_frame_equal(expected[expected["run_id"].isin(old["run_id"])]
                                   .reset_index(drop=True), old)
     dlbench(how, "--results", results, check=True)
-    assert len(store.row_files(results)) == (1 if how == "compact" else 8)
+    assert len(store.row_files(results)) == (1 if how == "compact" else 9)
     stored = store.load(results)
     pd.testing.assert_frame_equal(stored, expected)
     assert dict(zip(stored["run_id"], stored["written_schema_version"])) == {
         "v1okrun000000001": 1, "v1badrun00000001": 1, "v2okrun000000001": 2,
-        "v3okrun000000001": 3, "v3badrun00000001": 3, "now1": 4, "now2": 4, "now3": 4}
+        "v3okrun000000001": 3, "v3badrun00000001": 3, "v4luarun00000001": 4, "v4caffrun0000001": 4,
+        **{now: SCHEMA_VERSION for now in ("now1", "now2", "now3")}}
     tables = three_readers(results / store.RUNS)
     for reader, table in tables.items():
         assert table.column_names == ARROW_SCHEMA.names, reader
@@ -288,10 +289,11 @@ def test_a_mixed_version_directory_reads_alike_in_pandas_duckdb_and_polars(tmp_p
     rows = {reader: sorted(table.cast(ARROW_SCHEMA).to_pylist(), key=lambda r: r["run_id"])
             for reader, table in tables.items()}
     assert rows["pandas"] == rows["duckdb"] == rows["polars"]
-    assert len(rows["pandas"]) == 8
+    assert len(rows["pandas"]) == 10
     by_run = {r["run_id"]: r for r in rows["pandas"]}
     assert by_run["v1badrun00000001"]["exit_code"] == 137 and by_run["v3badrun00000001"]["exit_code"] == 137
     assert by_run["v1okrun000000001"]["written_schema_version"] == 1
+    assert by_run["v4luarun00000001"]["paper_train_time_s"] == 1702.1
     assert all(r["schema_version"] == SCHEMA_VERSION for r in rows["pandas"])
     assert by_run == {r["run_id"]: r for r in pa.Table.from_pandas(stored, preserve_index=False)
                       .cast(ARROW_SCHEMA).to_pylist()}
@@ -454,11 +456,40 @@ def test_torch_rows_of_schema_version_3_are_read_as_pytorch(tmp_path):
     assert {pq.read_schema(f).metadata[b"dlbench.schema_version"] for f in results.iterdir()} == {b"3"}
     lua = record_for(tmp_path, good_result()).model_copy(update={
         "framework": "torch", "framework_version": "torch7@3e9e141ced1afd0cad451e69f90e6e53503647ca LuaJIT 2.1.0-beta1",
-        "script_train_time_s": 30.5})
+        "paper_train_time_s": 30.5})
     store.append(results, [lua])
     frame = store.load(results).set_index("run_id")
     assert frame.loc["v3okrun000000001", "framework"] == "pytorch"
     assert frame.loc["v3okrun000000001", "accuracy"] == 0.9848
     assert frame.loc["v3badrun00000001", "framework"] == "pytorch"
-    assert frame.loc[lua.run_id, "framework"] == "torch" and frame.loc[lua.run_id, "script_train_time_s"] == 30.5
-    assert frame.loc[["v3okrun000000001", "v3badrun00000001"], ["script_train_time_s", "script_test_time_s"]].isna().all().all()
+    assert frame.loc[lua.run_id, "framework"] == "torch" and frame.loc[lua.run_id, "paper_train_time_s"] == 30.5
+    assert frame.loc[["v3okrun000000001", "v3badrun00000001"], ["paper_train_time_s", "paper_test_time_s"]].isna().all().all()
+
+
+def test_rows_of_schema_version_4_keep_the_scripts_times_as_the_paper_spans(tmp_path):
+    """Golden files written with schema version 4: the Lua Torch7 row's script times
+    (``script_*_time_s``) are read as ``paper_*_time_s``; ``dlbench upgrade`` rewrites the
+    directory in place with every row and value kept."""
+    from conftest import dlbench
+
+    results = copy_fixture("results-v4", tmp_path / "results")
+    before = pq.read_table(next((results / store.RUNS).iterdir())).to_pylist()
+    assert {r["schema_version"] for r in before} == {4}
+    frame = store.load(results).set_index("run_id")
+    assert "script_train_time_s" not in frame.columns
+    assert frame.loc["v4luarun00000001", ["paper_train_time_s", "paper_test_time_s"]].tolist() == [1702.1, 112.5]
+    assert frame.loc["v4caffrun0000001", ["paper_train_time_s", "paper_test_time_s"]].isna().all()
+    proc = dlbench("upgrade", "--results", results)
+    assert proc.returncode == 0, proc.stderr
+    after = pq.read_table(next((results / store.RUNS).iterdir()))
+    assert after.schema.metadata[b"dlbench.schema_version"] == str(SCHEMA_VERSION).encode()
+    rows = {r["run_id"]: r for r in after.to_pylist()}
+    assert set(rows) == {"v4luarun00000001", "v4caffrun0000001"}
+    for old in before:
+        new = rows[old["run_id"]]
+        assert new["written_schema_version"] == 4
+        assert new["paper_train_time_s"] == old["script_train_time_s"]
+        assert new["paper_test_time_s"] == old["script_test_time_s"]
+        for name, value in old.items():
+            if name not in ("schema_version", "script_train_time_s", "script_test_time_s"):
+                assert new[name] == value, name

@@ -188,8 +188,8 @@ class Adapter:
         return {
             "framework_version": "torch7@%s %s" % (torch7, self.finish["jit"]),
             "param_count": self.finish["param_count"],
-            "script_train_time_s": self.finish["train_time"],
-            "script_test_time_s": self.finish["test_time"],
+            "paper_train_time_s": self.finish["train_time"],
+            "paper_test_time_s": self.finish["test_time"],
             "script": {"path": SCRIPTS[self.ctx.dataset], "options": self._script_options(),
                        "sgd_config_is_penlight": self.finish.get("sgd_config_is_penlight")},
             "threads": {"requested": self.ctx.threads,
