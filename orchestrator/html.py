@@ -31,7 +31,7 @@ caption { text-align: left; font-weight: 600; padding-bottom: 0.3em; }
 th, td { border: 1px solid #ccd; padding: 3px 7px; white-space: nowrap; }
 th { background: #eef; } td.num { text-align: right; font-variant-numeric: tabular-nums; }
 td.reproduced { background: #d9f2d9; } td.not-reproduced { background: #f8d7d7; }
-td.not-judged { color: #777; } td.wrap { white-space: normal; min-width: 8em; max-width: 20em; }
+td.not-comparable { color: #777; } td.wrap { white-space: normal; min-width: 8em; max-width: 20em; }
 figure { margin: 1em 0 2em; } figcaption { color: #555; font-size: 13px; }
 figure svg { max-width: 100%; height: auto; }
 .notes li { margin-bottom: 0.3em; } .meta { color: #555; } .scroll { overflow-x: auto; }
@@ -104,9 +104,8 @@ def _table(view: View) -> str:
         cells = []
         for i, cell in enumerate(row):
             classes = ["num"] if i in view.numeric else ["wrap"] if i in view.wrap else []
-            if i == view.verdict:
-                classes.append({compare.REPRODUCED: "reproduced",
-                                compare.NOT_REPRODUCED: "not-reproduced"}.get(cell, "not-judged"))
+            if i in view.verdicts:
+                classes.append(compare.kind(cell).replace(" ", "-"))
             attr = f' class="{" ".join(classes)}"' if classes else ""
             cells.append(f"<td{attr}>{esc(cell)}</td>")
         body.append("<tr>" + "".join(cells) + "</tr>")

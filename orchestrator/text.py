@@ -94,8 +94,8 @@ def report_table(rep: compare.Report, width: int = 80, color_system: str | None 
                                  no_wrap=i in view.numeric)
             for row in view.rows:
                 cells = [escape(c) for c in row]
-                if view.verdict is not None:
-                    cells[view.verdict] = _coloured(row[view.verdict])
+                for i in view.verdicts:
+                    cells[i] = _coloured(row[i])
                 table.add_row(*cells)
             _print_whole(console, table)
     for note in rep.notes():
@@ -115,7 +115,7 @@ def _print_whole(console: Console, table: Table) -> None:
 
 
 def _coloured(verdict: str) -> str:
-    colour = {compare.REPRODUCED: "green", compare.NOT_REPRODUCED: "red"}.get(verdict, "dim")
+    colour = {compare.REPRODUCED: "green", compare.NOT_REPRODUCED: "red"}.get(compare.kind(verdict), "dim")
     return f"[{colour}]{escape(verdict)}[/{colour}]"
 
 
@@ -138,23 +138,39 @@ def _md_row(cells) -> str:
 
 
 CSV_DROP = ["settings_kind"]
+LISTS = ["framework_versions", "accuracy_caveats", "ratio_caveats"]   # "; "-joined in the CSV
+
+# The JSON report's shape (`dlbench report --format json`), documented in the README:
+#   1  (no "format_version" key) tolerance_points, reference, notes, machines, groups; a
+#      group's published cell as paper_accuracy_pct / paper_train_time_s / paper_test_time_s,
+#      one "verdict" on accuracy, paper_train_time_ratio.
+#   2  "format_version" and "ratio_tolerance_factor"; the published cell renamed published_*
+#      (paper_train_time_s / paper_test_time_s are the rows' paper spans, as
+#      paper_*_time_s_median/_min/_max); accuracy_verdict with accuracy_caveats,
+#      train_time_span / test_time_span, ratio_span, published_train_time_ratio,
+#      ratio_vs_published, ratio_verdict with ratio_caveats, framework_versions.
+JSON_FORMAT_VERSION = 2
 
 
-def report_frame(rep: compare.Report) -> pd.DataFrame:
-    """One flat row per group, with its machine: the CSV form."""
+def report_frame(rep: compare.Report, join_lists: bool = True) -> pd.DataFrame:
+    """One flat row per group, with its machine: the CSV form (lists joined with "; ")."""
     machines = pd.DataFrame([{"section": s.index, "host_name": s.host_name,
                               "host_cpu_model": s.host_cpu_model, "schema_version": s.schema_version}
                              for s in rep.sections])
     frame = rep.groups.drop(columns=CSV_DROP)
+    if join_lists:
+        frame = frame.assign(**{c: frame[c].map("; ".join) for c in LISTS})
     if len(machines):
         frame = machines.merge(frame, on="section")
-    return frame.assign(tolerance_points=rep.tolerance)
+    return frame.assign(tolerance_points=rep.tolerance, ratio_tolerance_factor=rep.ratio_tolerance)
 
 
 def report_json(rep: compare.Report) -> str:
-    frame = report_frame(rep)
+    frame = report_frame(rep, join_lists=False)
     document = {
+        "format_version": JSON_FORMAT_VERSION,
         "tolerance_points": rep.tolerance,
+        "ratio_tolerance_factor": rep.ratio_tolerance,
         "reference": rep.reference.meta,
         "notes": rep.notes(),
         "machines": [dataclasses.asdict(s) | {"title": s.title} for s in rep.sections],

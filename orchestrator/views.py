@@ -18,22 +18,19 @@ class View:
     columns: list[str]
     rows: list[list[str]]
     numeric: set[int]
-    verdict: int | None = None      # index of the verdict column, coloured where it can be
+    verdicts: set[int] = dataclasses.field(default_factory=set)   # verdict columns, coloured
     wrap: set[int] = dataclasses.field(default_factory=lambda: {4})   # the settings column
 
 
 RESOURCE_HEADINGS = {"memory_peak_bytes": "peak memory GiB", "cpu_percent_mean": "CPU %",
                      "gpu_util_mean": "GPU %", "gpu_memory_peak_bytes": "GPU memory GiB"}
+SPAN_HEADINGS = {"paper_train_time_s": "paper span train s", "paper_test_time_s": "paper span test s"}
 SETTINGS = ["framework", "data", "device", "profile", "settings", "threads"]
 
 
 def section_views(rep: compare.Report, section: compare.Section) -> list[View]:
     groups = rep.groups[rep.groups["section"] == section.index]
-    views = [_measured(groups, rep.resources), _against_paper(groups)]
-    ratios = groups[groups["ratio_baseline"].notna()]
-    if len(ratios):
-        views.append(_ratios(ratios))
-    return views
+    return [_measured(groups, rep.resources), _against_paper(groups), _ratios(groups)]
 
 
 def _setting_cells(g) -> list[str]:
@@ -42,15 +39,18 @@ def _setting_cells(g) -> list[str]:
 
 
 def _measured(groups: pd.DataFrame, resources: list[str]) -> View:
+    metrics = [("train_time_s", _seconds), ("test_time_s", _seconds), ("accuracy_pct", _pct),
+               ("train_images_per_s", _rate), ("test_images_per_s", _rate)]
     columns = SETTINGS + ["runs", "train s", "test s", "accuracy %", "train img/s", "test img/s"]
+    spans = [m for m in ("paper_train_time_s", "paper_test_time_s")
+             if groups[f"{m}_median"].notna().any()]      # shown where the rows measured them
+    metrics += [(m, _seconds) for m in spans]
+    columns += [SPAN_HEADINGS[m] for m in spans]
     columns += [RESOURCE_HEADINGS[c] for c in resources]
     rows = []
     for g in groups.itertuples():
         runs = f"{g.ok}/{g.runs} ok" + (f" ({g.not_ok})" if g.not_ok else "")
-        cells = _setting_cells(g) + [runs] + [
-            _stat(g, metric, fmt) for metric, fmt in (
-                ("train_time_s", _seconds), ("test_time_s", _seconds), ("accuracy_pct", _pct),
-                ("train_images_per_s", _rate), ("test_images_per_s", _rate))]
+        cells = _setting_cells(g) + [runs] + [_stat(g, metric, fmt) for metric, fmt in metrics]
         cells += [_stat(g, c, _gib if c.endswith("bytes") else _percent) for c in resources]
         rows.append(cells)
     return View("Measured: median [min–max] over the ok runs", columns, rows,
@@ -58,34 +58,55 @@ def _measured(groups: pd.DataFrame, resources: list[str]) -> View:
 
 
 def _against_paper(groups: pd.DataFrame) -> View:
-    columns = SETTINGS[:5] + ["accuracy %", "paper accuracy %", "Δ points", "verdict",
-                              "train s", "paper train s", "test s", "paper test s †"]
+    """The group's accuracy and times beside the published cell: the times held against the
+    published ones are the paper spans where the group has them (the "span" column says)."""
+    columns = SETTINGS[:5] + ["accuracy %", "published accuracy %", "Δ points", "accuracy verdict",
+                              "caveats", "train s", "published train s", "test s",
+                              "published test s †", "times held against the paper"]
     rows = []
     for g in groups.itertuples():
+        train = "paper_train_time_s" if g.train_time_span == compare.PAPER_SPAN else "train_time_s"
+        test = "paper_test_time_s" if g.test_time_span == compare.PAPER_SPAN else "test_time_s"
         rows.append([g.framework, g.dataset, g.device, g.profile, g.settings] + [
-            _num(g.accuracy_pct_median, _pct), _num(g.paper_accuracy_pct, _pct),
-            _num(g.accuracy_diff_points, lambda v: f"{v:+.2f}"), g.verdict,
-            _num(g.train_time_s_median, _seconds), _num(g.paper_train_time_s, _published),
-            _num(g.test_time_s_median, _seconds),
-            _num(g.paper_test_time_s, _published) + (" †" if _present(g.paper_test_time_note) else "")])
+            _num(g.accuracy_pct_median, _pct), _num(g.published_accuracy_pct, _pct),
+            _num(g.accuracy_diff_points, lambda v: f"{v:+.2f}"), g.accuracy_verdict,
+            _caveats(g.accuracy_caveats),
+            _num(getattr(g, f"{train}_median"), _seconds), _num(g.published_train_time_s, _published),
+            _num(getattr(g, f"{test}_median"), _seconds),
+            _num(g.published_test_time_s, _published)
+            + (" †" if _present(g.published_test_time_note) else ""),
+            _spans(g)])
     return View("Against the paper (GTDLBench, Server1)", columns, rows,
-                numeric={5, 6, 7, 9, 10, 11, 12}, verdict=8)
+                numeric={5, 6, 7, 10, 11, 12, 13}, verdicts={8}, wrap={4, 8, 9})
+
+
+def _spans(g) -> str:
+    if g.train_time_span == compare.PAPER_SPAN and g.test_time_span == compare.PAPER_SPAN:
+        return compare.PAPER_SPAN
+    return f"train: {g.train_time_span}; test: {g.test_time_span}"
 
 
 def _ratios(groups: pd.DataFrame) -> View:
-    columns = ["data", "device", "profile", "threads", "framework", "train s",
-               "÷ baseline here", "÷ baseline in paper"]
+    """Every group's training-time ratio and its verdict; a group in no ratio set (alone on its
+    device, or with other settings) shows only why it is not comparable."""
+    columns = ["framework", "data", "device", "profile", "settings", "threads", "span", "train s",
+               "÷ baseline here", "÷ baseline in paper", "here ÷ paper", "ratio verdict", "caveats"]
     rows = []
     for g in groups.itertuples():
-        if _present(g.paper_train_time_ratio):
-            paper = _ratio(g.paper_train_time_ratio)
+        if _present(g.ratio_baseline):
+            train = "paper_train_time_s" if g.ratio_span == compare.PAPER_SPAN else "train_time_s"
+            measured = [g.ratio_span, _num(getattr(g, f"{train}_median"), _seconds),
+                        f"{_ratio(g.train_time_ratio)} (÷ {g.ratio_baseline})",
+                        _num(g.published_train_time_ratio, _ratio), _num(g.ratio_vs_published, _ratio)]
         else:
-            paper = f"not compared ({g.profile} profile)" if g.profile != "paper" else "no paper cell"
-        rows.append([g.dataset, g.device, g.profile, "-" if pd.isna(g.threads) else str(g.threads),
-                     g.framework, _num(g.train_time_s_median, _seconds),
-                     f"{_ratio(g.train_time_ratio)} (÷ {g.ratio_baseline})", paper])
-    return View("Training-time ratios (times differ across machines; ratios compare)", columns, rows,
-                numeric={5, 6, 7}, wrap=set())
+            measured = ["-"] * 5
+        rows.append(_setting_cells(g) + measured + [g.ratio_verdict, _caveats(g.ratio_caveats)])
+    return View("Training-time ratios: times differ across machines, ratios compare", columns, rows,
+                numeric={7, 8, 9, 10}, verdicts={11}, wrap={4, 11, 12})
+
+
+def _caveats(caveats) -> str:
+    return "; ".join(caveats) if len(caveats) else "-"
 
 
 def _stat(g, metric: str, fmt) -> str:

@@ -260,7 +260,7 @@ def test_the_papers_theano_cifar10_cell_judges_the_reconstruction_and_never_lene
     groups = {g.model: g for g in compare.build(store.load(tmp_path / "results")).groups.itertuples()}
     judged, never = groups[RESLAB], groups["theano-lenet5-cifar10"]
     assert judged.settings == never.settings == "own defaults"
-    assert judged.paper_accuracy_pct == 49.66 and judged.verdict == "reproduced"
+    assert judged.published_accuracy_pct == 49.66 and judged.accuracy_verdict == "reproduced"
     assert judged.accuracy_diff_points == pytest.approx(50.0 - 49.66)
-    assert never.verdict == f"not comparable: the paper's cell is {RESLAB}, not theano-lenet5-cifar10"
-    assert pd.isna(never.paper_accuracy_pct) and pd.isna(never.accuracy_diff_points)
+    assert never.accuracy_verdict == f"not comparable: the paper's cell is {RESLAB}, not theano-lenet5-cifar10"
+    assert pd.isna(never.published_accuracy_pct) and pd.isna(never.accuracy_diff_points)
