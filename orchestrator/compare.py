@@ -437,9 +437,9 @@ def _ratios(groups: pd.DataFrame, ref: Reference, ratio_tolerance: float) -> pd.
 def _ratio_verdict(r, base, spans: tuple[bool, bool], ref: Reference, tolerance: float,
                    factor) -> tuple[str, list[str]]:
     """The verdict on one framework's training-time ratio to the baseline, and its caveats."""
-    if r.Index == base.Index:
-        return f"{NOT_COMPARABLE}: the baseline of its ratios", []
     reason = _not_comparable(r, ref)
+    if reason is None and r.Index == base.Index:
+        reason = "the baseline of its ratios"
     if reason is None and (base_reason := _not_comparable(base, ref)) is not None:
         reason = f"the baseline {base.framework}: {base_reason}"
     if reason is None and spans[0] != spans[1]:
