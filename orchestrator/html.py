@@ -81,7 +81,9 @@ def render_page(rep: compare.Report) -> str:
             labels = _labels(panel)
             caption = (f"{title}: training time against accuracy (each run a small point, the "
                        f"median a large one); median training time and accuracy per series, bars "
-                       f"from min to max; training loss per epoch, one line per run.")
+                       f"from min to max; training loss per epoch, one line per run. Training "
+                       f"time here is dlbench's training steps only; the tables hold the paper "
+                       f"spans where the rows measured them.")
             if profile == "paper":
                 caption += (" Open diamonds: the paper's cell (Server1); its time is of another "
                             "machine, only the ratios compare.")
