@@ -25,9 +25,9 @@ every multiple of the run's ``snapshot`` interval, and after its last iteration
 unless one was just written (``snapshot_after_train``).  The test net shares the
 trained weights, as the solver's own test nets do, and reads the test set from
 where its last pass stopped, as the test Data layer reads its LMDB (from the
-first record again when the second run starts).  This work
-goes into ``ctx.train_excluded_s``, out of ``train_time_s``; the span of the
-whole solve, with it inside, is ``paper_train_time_s`` (paper profile).
+first record again when the second run starts).  This work goes into
+``ctx.train_excluded_s``, out of ``train_time_s``; the span of the whole solve,
+with it inside, is ``paper_train_time_s`` (paper profile).
 """
 
 import os
