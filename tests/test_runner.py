@@ -87,3 +87,25 @@ def test_unknown_dataset_and_profile_are_refused():
         specs.resolve_hyperparameters(catalog, "cifar10", "paper")
     with pytest.raises(specs.SpecError, match="unknown profile"):
         specs.resolve_hyperparameters(catalog, "mnist", "fast")
+
+
+def test_an_epochs_time_leaves_out_the_work_its_adapter_excluded(monkeypatch):
+    """Work an adapter keeps out of training (``train_excluded_s``) in the middle of an
+    epoch, as Caffe's solver tests mid-epoch, is kept out of that epoch's time_s too."""
+    from types import SimpleNamespace
+
+    from dlbench_runner import runner
+    now = [100.0]
+    monkeypatch.setattr(runner, "time", SimpleNamespace(perf_counter=lambda: now[0],
+                                                        monotonic=lambda: now[0]))
+    ctx = runner.Context({"hyperparameters": {}, "dataset": "mnist", "device": "cpu", "seed": 1,
+                          "threads": None}, None)
+    ctx.epoch_start()
+    now[0] += 5.0
+    ctx.train_excluded_s += 2.0         # a test pass of 2 s inside epoch 1
+    now[0] += 4.0
+    ctx.epoch_done(1, 0.5, 0.9)
+    ctx.epoch_start()
+    now[0] += 3.0
+    ctx.epoch_done(2, 0.4, 0.95)
+    assert [e["time_s"] for e in ctx.epochs] == [7.0, 3.0]

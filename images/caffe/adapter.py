@@ -14,10 +14,25 @@ with lr 0.0001 up to iteration 5000.  Here the second run is the same solver
 continuing with a ``multistep`` policy whose single step at ``max_iter`` sets
 the rate to ``learning_rate_lr1``; the resumed data layer starts again at the
 first record, which is where the wrap-around stands after 8 whole epochs.
+
+The solvers' periodic work is done as Caffe's ``Solver::Step`` and ``Solve``
+do it, when the hyper-parameters ask for it (the ``paper`` profile; ``quick``
+switches it off): a test pass of ``test_iter`` batches of the TEST net before
+every iteration that is a multiple of ``test_interval`` (iteration 0 too:
+``test_initialization``'s default) and after the last iteration of each run;
+``solver.snapshot()`` (weights and solver state, Caffe's binary proto) after
+every multiple of the run's ``snapshot`` interval, and after its last iteration
+unless one was just written (``snapshot_after_train``).  The test net shares the
+trained weights, as the solver's own test nets do, and reads the test set from
+where its last pass stopped, as the test Data layer reads its LMDB (from the
+first record again when the second run starts).  This work goes into
+``ctx.train_excluded_s``, out of ``train_time_s``; the span of the whole solve,
+with it inside, is ``paper_train_time_s`` (paper profile).
 """
 
 import os
 import tempfile
+import time
 
 # Before caffe is imported: glog writes errors only, to stderr, and no files.
 os.environ.setdefault("GLOG_minloglevel", "2")
@@ -129,6 +144,35 @@ def cifar10_quick(batch, phase):
 
 
 NETS = {"mnist": lenet, "cifar10": cifar10_quick}
+# The solvers' snapshot_prefix, in a scratch directory of the job (the root file system
+# is read-only): lenet_solver.prototxt's, cifar10_quick_solver*.prototxt's.
+SNAPSHOT_PREFIX = {"mnist": "mnist_lenet", "cifar10": "cifar10"}
+
+
+def schedule(hp):
+    """The solvers' periodic work, placed as Caffe's ``Solver::Step`` and ``Solve`` place
+    it in each ``caffe train`` run: ``(before, after)``, each {iteration: ["test" or
+    "snapshot", ...]}: the work before the training step of that iteration, and after
+    the step that ends at it.  LeNet trains in one run; cifar10_quick in two, the
+    second resumed at ``max_iter`` with its own ``snapshot_lr1`` interval."""
+    total = max(hp["max_iter"], hp.get("max_iter_lr1", 0))
+    runs = [(hp["max_iter"], hp["snapshot"])]
+    if total > hp["max_iter"]:
+        runs.append((total, hp.get("snapshot_lr1", 0)))
+    interval, before, after, first = hp["test_interval"], {}, {}, 0
+    for last, every in runs:
+        for it in range(first, last):   # Step(); test_initialization's default tests at 0
+            if interval and it % interval == 0:
+                before.setdefault(it, []).append("test")
+            if every and (it + 1) % every == 0:
+                after.setdefault(it + 1, []).append("snapshot")
+        # the end of Solve(): a snapshot unless one was just written, then a test pass
+        if hp["snapshot_after_train"] and (not every or last % every):
+            after.setdefault(last, []).append("snapshot")
+        if interval and last % interval == 0:
+            after.setdefault(last, []).append("test")
+        first = last
+    return before, after
 
 
 class Adapter:
@@ -177,7 +221,12 @@ class Adapter:
                   ("base_lr", float(hp["learning_rate"])), ("momentum", float(hp["momentum"])),
                   ("weight_decay", float(hp["weight_decay"])), ("max_iter", self.max_iter)]
         solver += self._policy()
+        # Caffe's own test passes and snapshots stay off: train() makes them (timed apart).
+        self.snapshot_dir = os.path.join(self.workdir, "snapshot")
+        os.mkdir(self.snapshot_dir)
         solver += [("display", 0), ("snapshot", 0), ("snapshot_after_train", False),
+                   ("snapshot_prefix", os.path.join(self.snapshot_dir,
+                                                    SNAPSHOT_PREFIX[self.ctx.dataset])),
                    ("solver_mode", Enum("CPU")), ("random_seed", self.ctx.seed)]
         solver_path = os.path.join(self.workdir, "solver.prototxt")
         with open(solver_path, "w") as f:
@@ -185,6 +234,12 @@ class Adapter:
         self.solver = caffe.SGDSolver(solver_path)
         n = len(self.train_y)
         self.ctx.planned_epochs = self.max_iter * hp["batch_size"] / n
+
+        self.test_passes, self.snapshots, self.solve_s = [], [], None
+        self.test_net, self.test_cursor = None, 0
+        if hp["test_interval"]:
+            self.test_net = caffe.Net(self.test_net_path, caffe.TEST)
+            self.solver.share_weights(self.test_net)
 
     def _total_iterations(self):
         hp = self.hp
@@ -221,9 +276,16 @@ class Adapter:
         net = self.solver.net
         data, label = net.blobs["data"], net.blobs["label"]
         scores, loss_blob = net.blobs["ip2"], net.blobs["loss"]
+        before, after = schedule(hp)
+        resume = hp["max_iter"] if self.max_iter > hp["max_iter"] else None
         epoch, loss_sum, correct, seen = 1, 0.0, 0, 0
         ctx.epoch_start()
+        solve_start = time.perf_counter()
         for it in range(self.max_iter):
+            if it == resume:    # a new caffe train: its test Data layer opens at the first record
+                self.test_cursor = 0
+            for work in before.get(it, ()):
+                self._periodic(work, it)
             start = it * batch
             # An iteration belongs to the epoch in which its batch starts.
             if start // n + 1 != epoch:
@@ -240,8 +302,45 @@ class Adapter:
             correct += int((scores.data.argmax(axis=1) == y).sum())
             seen += batch
             ctx.progress(epoch, (start % n) / n, loss, step=it + 1)
+            for work in after.get(it + 1, ()):
+                self._periodic(work, it + 1)
+        self.solve_s = time.perf_counter() - solve_start
         if seen:
             ctx.epoch_done(epoch, loss_sum / seen, correct / seen, samples=seen)
+
+    def _periodic(self, work, iteration):
+        """A test pass or a snapshot inside the solve: timed, and not training."""
+        t0 = time.perf_counter()
+        record = (self._test_pass if work == "test" else self._snapshot)(iteration)
+        record["time_s"] = time.perf_counter() - t0
+        self.ctx.train_excluded_s += record["time_s"]
+
+    def _test_pass(self, iteration):
+        """Solver::Test: test_iter batches through the TEST net; each output's mean."""
+        np, hp = self.np, self.hp
+        batch, n, count = hp["test_batch_size"], len(self.test_y), hp["test_iter"]
+        net = self.test_net
+        data, label = net.blobs["data"], net.blobs["label"]
+        accuracy = loss = 0.0
+        record = {"iteration": iteration, "first_record": self.test_cursor}
+        for _ in range(count):
+            index = np.arange(self.test_cursor, self.test_cursor + batch) % n
+            self.test_cursor = (self.test_cursor + batch) % n
+            data.data[...] = self._inputs(self.test_x[index])
+            label.data[...] = self.test_y[index]
+            out = net.forward()
+            accuracy += float(out["accuracy"])
+            loss += float(out["loss"])
+        record.update(accuracy=accuracy / count, loss=loss / count)
+        self.test_passes.append(record)
+        return record
+
+    def _snapshot(self, iteration):
+        """Solver::Snapshot: <prefix>_iter_N.caffemodel and .solverstate."""
+        self.solver.snapshot()
+        record = {"iteration": iteration}
+        self.snapshots.append(record)
+        return record
 
     # -- test ----------------------------------------------------------------
     def test(self):
@@ -271,7 +370,7 @@ class Adapter:
         import google.protobuf
         np, caffe = self.np, self.caffe
         params = self.solver.net.params
-        return {
+        described = {
             "framework_version": getattr(caffe, "__version__", None) or DEBIAN_VERSION,
             "param_count": int(sum(b.data.size for blobs in params.values() for b in blobs)),
             "device_name": None,
@@ -280,7 +379,26 @@ class Adapter:
                                       "openblas_get_num_threads": _openblas_threads()}},
             "libraries": {"numpy": np.__version__, "protobuf": google.protobuf.__version__,
                           "caffe_debian": DEBIAN_VERSION},
+            "periodic": {"test_passes": self.test_passes, "snapshots": self._snapshot_files()},
         }
+        if self.ctx.spec["profile"] == "paper":
+            # the log's span of the whole solve; its last test pass, as the log shows it
+            described["paper_train_time_s"] = self.solve_s
+            described["paper_test_time_s"] = (self.test_passes[-1]["time_s"]
+                                              if self.test_passes else None)
+        return described
+
+    def _snapshot_files(self):
+        """The snapshots with the files Caffe wrote for each (name -> bytes); then the
+        files are removed (the scratch directory may be the host's, natively)."""
+        names = sorted(os.listdir(self.snapshot_dir))
+        for record in self.snapshots:
+            mark = "_iter_%d." % record["iteration"]
+            record["files"] = {name: os.path.getsize(os.path.join(self.snapshot_dir, name))
+                               for name in names if mark in name}
+        for name in names:
+            os.remove(os.path.join(self.snapshot_dir, name))
+        return self.snapshots
 
 
 def _openblas_threads():

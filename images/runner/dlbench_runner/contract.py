@@ -29,14 +29,14 @@ PROFILES = ("paper", "quick")
 # Bounds every model's hyper-parameters keep, checked here so that the host (which
 # plans with these functions) and the runner refuse the same values: every number
 # is finite and 0 or more, an integer fits the 32-bit integers frameworks take,
-# learning rates are more than 0, and the length of training and batch sizes are
-# at least 1 (a batch at most MAX_BATCH_SIZE images, more than either data set holds);
-# a named choice is one of its values (``dtype``: the floating-point type a model
-# computes in).
+# learning rates are more than 0, and the length of training, batch sizes and the
+# batches of a test pass (``test_iter``) are at least 1 (a batch at most
+# MAX_BATCH_SIZE images, more than either data set holds); a named choice is one of
+# its values (``dtype``: the floating-point type a model computes in).
 MAX_INT = 2**31 - 1
 MAX_BATCH_SIZE = 65536
 POSITIVE = ("learning_rate", "learning_rate_lr1")
-AT_LEAST_ONE = ("epochs", "max_iter", "max_steps", "batch_size", "test_batch_size")
+AT_LEAST_ONE = ("epochs", "max_iter", "max_steps", "batch_size", "test_batch_size", "test_iter")
 BATCH_SIZES = ("batch_size", "test_batch_size")
 CHOICES = {"dtype": ("float64", "float32")}
 # Seeds: what every framework's seeding takes (numpy's RandomState, torch, TensorFlow).

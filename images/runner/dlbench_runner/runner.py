@@ -8,7 +8,8 @@ An adapter (``adapter.py`` in the framework directory) defines ``Adapter``::
         def train(self):        # the training loop; calls ctx.progress() every few steps
                                 #     and ctx.epoch_done() per epoch; time it spends on
                                 #     other work (a script's per-epoch test passes) goes
-                                #     into ctx.train_excluded_s
+                                #     into ctx.train_excluded_s, and out of the epoch's
+                                #     time_s too
         def test(self):         # one pass over the test set -> {"accuracy": .., "loss": ..}
         def describe(self):     # -> {"framework_version", "param_count", "device_name",
                                 #     "threads": {...}, ...}
@@ -99,6 +100,7 @@ class Context:
         self.train_excluded_s = 0.0
         self._last_progress = 0.0
         self._epoch_start = None
+        self._epoch_excluded_from = 0.0
         self._step = None           # the last step reported
         self.swallowed = Swallowed()
 
@@ -110,6 +112,7 @@ class Context:
 
     def epoch_start(self):
         self._epoch_start = time.perf_counter()
+        self._epoch_excluded_from = self.train_excluded_s
 
     def check_loss(self, loss, epoch, step=None):
         """The loss as a float; a NaN or infinite one raises TrainingDiverged (and an
@@ -139,8 +142,9 @@ class Context:
     def epoch_done(self, epoch, loss, accuracy, samples=None):
         """Report one finished epoch of training (mean loss, training accuracy)."""
         elapsed = None
-        if self._epoch_start is not None:
-            elapsed = time.perf_counter() - self._epoch_start
+        if self._epoch_start is not None:   # less what the epoch spent on other work
+            elapsed = (time.perf_counter() - self._epoch_start
+                       - (self.train_excluded_s - self._epoch_excluded_from))
         record = {"epoch": epoch, "loss": self.check_loss(loss, epoch), "accuracy": float(accuracy),
                   "time_s": elapsed, "samples": samples}
         self.epochs.append(record)
