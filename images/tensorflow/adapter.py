@@ -460,7 +460,7 @@ class Cifar10Eval:
             a.write_summary(a.eval_writer, summary, step)
             self.spans.append(printed - started)
             self.cycles.append(time.perf_counter() - started)
-            self.precisions.append(precision)
+            self.precisions.append(precision if batches else None)
             self.batches += batches
         a.eval_writer.flush()
 
@@ -584,13 +584,12 @@ class Adapter:
             saved[_key(name)] = var
         for name, var in zip(self.variable_names(), self.averages or []):
             saved[_key(name) + AVERAGE] = var
-        for name, var in zip(getattr(self, "loss_names", []), self.loss_biased or []):
-            saved[_key(name) + "_avg"] = var
         if self.loss_biased:
+            for name, var in zip(self.loss_names, self.loss_biased):
+                saved[_key(name) + "_avg"] = var
             saved["avg_local_step"] = self.loss_updates
         saved["global_step"] = self.global_step
         self.saved = tf.train.Checkpoint(**saved)
-        self.default_saver = self.hook_saver = None
         if hp["checkpoint_secs"]:
             # MonitoredTrainingSession's Saver: TF's default max_to_keep, 5
             self.default_saver = tf.train.CheckpointManager(
@@ -600,7 +599,6 @@ class Adapter:
             self.hook_saver = tf.train.CheckpointManager(
                 self.saved, self.ckpt_dir, max_to_keep=hp["checkpoint_keep"] or None,
                 checkpoint_name="model.ckpt")
-        self.train_writer = None
         if hp["summary_every"] or hp["checkpoint_secs"]:
             self.train_writer = tf.summary.create_file_writer(self.train_dir)
         spec = tf.TensorSpec
@@ -645,8 +643,9 @@ class Adapter:
                 var.assign(tf.zeros(var.shape, dtype=var.dtype))
         for shadow, var in zip(self.averages or [], self.model.variables):
             shadow.assign(var)
-        for var in (self.loss_biased or []) + ([self.loss_updates] if self.loss_biased else []):
-            var.assign(0.0)
+        if self.loss_biased:
+            for var in self.loss_biased + [self.loss_updates]:
+                var.assign(0.0)
         self.global_step.assign(0)
 
     def remove_scratch(self):
