@@ -1,15 +1,19 @@
 """The tensorflow image end to end: built (or found up to date), then the quick
-profile of both TF tutorial models (Deep MNIST, the CIFAR-10 tutorial) run
-through the CLI on the real data sets, and the adapter's own machinery (the
-warm-up that must leave the initial state, the CIFAR input pipeline, the
-refusal of CUDA) checked inside the real image."""
+profile of both TF tutorial models (Deep MNIST, the CIFAR-10 tutorial) and the
+paper profile cut short (a few steps, small intervals) run through the CLI on
+the real data sets, and the adapter's own machinery (the warm-up that must
+leave the initial state, the CIFAR input pipeline, the refusal of CUDA, the
+files GTDLBench's scripts wrote) checked inside the real image."""
 
 from __future__ import annotations
 
 import json
 import os
 
+import pandas as pd
 import pytest
+
+from conftest import dlbench
 
 pytestmark = pytest.mark.docker
 
@@ -47,8 +51,8 @@ PRELUDE = (
     "import numpy as np, adapter\n"
     "from dlbench_runner import spec, runner\n"
     "catalog = spec.load_catalog('/opt/dlbench/framework')\n"
-    "def make(dataset, **overrides):\n"
-    "    job = spec.complete({'framework': 'tensorflow', 'dataset': dataset, 'profile': 'quick',\n"
+    "def make(dataset, profile='quick', **overrides):\n"
+    "    job = spec.complete({'framework': 'tensorflow', 'dataset': dataset, 'profile': profile,\n"
     "                         'threads': 2, 'seed': 7, 'overrides': overrides}, catalog)\n"
     "    return adapter.Adapter(runner.Context(job, '/data'))\n"
 )
@@ -182,3 +186,144 @@ def test_cuda_is_refused_by_the_cpu_build(built, data_root, tmp_path):
     assert result["status"] == "failed"
     assert result["error"].startswith("ValueError during setup")
     assert "CPU-only build" in result["error"]
+
+
+# The paper profile cut short: few steps, the periodic work at small intervals.
+PAPER_CUTS = {
+    "mnist": ["max_steps=30", "accuracy_every=10"],
+    "cifar10": ["max_steps=20", "summary_every=5", "log_every=5", "checkpoint_every=10"],
+}
+
+
+@pytest.fixture(scope="module")
+def paper_results(built, data_root, tmp_path_factory):
+    """Each data set's paper-profile row, its result.json and its log."""
+    found = {}
+    for dataset, cuts in PAPER_CUTS.items():
+        results = tmp_path_factory.mktemp(f"tensorflow-paper-{dataset}")
+        sets = [arg for cut in cuts for arg in ("--set", cut)]
+        dlbench("run", "--frameworks", FRAMEWORK, "--datasets", dataset, "--profile", "paper", *sets,
+                "--results", results, "--data-dir", data_root, check=True)
+        row = pd.read_parquet(results / "runs").iloc[0]
+        job = results / "_jobs" / row.run_id
+        found[dataset] = (row, json.loads((job / "result.json").read_text()),
+                          (job / "log.txt").read_text())
+    return found
+
+
+def test_quick_runs_do_no_periodic_work_and_leave_the_paper_spans_empty(quick_results):
+    for row in quick_results.values():
+        assert pd.isna(row.paper_train_time_s) and pd.isna(row.paper_test_time_s)
+    hp = json.loads(quick_results["mnist"].hyperparameters)
+    assert hp["accuracy_every"] == 0
+    hp = json.loads(quick_results["cifar10"].hyperparameters)
+    assert [hp[k] for k in ("summary_every", "log_every", "checkpoint_secs", "checkpoint_every",
+                            "evaluations")] == [0, 0, 0.0, 0, 0]
+
+
+def test_paper_mnist_times_the_scripts_spans(paper_results):
+    row, result, log = paper_results["mnist"]
+    assert (row.profile, row.status) == ("paper", "ok"), row.error
+    assert json.loads(row.hyperparameters)["accuracy_every"] == 10
+    # the batch's accuracy before steps 0, 10 and 20, printed as mnist_deep.py prints it
+    assert result["paper_work"] == {"batch_accuracy_evaluations": 3}
+    printed = [line.split(",")[0] for line in log.splitlines() if line.startswith("step ")]
+    assert printed == ["step 0", "step 10", "step 20"]
+    assert "Training time: " in log and "test accuracy " in log and "Testing time: " in log
+    # the train timer holds the steps, the initialisation and the evaluations;
+    # train_time_s the steps alone; the span lies inside the runner's train()
+    assert result["train_excluded_s"] > 0
+    assert row.train_time_s < row.paper_train_time_s <= row.train_time_s + result["train_excluded_s"]
+    # the test timer: the pass over 10,000 images in one batch and its print, in test()
+    assert 0 < row.paper_test_time_s <= row.test_time_s
+    assert row.test_samples == 10000
+
+
+def test_paper_cifar10_does_the_sessions_and_hooks_work(paper_results):
+    row, result, log = paper_results["cifar10"]
+    assert (row.profile, row.status) == ("paper", "ok"), row.error
+    work = result["paper_work"]
+    # 20 steps: summaries at steps 0, 5, 10, 15; the loss printed at 0, 5, 10, 15 and
+    # the last; the hook's checkpoint and Epoch Duration after steps 9 and 19; the
+    # session's checkpoints after the first step and at the end (600 s never pass)
+    assert (work["summaries"], work["loss_prints"], work["hook_checkpoints"],
+            work["epoch_durations"], work["timed_checkpoints"]) == (4, 5, 2, 2, 2)
+    assert len([line for line in log.splitlines() if ": step " in line and "loss = " in line]) == 5
+    durations = [float(line.split("Epoch Duration: ")[1].split()[0])
+                 for line in log.splitlines() if line.startswith("Step: ")]
+    assert len(durations) == 2
+    # paper_train_time_s: the printed durations, summed; they hold the steps and the
+    # summaries, checkpoints and prints between the hook's saves
+    assert row.paper_train_time_s == pytest.approx(sum(durations), abs=1e-3)
+    assert row.paper_train_time_s > row.train_time_s
+    assert work["train_log_span_s"] > row.paper_train_time_s
+    assert row.paper_train_time_s <= row.train_time_s + result["train_excluded_s"]
+
+
+def test_paper_cifar10_evaluates_three_times_as_cifar10_eval_did(paper_results):
+    row, result, log = paper_results["cifar10"]
+    work = result["paper_work"]
+    # three evaluations of 79 batches of 128, each restoring the last checkpoint's averages
+    assert (work["evaluations"], work["eval_batches"]) == (3, 3 * 79)
+    assert log.count("precision @ 1 = ") == 3
+    first = work["eval_precisions"][0]
+    assert work["eval_precisions"] == [first] * 3
+    # the same weights as dlbench's test, on 10,112 images (112 twice) against 10,000
+    assert abs(first - row.accuracy) <= 112 / 10112
+    assert row.test_samples == 10000
+    assert row.paper_test_time_s == pytest.approx(work["eval_times_s"][0])
+    assert all(0 < span < cycle for span, cycle in zip(work["eval_times_s"], work["eval_cycles_s"]))
+
+
+def test_paper_work_writes_the_tutorials_files(built, data_root):
+    """The event files hold cifar10.py's summaries at the summary steps, the
+    checkpoint folders the saves (the hook's thinned to checkpoint_keep), the
+    eval event file the evaluation's summary with its precision."""
+    script = PRELUDE + (
+        "import os, glob, collections, tensorflow as tf\n"
+        "os.environ['DLBENCH_TF_SCRATCH'] = '/tmp'\n"
+        "a = make('cifar10', 'paper', max_steps=6, summary_every=3, log_every=3, checkpoint_every=2,\n"
+        "         checkpoint_keep=2, evaluations=1, eval_examples=256)\n"
+        "a.setup(); a.train()\n"
+        "root, = glob.glob('/tmp/dlbench-tf-*')\n"
+        "for folder in ('cifar10_train', 'cifar10_ckpt', 'cifar10_eval'):\n"
+        "    names = os.listdir(os.path.join(root, folder))\n"
+        "    print('files', folder, *sorted(n for n in names if not n.startswith('events')))\n"
+        "    tags = collections.defaultdict(list)\n"
+        "    for path in glob.glob(os.path.join(root, folder, 'events*')):\n"
+        "        for event in tf.compat.v1.train.summary_iterator(path):\n"
+        "            tags[event.step] += [v.tag for v in event.summary.value]\n"
+        "    print('tags', folder, json.dumps({s: sorted(t) for s, t in tags.items() if t}))\n")
+    code, logs = in_image(script, data_root)
+    assert code == 0, logs
+    files, tags = {}, {}
+    for line in logs.splitlines():
+        kind, _, rest = line.partition(" ")
+        if kind == "files":
+            folder, *names = rest.split()
+            files[folder] = names
+        elif kind == "tags":
+            folder, _, found = rest.partition(" ")
+            tags[folder] = json.loads(found)
+    assert files["cifar10_eval"] == []              # its event file only
+
+    def checkpoints(*steps):
+        return sorted(["checkpoint"] + [f"model.ckpt-{s}.{ext}" for s in steps
+                                        for ext in ("data-00000-of-00001", "index")])
+    # the session's saves after the first step and at the end, and its graph
+    assert files["cifar10_train"] == sorted(checkpoints(1, 6) + ["graph.pbtxt"])
+    # the hook's after steps 1, 3 and 5, the newest two kept
+    assert files["cifar10_ckpt"] == checkpoints(3, 5)
+    assert sorted(tags["cifar10_train"]) == ["0", "3"]
+    layers = ("conv1", "conv2", "local3", "local4", "softmax_linear")
+    expected = {"images/image/0", "images/image/1", "images/image/2", "learning_rate"}
+    for layer in layers:
+        expected |= {f"{layer}/activations", f"{layer}/sparsity", f"{layer}/weights",
+                     f"{layer}/biases", f"{layer}/weights/gradients", f"{layer}/biases/gradients",
+                     f"{layer}/weight_loss", f"{layer}/weight_loss (raw)"}
+    expected |= {"cross_entropy", "cross_entropy (raw)", "total_loss", "total_loss (raw)"}
+    for step in ("0", "3"):
+        assert set(tags["cifar10_train"][step]) == expected
+    evaluation = {"Precision @ 1", "images/image/0", "images/image/1", "images/image/2"}
+    evaluation |= {f"{layer}/{kind}" for layer in layers for kind in ("activations", "sparsity")}
+    assert tags["cifar10_eval"] == {"6": sorted(evaluation)}

@@ -65,10 +65,12 @@ How dlbench differs, and why:
     images, the queue wrapping around to repeat 112; dlbench tests each of the
     10,000 test images exactly once (in batches of 128, the last of 16).
     GTDLBench's cifar10_eval.py runs once after training with run_once set,
-    evaluating three times back to back, each in a new session; dlbench tests
-    once, after training.
+    evaluating three times back to back, each in a new session; dlbench's own
+    test is one pass, after training (the three evaluations, paper profile,
+    are below).
   * The zero weight-decay terms (wd=0.0 on conv1, conv2, softmax_linear) add
-    nothing to the loss or the gradients and are left out.
+    nothing to the loss or the gradients and are left out of training; the
+    summaries record them.
   * Setup runs one training step (on the first batch_size training images) to
     trace and optimise the tf.function graphs, and one test step on one image,
     then restores every variable (weights, optimizer slots and iteration count,
@@ -81,13 +83,45 @@ How dlbench differs, and why:
     loss the step minimises (for CIFAR-10 the tutorial's total_loss, weight
     decay included); the test loss is the mean cross entropy alone.
 
+What GTDLBench's copies did besides training, done in the paper profile
+(each a hyper-parameter, 0 switches it off; the quick profile does none):
+  * mnist_deep.py (MnistScript): the training batch's accuracy every 100 steps
+    (accuracy_every), printed; its train timer opens before the session and
+    the variables' initialisation, so the span starts with the initialisers
+    run again (fresh draws from the job's seed).
+  * cifar10_train.py (Cifar10Session): summaries every 100 steps
+    (summary_every, written with TF 1.x's own summary kernels), the session's
+    checkpoint after the first step, every 600 s (checkpoint_secs) and at the
+    end, the hook's loss print every 10 steps (log_every) and its checkpoint and
+    "Epoch Duration" print every 390 steps (checkpoint_every).  The checkpoints,
+    summaries and event files go to a scratch folder of the job's, removed when
+    training ends.  Its Saver(max_to_keep=3000) kept all 2,564 checkpoints, about
+    22 GB; dlbench keeps the newest 5 (checkpoint_keep; 0 keeps all), since a
+    job's /tmp is a 2 GB tmpfs charged to its memory.
+  * cifar10_eval.py (Cifar10Eval): after training, three evaluations
+    (evaluations) of 79 batches of 128 (eval_examples 10,000), each restoring the
+    newest checkpoint's moving averages.  They run at the end of train(), timed
+    as excluded; test() stays dlbench's one pass over the 10,000 images.
+All of it is timed outside train_time_s (ctx.train_excluded_s).  In the paper
+profile describe() reports the spans GTDLBench's method timed:
+paper_train_time_s (MNIST: the script's train timer; CIFAR-10: the hook's
+printed Epoch Durations, summed) and paper_test_time_s (MNIST: the test timer;
+CIFAR-10: the first evaluation, from its restore to its precision print), and
+in every profile the counts of the work done (paper_work).
+
 Quick profile: the same models and settings, fewer steps -- MNIST 300 steps
 (15,000 images, test accuracy 0.92-0.93 over seeds 1-3), CIFAR-10 50 steps
 (6,400 images, 0.29-0.31; the moving average's num_updates term keeps it
 short-sighted early on, (1 + step) / (10 + step), so it tracks the weights).
 """
 
+import contextlib
+import datetime
+import math
 import os
+import shutil
+import time
+import warnings
 
 import numpy as np
 
@@ -97,6 +131,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 MNIST_VALIDATION = 5000          # read_data_sets(validation_size=5000)
 CIFAR_CROP = 24                  # cifar10_input.IMAGE_SIZE
 CIFAR_EXAMPLES_PER_EPOCH = 50000  # cifar10_input.NUM_EXAMPLES_PER_EPOCH_FOR_TRAIN
+LOSS_AVERAGE_DECAY = 0.9         # cifar10.py _add_loss_summaries
+AVERAGE = "_ExponentialMovingAverage"   # a weight's moving average, in a checkpoint
 
 
 class IndexStream:
@@ -135,11 +171,14 @@ class MnistDeep:
         self.tf = tf
         self.keep_prob = hp["keep_prob"]
 
+        self.initialisers = []      # (variable, its initialiser): global_variables_initializer
+
         def weight(name, shape):
-            return tf.Variable(tf.random.truncated_normal(shape, stddev=0.1), name=name)
+            return _variable(tf, self.initialisers, name,
+                             lambda: tf.random.truncated_normal(shape, stddev=0.1))
 
         def bias(name, n):
-            return tf.Variable(tf.fill([n], 0.1), name=name)
+            return _variable(tf, self.initialisers, name, lambda: tf.fill([n], 0.1))
 
         self.variables = [
             weight("conv1/W", [5, 5, 1, 32]), bias("conv1/b", 32),
@@ -149,7 +188,7 @@ class MnistDeep:
         ]
         self.weight_decay = []    # the tutorial's loss is the cross entropy alone
 
-    def logits(self, params, x, dropout_seed=None):
+    def logits(self, params, x, dropout_seed=None, taps=None):
         tf = self.tf
         w1, b1, w2, b2, w3, b3, w4, b4 = params
         h = tf.nn.max_pool2d(conv_relu(tf, x, w1, b1), 2, 2, "SAME")
@@ -164,15 +203,19 @@ class Cifar10Tutorial:
     """cifar10.py inference(): input N x 24 x 24 x 3, standardised -> logits."""
 
     uses_dropout = False
+    # the layers whose outputs _activation_summary() records
+    LAYERS = ("conv1", "conv2", "local3", "local4", "softmax_linear")
 
     def __init__(self, tf, hp):
         self.tf = tf
+        self.initialisers = []
 
         def weight(name, shape, stddev):
-            return tf.Variable(tf.random.truncated_normal(shape, stddev=stddev), name=name)
+            return _variable(tf, self.initialisers, name,
+                             lambda: tf.random.truncated_normal(shape, stddev=stddev))
 
         def bias(name, n, value):
-            return tf.Variable(tf.fill([n], float(value)), name=name)
+            return _variable(tf, self.initialisers, name, lambda: tf.fill([n], float(value)))
 
         dim = (CIFAR_CROP // 4) * (CIFAR_CROP // 4) * 64      # 6 x 6 x 64 after two pools
         self.variables = [
@@ -185,8 +228,14 @@ class Cifar10Tutorial:
         ]
         wd = hp["weight_decay"]
         self.weight_decay = [(self.variables[4], wd), (self.variables[6], wd)]
+        # Every weight's term in the 'losses' collection, the zero ones included:
+        # trained on, they change nothing; summarised, they are five of its losses.
+        self.loss_terms = [(layer + "/weight_loss", self.variables[2 * i], (0.0, 0.0, wd, wd, 0.0)[i])
+                           for i, layer in enumerate(self.LAYERS)]
 
-    def logits(self, params, x, dropout_seed=None):
+    def logits(self, params, x, dropout_seed=None, taps=None):
+        """``taps``, a dict, receives each layer's output by name (the activations
+        cifar10.py summarises)."""
         tf = self.tf
         w1, b1, w2, b2, w3, b3, w4, b4, w5, b5 = params
 
@@ -194,12 +243,247 @@ class Cifar10Tutorial:
             return tf.nn.local_response_normalization(h, depth_radius=4, bias=1.0,
                                                       alpha=0.001 / 9.0, beta=0.75)
 
-        h = lrn(tf.nn.max_pool2d(conv_relu(tf, x, w1, b1), 3, 2, "SAME"))
-        h = tf.nn.max_pool2d(lrn(conv_relu(tf, h, w2, b2)), 3, 2, "SAME")
+        conv1 = conv_relu(tf, x, w1, b1)
+        conv2 = conv_relu(tf, lrn(tf.nn.max_pool2d(conv1, 3, 2, "SAME")), w2, b2)
+        h = tf.nn.max_pool2d(lrn(conv2), 3, 2, "SAME")
         h = tf.reshape(h, [tf.shape(h)[0], -1])
-        h = tf.nn.relu(tf.matmul(h, w3) + b3)
-        h = tf.nn.relu(tf.matmul(h, w4) + b4)
-        return tf.matmul(h, w5) + b5
+        local3 = tf.nn.relu(tf.matmul(h, w3) + b3)
+        local4 = tf.nn.relu(tf.matmul(local3, w4) + b4)
+        logits = tf.matmul(local4, w5) + b5
+        if taps is not None:
+            taps.update(zip(self.LAYERS, (conv1, conv2, local3, local4, logits)))
+        return logits
+
+
+def _variable(tf, initialisers, name, initialiser):
+    """A tf.Variable holding its initialiser's value; the pair is kept, so the
+    initialisation can run again."""
+    variable = tf.Variable(initialiser(), name=name)
+    initialisers.append((variable, initialiser))
+    return variable
+
+
+# -- what GTDLBench's scripts did besides training ---------------------------------
+class MnistScript:
+    """mnist_deep.py's two timers and the work inside them.  Its train timer
+    starts before tf.Session() and global_variables_initializer() and stops after
+    the last step; every 100 steps (``accuracy_every``) the batch about to be
+    trained on is scored with keep_prob 1.0 and printed.  Its test timer covers
+    the test set's accuracy in one batch of 10,000 and its print.  Both spans are
+    timed in the paper profile only."""
+
+    def __init__(self, adapter):
+        self.adapter = adapter
+        self.every = adapter.hp["accuracy_every"]
+        self.evaluations = 0
+        self.train_span = self.paper_test_time_s = None
+
+    def begin(self):
+        self.started = time.perf_counter()
+        if self.adapter.paper:
+            with self.adapter.outside():
+                self.adapter.initialise()
+
+    def wants_taps(self, step):
+        return False
+
+    def before_step(self, step, index):
+        if self.every and step % self.every == 0:
+            with self.adapter.outside():
+                accuracy = float(self.adapter.batch_accuracy(index))
+                print("step %d, training accuracy %g" % (step, accuracy), flush=True)
+                self.evaluations += 1
+
+    def after_step(self, step, loss, taps):
+        pass
+
+    def end(self):
+        if self.adapter.paper:
+            self.train_span = time.perf_counter() - self.started
+            with self.adapter.outside():
+                print("Training time: %.3f s" % self.train_span, flush=True)
+
+    def tested(self, accuracy, started):
+        if self.adapter.paper:
+            print("test accuracy %g" % accuracy, flush=True)
+            self.paper_test_time_s = time.perf_counter() - started
+            print("Testing time: %.3f s" % self.paper_test_time_s, flush=True)
+
+    def paper_train_time_s(self):
+        return self.train_span
+
+    def record(self):
+        return {"batch_accuracy_evaluations": self.evaluations}
+
+
+class Cifar10Session:
+    """What cifar10_train.py's MonitoredTrainingSession and its hooks did around
+    the training steps, in TF 1.3's order (the session's own hooks before the
+    script's):
+      * its _LoggerHook starts its clock in begin(), before the session is made
+        and the variables initialised; so does dlbench, and initialises them
+        again (the paper profile);
+      * CheckpointSaverHook writes the graph (graph.pbtxt, the event file) and
+        saves a checkpoint after the first step, then whenever
+        ``checkpoint_secs`` (600) have passed since the last, and at the end;
+      * SummarySaverHook writes the summaries every ``summary_every`` (100)
+        steps, from the first, computed in the training step's own run;
+      * the _LoggerHook prints the loss every ``log_every`` (10) steps and at the
+        last, and after every ``checkpoint_every`` (390) steps stops its epoch
+        clock, saves a checkpoint (``checkpoint_keep`` kept), prints "Epoch
+        Duration" and restarts the clock.
+    paper_train_time_s is the sum of the printed Epoch Durations: the hook's own
+    saves are outside them, and so are the steps after the last whole epoch."""
+
+    def __init__(self, adapter):
+        hp = adapter.hp
+        self.adapter = adapter
+        self.summary_every, self.log_every = hp["summary_every"], hp["log_every"]
+        self.checkpoint_every, self.checkpoint_secs = hp["checkpoint_every"], hp["checkpoint_secs"]
+        self.max_steps, self.batch = hp["max_steps"], hp["batch_size"]
+        self.summaries = self.loss_prints = self.hook_checkpoints = self.timed_checkpoints = 0
+        self.durations = []
+        self.log_span = self.paper_test_time_s = None
+        self.saved_at = self.saved_step = None
+
+    def begin(self):
+        a = self.adapter
+        self.started = self.last_print = self.epoch_started = time.perf_counter()
+        with a.outside():
+            if a.paper:
+                a.initialise()
+            if a.default_saver is not None:
+                a._write_graph(a.train_writer, a.train_step, a.train_dir)
+
+    def wants_taps(self, step):
+        return bool(self.summary_every) and step % self.summary_every == 0
+
+    def before_step(self, step, index):
+        pass
+
+    def after_step(self, step, loss, taps):
+        a = self.adapter
+        if taps is not None:
+            with a.outside():
+                a.write_summary(a.train_writer, a.summarise(taps), step)
+                self.summaries += 1
+        if self.checkpoint_secs:
+            now = time.perf_counter()
+            if self.saved_at is None or now - self.saved_at >= self.checkpoint_secs:
+                self.saved_at = now
+                with a.outside():
+                    self._save_default(step + 1)
+        if self.log_every and (step % self.log_every == 0 or step == self.max_steps - 1):
+            with a.outside():
+                now = time.perf_counter()
+                duration, self.last_print = now - self.last_print, now
+                print("%s: step %d, loss = %.2f (%.1f examples/sec; %.3f sec/batch)"
+                      % (datetime.datetime.now(), step, loss,
+                         self.log_every * self.batch / duration, duration / self.log_every),
+                      flush=True)
+                self.loss_prints += 1
+        if self.checkpoint_every and (step + 1) % self.checkpoint_every == 0:
+            ended = time.perf_counter()
+            with a.outside():
+                a.hook_saver.save(checkpoint_number=step)
+                self.hook_checkpoints += 1
+                duration = ended - self.epoch_started
+                self.durations.append(duration)
+                print("Step: %d, Epoch Duration: %.4f s" % (step, duration), flush=True)
+            self.epoch_started = time.perf_counter()
+
+    def _save_default(self, global_step):
+        self.adapter.default_saver.save(checkpoint_number=global_step)
+        self.saved_step = global_step
+        self.timed_checkpoints += 1
+
+    def end(self):
+        """The session's close: the last checkpoint, if the last step has none yet."""
+        a = self.adapter
+        self.log_span = time.perf_counter() - self.started
+        with a.outside():
+            if self.checkpoint_secs and self.saved_step != self.max_steps:
+                self._save_default(self.max_steps)
+            if a.train_writer is not None:
+                a.train_writer.flush()
+
+    def tested(self, accuracy, started):
+        pass
+
+    def paper_train_time_s(self):
+        return sum(self.durations) if self.durations else None
+
+    def record(self):
+        return {"summaries": self.summaries, "loss_prints": self.loss_prints,
+                "hook_checkpoints": self.hook_checkpoints,
+                "timed_checkpoints": self.timed_checkpoints,
+                "epoch_durations": len(self.durations),
+                # the alternative span: from the hook's begin() to the last step,
+                # its own saves included
+                "train_log_span_s": self.log_span}
+
+
+class Cifar10Eval:
+    """cifar10_eval.py as GTDLBench ran it, once after training with run_once:
+    ``evaluations`` (3) evaluations back to back, each restoring the newest
+    checkpoint of cifar10_train (the moving averages, into the model's
+    variables), scoring ceil(num_examples / 128) = 79 batches of 128 from the
+    start of the test file (10,112 images, 112 twice), printing the precision,
+    then running its summary op (one batch more) into the eval event file.
+    paper_test_time_s is the first evaluation, from its restore to its print."""
+
+    def __init__(self, adapter):
+        self.adapter = adapter
+        self.spans, self.cycles, self.precisions = [], [], []
+        self.batches = 0
+
+    def run(self):
+        a, tf, hp = self.adapter, self.adapter.tf, self.adapter.hp
+        batch = hp["batch_size"]
+        batches = math.ceil(hp["eval_examples"] / batch)
+        a._write_graph(a.eval_writer, a.eval_count)
+        for _ in range(hp["evaluations"]):
+            started = time.perf_counter()
+            path = tf.train.latest_checkpoint(a.train_dir)
+            if path is None:
+                print("No checkpoint file found", flush=True)
+                continue
+            a.eval_restore.restore(path).expect_partial()
+            step = int(path.rpartition("-")[2])
+            true_count = 0
+            for i in range(batches):
+                true_count += int(a.eval_count(tf.constant(i * batch)))
+            precision = true_count / (batches * batch) if batches else float("nan")
+            print("%s: precision @ 1 = %.3f" % (datetime.datetime.now(), precision), flush=True)
+            printed = time.perf_counter()
+            summary = a.eval_summarise(tf.constant(batches * batch), tf.constant(precision, tf.float32))
+            a.write_summary(a.eval_writer, summary, step)
+            self.spans.append(printed - started)
+            self.cycles.append(time.perf_counter() - started)
+            self.precisions.append(precision if batches else None)
+            self.batches += batches
+        a.eval_writer.flush()
+
+    def paper_test_time_s(self):
+        return self.spans[0] if self.spans else None
+
+    def record(self):
+        return {"evaluations": len(self.spans), "eval_batches": self.batches,
+                "eval_precisions": self.precisions,
+                # each evaluation from its restore to its print, and to the end of
+                # its summary
+                "eval_times_s": self.spans, "eval_cycles_s": self.cycles}
+
+
+def _key(name):
+    """A variable's name as a checkpoint key."""
+    return name.replace("/", "_")
+
+
+def _activation_summary(tf, name, x):
+    """cifar10.py _activation_summary(): a histogram and the fraction of zeros."""
+    return [tf.raw_ops.HistogramSummary(tag=name + "/activations", values=x),
+            tf.raw_ops.ScalarSummary(tags=name + "/sparsity", values=tf.math.zero_fraction(x))]
 
 
 # -- the adapter ------------------------------------------------------------------
@@ -214,6 +498,8 @@ class Adapter:
         import keras
         self.np, self.tf, self.keras = np, tf, keras
         ctx, hp = self.ctx, self.hp
+        # GTDLBench's spans are timed in the paper profile
+        self.paper = ctx.spec.get("profile") == "paper"
         if ctx.threads:
             # Before any op runs; TF's own default is one of each per core.
             tf.config.threading.set_intra_op_parallelism_threads(ctx.threads)
@@ -245,14 +531,126 @@ class Adapter:
             self.averages = [tf.Variable(v, trainable=False) for v in variables] if decay else None
             self.global_step = tf.Variable(0, dtype=tf.int64, trainable=False)
             self.rng = tf.random.Generator.from_seed(ctx.seed)
+            self.loss_biased = None
+            if hp.get("summary_every"):
+                # _add_loss_summaries(): a moving average (0.9, zero-debiased) of
+                # every loss, updated each step, for the summaries
+                self.loss_names = [name for name, _, _ in self.model.loss_terms]
+                self.loss_names += ["cross_entropy", "total_loss"]
+                self.loss_biased = [tf.Variable(0.0, trainable=False) for _ in self.loss_names]
+                self.loss_updates = tf.Variable(0.0, trainable=False)
             spec = tf.TensorSpec
-            self.train_step = tf.function(self._train_step, input_signature=[
-                spec([hp["batch_size"]], tf.int32)])
+            index = spec([hp["batch_size"]], tf.int32)
+            self.train_step = tf.function(self._train_step, input_signature=[index])
             self.test_step = tf.function(self._test_step, input_signature=[
                 spec([None] + self.test_x.shape[1:].as_list(), self.test_x.dtype),
                 spec([None], tf.int32)])
+            self.train_step_taps = self.summarise = self.batch_accuracy = None
+            self.eval_count = self.eval_summarise = None
+            self.scratch = self.train_writer = self.default_saver = self.hook_saver = None
+            if ctx.dataset == "mnist":
+                self.session = MnistScript(self)
+                if hp.get("accuracy_every"):
+                    self.batch_accuracy = tf.function(self._batch_accuracy, input_signature=[index])
+                self.evaluation = None
+            else:
+                self.session = Cifar10Session(self)
+                self.evaluation = Cifar10Eval(self) if hp.get("evaluations") else None
+                self._cifar_scratch()
         ctx.planned_epochs = hp["max_steps"] * hp["batch_size"] / len(self.train_y)
         self._warm_up()
+
+    def _cifar_scratch(self):
+        """cifar10_train.py's train_dir (event file, the default saver's
+        checkpoints) and ckpt_dir (the hook's checkpoints), cifar10_eval.py's
+        eval_dir, in a scratch folder of the job's own (DLBENCH_TF_SCRATCH: under
+        that folder, and kept); and the functions that write into them."""
+        import tempfile
+        tf, hp = self.tf, self.hp
+        if not (hp["summary_every"] or hp["checkpoint_secs"] or hp["checkpoint_every"]
+                or self.evaluation):
+            return
+        keep = os.environ.get("DLBENCH_TF_SCRATCH")
+        self.scratch = tempfile.mkdtemp(prefix="dlbench-tf-", dir=keep or None)
+        self.keep_scratch = bool(keep)
+        self.train_dir, self.ckpt_dir, self.eval_dir = (
+            os.path.join(self.scratch, name) for name in ("cifar10_train", "cifar10_ckpt", "cifar10_eval"))
+        for path in (self.train_dir, self.ckpt_dir, self.eval_dir):
+            os.mkdir(path)
+        # tf.train.Saver()'s variables: the weights, their moving averages, the
+        # losses' averages, the step
+        saved = {}
+        for name, var in zip(self.variable_names(), self.model.variables):
+            saved[_key(name)] = var
+        for name, var in zip(self.variable_names(), self.averages or []):
+            saved[_key(name) + AVERAGE] = var
+        if self.loss_biased:
+            for name, var in zip(self.loss_names, self.loss_biased):
+                saved[_key(name) + "_avg"] = var
+            saved["avg_local_step"] = self.loss_updates
+        saved["global_step"] = self.global_step
+        self.saved = tf.train.Checkpoint(**saved)
+        if hp["checkpoint_secs"]:
+            # MonitoredTrainingSession's Saver: TF's default max_to_keep, 5
+            self.default_saver = tf.train.CheckpointManager(
+                self.saved, self.train_dir, max_to_keep=5, checkpoint_name="model.ckpt")
+        if hp["checkpoint_every"]:
+            # the hook's Saver(max_to_keep=3000); 0 keeps all, as with Saver
+            self.hook_saver = tf.train.CheckpointManager(
+                self.saved, self.ckpt_dir, max_to_keep=hp["checkpoint_keep"] or None,
+                checkpoint_name="model.ckpt")
+        if hp["summary_every"] or hp["checkpoint_secs"]:
+            self.train_writer = tf.summary.create_file_writer(self.train_dir)
+        spec = tf.TensorSpec
+        if hp["summary_every"]:
+            self.train_step_taps = tf.function(self._train_step_taps, input_signature=[
+                spec([hp["batch_size"]], tf.int32)])
+            self.summarise = tf.function(self._summarise)
+        if self.evaluation:
+            # cifar10_eval.py restores the moving averages into the model's variables
+            self.eval_variables = [tf.Variable(tf.zeros_like(v), trainable=False)
+                                   for v in self.model.variables]
+            suffix = AVERAGE if self.averages else ""
+            self.eval_restore = tf.train.Checkpoint(**{
+                _key(name) + suffix: var
+                for name, var in zip(self.variable_names(), self.eval_variables)})
+            self.eval_writer = tf.summary.create_file_writer(self.eval_dir)
+            self.eval_count = tf.function(self._eval_count, input_signature=[spec([], tf.int32)])
+            self.eval_summarise = tf.function(self._eval_summarise, input_signature=[
+                spec([], tf.int32), spec([], tf.float32)])
+
+    def variable_names(self):
+        return [v.name.split(":")[0] for v in self.model.variables]
+
+    @contextlib.contextmanager
+    def outside(self):
+        """Work inside train() that is not training: its time goes to the runner's
+        train_excluded_s, so that train_time_s stays the training steps."""
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.ctx.train_excluded_s += time.perf_counter() - start
+
+    def initialise(self):
+        """global_variables_initializer() again: each weight drawn by its
+        initialiser, the optimizer's slots and step, the averages, the step."""
+        tf = self.tf
+        for var, initialiser in self.model.initialisers:
+            var.assign(initialiser())
+        for var in self.optimizer.variables:
+            if var.name != "learning_rate":
+                var.assign(tf.zeros(var.shape, dtype=var.dtype))
+        for shadow, var in zip(self.averages or [], self.model.variables):
+            shadow.assign(var)
+        if self.loss_biased:
+            for var in self.loss_biased + [self.loss_updates]:
+                var.assign(0.0)
+        self.global_step.assign(0)
+
+    def remove_scratch(self):
+        if self.scratch and not self.keep_scratch:
+            shutil.rmtree(self.scratch, ignore_errors=True)
 
     def _device(self):
         tf, device = self.tf, self.ctx.device
@@ -293,6 +691,7 @@ class Adapter:
         self.train_y_t = tf.constant(self.train_y)
         self.test_x = tf.constant(np.ascontiguousarray(arrays["test_images"].transpose(0, 2, 3, 1)))
         self.test_y = arrays["test_labels"].astype(np.int32)
+        self.test_y_t = tf.constant(self.test_y)
         self.augment = self._distort
 
     # -- inputs ----------------------------------------------------------------
@@ -333,20 +732,30 @@ class Adapter:
         return tf.image.per_image_standardization(x)
 
     # -- the step functions -------------------------------------------------------
-    def _train_step(self, index):
+    def _train_step(self, index, taps=False):
+        """One training step; with ``taps``, it also returns what the summaries
+        record of this very step (its input, activations, gradients, losses), as
+        the tutorial's summary op ran in the training step's session.run."""
         tf, model = self.tf, self.model
         images = tf.gather(self.train_x, index)
         labels = tf.gather(self.train_y_t, index)
         x = self.augment(images) if self.augment is not None else images
         dropout_seed = self.rng.make_seeds(1)[:, 0] if model.uses_dropout else None
+        tapped = {} if taps else None
         with tf.GradientTape() as tape:
-            logits = model.logits(model.variables, x, dropout_seed)
+            logits = model.logits(model.variables, x, dropout_seed, tapped)
             cross_entropy = tf.reduce_mean(
                 tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
             loss = cross_entropy
             for var, wd in model.weight_decay:
                 loss = loss + wd * tf.nn.l2_loss(var)
         grads = tape.gradient(loss, model.variables)
+        if self.loss_biased is not None:
+            losses = [wd * tf.nn.l2_loss(var) for _, var, wd in model.loss_terms]
+            losses += [cross_entropy, loss]
+            for biased, value in zip(self.loss_biased, losses):
+                biased.assign_sub((1.0 - LOSS_AVERAGE_DECAY) * (biased - value))
+            self.loss_updates.assign_add(1.0)
         self.optimizer.apply_gradients(zip(grads, model.variables))
         if self.averages is not None:
             step = tf.cast(self.global_step, tf.float32)
@@ -356,7 +765,13 @@ class Adapter:
         self.global_step.assign_add(1)
         correct = tf.reduce_sum(tf.cast(tf.equal(tf.argmax(logits, 1, output_type=tf.int32), labels),
                                         tf.int32))
+        if taps:
+            tapped.update(images=x, gradients=grads, losses=losses)
+            return loss, correct, tapped
         return loss, correct
+
+    def _train_step_taps(self, index):
+        return self._train_step(index, taps=True)
 
     def _test_step(self, images, labels):
         tf, model = self.tf, self.model
@@ -367,14 +782,94 @@ class Adapter:
                                         tf.int32))
         return loss, correct
 
+    # -- GTDLBench's periodic work --------------------------------------------------
+    def _batch_accuracy(self, index):
+        """mnist_deep.py's accuracy.eval() on the batch about to be trained on,
+        keep_prob 1.0."""
+        tf = self.tf
+        logits = self.model.logits(self.model.variables, tf.gather(self.train_x, index))
+        labels = tf.gather(self.train_y_t, index)
+        return tf.reduce_mean(tf.cast(tf.equal(tf.argmax(logits, 1, output_type=tf.int32), labels),
+                                      tf.float32))
+
+    def _summarise(self, taps):
+        """cifar10_train.py's summary op (tf.summary.merge_all()), with TF 1.x's own
+        summary kernels: the summaries cifar10.py and cifar10_input.py define, of
+        the input images, each layer's activations (histogram, sparsity), every
+        loss raw and averaged, the learning rate, every weight and its gradient
+        (histograms).  Returns the serialised Summary."""
+        tf, raw = self.tf, self.tf.raw_ops
+        summaries = [raw.ImageSummary(tag="images", tensor=taps["images"], max_images=3)]
+        for layer in self.model.LAYERS:
+            summaries += _activation_summary(tf, layer, taps[layer])
+        fraction = 1.0 - tf.pow(LOSS_AVERAGE_DECAY, self.loss_updates)   # zero-debiasing
+        for name, value, biased in zip(self.loss_names, taps["losses"], self.loss_biased):
+            summaries.append(raw.ScalarSummary(tags=name + " (raw)", values=value))
+            summaries.append(raw.ScalarSummary(tags=name, values=biased / fraction))
+        summaries.append(raw.ScalarSummary(tags="learning_rate",
+                                           values=tf.cast(self.optimizer.learning_rate, tf.float32)))
+        names = self.variable_names()
+        for name, var in zip(names, self.model.variables):
+            summaries.append(raw.HistogramSummary(tag=name, values=var))
+        for name, grad in zip(names, taps["gradients"]):
+            summaries.append(raw.HistogramSummary(tag=name + "/gradients", values=grad))
+        return raw.MergeSummary(inputs=summaries)
+
+    def write_summary(self, writer, summary, step):
+        """FileWriter.add_summary(): the serialised Summary into the event file."""
+        with writer.as_default(step=step):
+            self.tf.summary.experimental.write_raw_pb(summary)
+
+    def _eval_batch(self, start):
+        """cifar10_eval.py's input: test images in file order from ``start``, the
+        reader wrapping around at the end of the file."""
+        tf = self.tf
+        index = (start + tf.range(self.hp["batch_size"])) % len(self.test_y)
+        return self._central(tf.gather(self.test_x, index)), tf.gather(self.test_y_t, index)
+
+    def _eval_count(self, start):
+        """One batch of cifar10_eval.py's top_k_op: in_top_k(logits, labels, 1), summed."""
+        tf = self.tf
+        images, labels = self._eval_batch(start)
+        logits = self.model.logits(self.eval_variables, images)
+        return tf.reduce_sum(tf.cast(tf.math.in_top_k(labels, logits, 1), tf.int32))
+
+    def _eval_summarise(self, start, precision):
+        """cifar10_eval.py's summary op (one more batch: its images, each layer's
+        activations) with its 'Precision @ 1' added."""
+        tf, raw = self.tf, self.tf.raw_ops
+        images, _ = self._eval_batch(start)
+        taps = {}
+        self.model.logits(self.eval_variables, images, taps=taps)
+        summaries = [raw.ImageSummary(tag="images", tensor=images, max_images=3)]
+        for layer in self.model.LAYERS:
+            summaries += _activation_summary(tf, layer, taps[layer])
+        summaries.append(raw.ScalarSummary(tags="Precision @ 1", values=precision))
+        return raw.MergeSummary(inputs=summaries)
+
+    def _write_graph(self, writer, function, folder=None):
+        """The graph in the event file (FileWriter.add_graph) and, with a folder,
+        as graph.pbtxt (CheckpointSaverHook's first run)."""
+        tf = self.tf
+        graph = function.get_concrete_function().graph.as_graph_def()
+        if folder:
+            with warnings.catch_warnings():
+                # protobuf's text format warns of an argument TF passes
+                warnings.simplefilter("ignore", UserWarning)
+                tf.io.write_graph(graph, folder, "graph.pbtxt")
+        with writer.as_default():
+            tf.summary.graph(graph)
+
     def _state(self):
         """Every variable a training step changes."""
         state = list(self.model.variables) + list(self.optimizer.variables)
         state += list(self.averages or []) + [self.global_step, self.rng.state]
+        if self.loss_biased is not None:
+            state += self.loss_biased + [self.loss_updates]
         return state
 
     def _warm_up(self):
-        """Trace and optimise both graphs with one real step, then put every
+        """Trace and optimise every graph with one real step, then put every
         variable back, so training starts from the initial state."""
         tf, np = self.tf, self.np
         with tf.device(self.device):
@@ -382,46 +877,76 @@ class Adapter:
             saved = [np.array(v.numpy(), copy=True) for v in state]
             index = tf.constant(np.arange(self.hp["batch_size"], dtype=np.int32))
             self.train_step(index)
+            if self.train_step_taps is not None:
+                _, _, taps = self.train_step_taps(index)
+                self.summarise(taps)
+            if self.batch_accuracy is not None:
+                self.batch_accuracy(index)
             for var, value in zip(state, saved):
                 var.assign(value)
             self.test_step(self.test_x[:1], tf.constant(self.test_y[:1]))
+            if self.eval_count is not None:
+                self.eval_count(tf.constant(0))
+                self.eval_summarise(tf.constant(0), tf.constant(0.0))
 
     # -- train ---------------------------------------------------------------
     def train(self):
+        """The training steps, with what GTDLBench's script did around them
+        (``self.session``: none of it unless the settings ask for it), then, for
+        CIFAR-10, cifar10_eval.py's evaluations; all but the steps is timed as
+        excluded."""
         tf, np, hp, ctx = self.tf, self.np, self.hp, self.ctx
         batch, n = hp["batch_size"], len(self.train_y)
         stream = IndexStream(n, batch, self.order_rng)
+        session = self.session
         epoch, loss_sum, correct, seen = 1, 0.0, 0, 0
         ctx.epoch_start()
-        with tf.device(self.device):
-            for step in range(hp["max_steps"]):
-                start = step * batch
-                # A step belongs to the epoch in which its batch starts.
-                if start // n + 1 != epoch:
-                    ctx.epoch_done(epoch, loss_sum / seen, correct / seen, samples=seen)
-                    epoch, loss_sum, correct, seen = start // n + 1, 0.0, 0, 0
-                    ctx.epoch_start()
-                index = tf.constant(stream.next().astype(np.int32))
-                loss, right = self.train_step(index)
-                loss = float(loss)          # waits for the step
-                loss_sum += loss * batch
-                correct += int(right)
-                seen += batch
-                ctx.progress(epoch, (start % n) / n, loss, step=step + 1)
-        if seen:
-            ctx.epoch_done(epoch, loss_sum / seen, correct / seen, samples=seen)
+        try:
+            with tf.device(self.device):
+                session.begin()
+                for step in range(hp["max_steps"]):
+                    start = step * batch
+                    # A step belongs to the epoch in which its batch starts.
+                    if start // n + 1 != epoch:
+                        ctx.epoch_done(epoch, loss_sum / seen, correct / seen, samples=seen)
+                        epoch, loss_sum, correct, seen = start // n + 1, 0.0, 0, 0
+                        ctx.epoch_start()
+                    index = tf.constant(stream.next().astype(np.int32))
+                    session.before_step(step, index)
+                    taps = None
+                    if session.wants_taps(step):
+                        loss, right, taps = self.train_step_taps(index)
+                    else:
+                        loss, right = self.train_step(index)
+                    loss = float(loss)          # waits for the step
+                    loss_sum += loss * batch
+                    correct += int(right)
+                    seen += batch
+                    ctx.progress(epoch, (start % n) / n, loss, step=step + 1)
+                    session.after_step(step, loss, taps)
+                session.end()
+            if seen:
+                ctx.epoch_done(epoch, loss_sum / seen, correct / seen, samples=seen)
+            if self.evaluation is not None:
+                with tf.device(self.device), self.outside():
+                    self.evaluation.run()
+        finally:
+            with self.outside():
+                self.remove_scratch()
 
     # -- test ----------------------------------------------------------------
     def test(self):
         tf = self.tf
         batch, n = self.hp["test_batch_size"], len(self.test_y)
         loss_sum, correct = 0.0, 0
+        started = time.perf_counter()
         with tf.device(self.device):
             for start in range(0, n, batch):
                 loss, right = self.test_step(self.test_x[start:start + batch],
                                              tf.constant(self.test_y[start:start + batch]))
                 loss_sum += float(loss)
                 correct += int(right)
+        self.session.tested(correct / n, started)
         return {"accuracy": correct / n, "loss": loss_sum / n}
 
     # -- describe ------------------------------------------------------------
@@ -435,7 +960,15 @@ class Adapter:
             physical = tf.config.list_physical_devices("GPU")[int(self.device.rpartition(":")[2])]
             device_name = tf.config.experimental.get_device_details(physical).get("device_name")
         threading = tf.config.threading
+        paper = {"paper_work": self.session.record()}
+        if self.evaluation is not None:
+            paper["paper_work"].update(self.evaluation.record())
+        if self.paper:
+            paper["paper_train_time_s"] = self.session.paper_train_time_s()
+            paper["paper_test_time_s"] = (self.evaluation.paper_test_time_s() if self.evaluation
+                                          else self.session.paper_test_time_s)
         return {
+            **paper,
             "framework_version": tf.__version__,
             # trainable variables, as tf.trainable_variables() counts them (no
             # moving averages, no optimizer slots)
