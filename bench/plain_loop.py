@@ -4,8 +4,9 @@ Run inside a framework image (``python3 /bench/plain_loop.py``): it loads the
 image's adapter -- the framework's own model and training loop -- and drives it
 with the runner's job context, its progress and epoch reports made to do nothing:
 no events, no per-epoch clocks, no result file, no runner.  It times ``train()``
-alone and prints one JSON line: training time and images per second, counted as
-the runner counts them.  Standard library only, like the runner.
+alone (less ``ctx.train_excluded_s``, the loop's work that is not training) and
+prints one JSON line: training time and images per second, counted as the runner
+counts them.  Standard library only, like the runner.
 """
 
 import argparse
@@ -55,7 +56,8 @@ def main():
     adapter.setup()
     start = time.perf_counter()
     adapter.train()
-    train_time = time.perf_counter() - start
+    # less the loop's work that is not training, as the runner counts it (train_time_s)
+    train_time = time.perf_counter() - start - ctx.train_excluded_s
     trained = sum(s or ctx.train_samples for s in ctx.trained) or ctx.train_samples
     print(json.dumps({"train_time_s": train_time, "train_images_per_s": trained / train_time,
                       "epochs": len(ctx.trained)}))

@@ -1,10 +1,12 @@
 """The theano image end to end: built (or found up to date), then the quick
 profile of the deeplearning.net LeNet5 tutorial on MNIST and of the Reslab
-tutorial's colour convnet on CIFAR-10 run through the CLI on the real data sets;
-the tutorial's early stopping and the refusal of a Theano that would not compile
-C code are checked in the image.  Without Docker: the reconstructed CIFAR-10
-model's shapes, Theano's numeric type as GTDLBench ran it (float64), and the
-paper's Theano CIFAR-10 cell held only against that model."""
+tutorial's colour convnet on CIFAR-10 run through the CLI on the real data sets,
+and the paper profile cut to one epoch (the originals' validation and test
+passes inside the loop, and the spans GTDLBench's method timed); the tutorial's
+early stopping and the refusal of a Theano that would not compile C code are
+checked in the image.  Without Docker: the reconstructed CIFAR-10 model's
+shapes, Theano's numeric type as GTDLBench ran it (float64), and the paper's
+Theano CIFAR-10 cell held only against that model."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ import textwrap
 import pandas as pd
 import pytest
 
-from conftest import REPO
+from conftest import REPO, dlbench
 from orchestrator import catalog, compare, plan, store
 from orchestrator.collect import Outcome, collect
 from orchestrator.errors import UsageError
@@ -50,6 +52,28 @@ def documents(quick_results, quick_run) -> dict:
     results = quick_run(FRAMEWORK)
     return {name: json.loads((results / "_jobs" / row.run_id / "result.json").read_text())
             for name, row in quick_results.items()}
+
+
+# The paper profile cut short: one epoch each; LeNet5 with patience 100, so that it
+# validates every 50 iterations (twice in its epoch of 100) and tests at each new best.
+PAPER_SETTINGS = {"mnist": ["epochs=1", "patience=100"], "cifar10": ["epochs=1"]}
+
+
+@pytest.fixture(scope="module")
+def paper_jobs(built, data_root, tmp_path_factory) -> dict:
+    """By data set: the stored row, the runner's result.json and the job's log of a
+    paper-profile job cut short on the real data."""
+    results = tmp_path_factory.mktemp("theano-paper")
+    for dataset, settings in PAPER_SETTINGS.items():
+        dlbench("run", "--frameworks", FRAMEWORK, "--datasets", dataset, "--profile", "paper",
+                *[arg for setting in settings for arg in ("--set", setting)],
+                "--results", results, "--data-dir", data_root, check=True)
+    jobs = {}
+    for row in pd.read_parquet(results / "runs").itertuples():
+        job = results / "_jobs" / row.run_id
+        jobs[row.dataset] = (row, json.loads((job / "result.json").read_text()),
+                             (job / "log.txt").read_text())
+    return jobs
 
 
 def run_in_image(script: str) -> str:
@@ -102,6 +126,9 @@ def test_both_quick_runs_are_stored_as_ok(quick_results, documents):
         hp = json.loads(row.hyperparameters)
         assert hp["epochs"] == 1 and hp["dtype"] == "float64"
         assert len(row.epoch_loss) == 1
+        # quick does none of the originals' test passes, so it has no paper spans
+        assert pd.isna(row.paper_train_time_s) and pd.isna(row.paper_test_time_s)
+        assert documents[name]["periodic_passes"]["test"] == 0
 
 
 @docker
@@ -120,6 +147,10 @@ def test_lenet5_on_mnist(quick_results, documents):
     assert stop["epochs_run"] == 1 and stop["stopped_early"] is False
     assert stop["iterations"] == stop["best_iteration"] == stop["validation_frequency"] == 100
     assert 0.0 < stop["best_validation_error"] < 0.9
+    # early stopping's validation pass runs in every profile, outside the training time
+    passes = documents["mnist"]["periodic_passes"]
+    assert passes["validation"] == 1 and passes["passes"][0]["iteration"] == 100
+    assert documents["mnist"]["train_excluded_s"] >= passes["validation_s"] > 0
 
 
 @docker
@@ -137,6 +168,55 @@ def test_reslab_convnet_on_cifar10(quick_results, documents):
 
 
 @docker
+def test_paper_lenet5_validates_and_tests_inside_its_timed_loop(paper_jobs):
+    """The tutorial's loop: a validation pass every 50 iterations, a test pass (and its
+    print) at each new best; the span around it all is paper_train_time_s, the training
+    steps alone train_time_s, and the last test pass -- the best model's, the runner's
+    test -- paper_test_time_s."""
+    row, result, log = paper_jobs["mnist"]
+    assert (row.profile, row.status) == ("paper", "ok"), row.error
+    assert json.loads(row.hyperparameters)["patience"] == 100
+    periodic = result["periodic_passes"]
+    passes = periodic["passes"]
+    assert [p["iteration"] for p in passes] == [50, 100] and periodic["validation"] == 2
+    # tested exactly where validation reached a new best (the first always does)
+    best, tested = float("inf"), []
+    for p in passes:
+        tested.append(p["validation_error"] < best)
+        best = min(best, p["validation_error"])
+        assert (p["test_error"] is not None) == tested[-1]
+    assert periodic["test"] == sum(tested) >= 1
+    # the best validation model is restored: the runner's test scores what the loop last tested
+    last_tested = [p for p in passes if p["test_error"] is not None][-1]
+    assert row.accuracy == pytest.approx(1.0 - last_tested["test_error"], abs=1e-9)
+    # the spans: the loop holds the training steps and every pass; the passes are not training
+    assert row.paper_train_time_s >= row.train_time_s > 0
+    assert row.paper_train_time_s >= row.train_time_s + periodic["validation_s"] + periodic["test_s"] - 0.05
+    assert result["train_excluded_s"] >= periodic["validation_s"] + periodic["test_s"]
+    assert 0 < row.paper_test_time_s <= periodic["test_s"]
+    # the tutorial's prints
+    assert "... training\ntraining @ iter =  0\n" in log
+    assert "epoch 1, minibatch 50/100, validation error" in log
+    assert log.count("test error of best model") == periodic["test"]
+    assert "Optimization complete." in log
+    assert "The code for file convolutional_mlp.py ran for %.2fm" % (row.paper_train_time_s / 60) in log
+
+
+@docker
+def test_paper_reslab_convnet_tests_after_every_epoch_inside_its_timed_loop(paper_jobs):
+    row, result, log = paper_jobs["cifar10"]
+    assert (row.profile, row.status, row.model) == ("paper", "ok", RESLAB), row.error
+    periodic = result["periodic_passes"]
+    assert (periodic["validation"], periodic["test"]) == (0, 1)
+    # the script's per-epoch test (predict, one call) and the runner's test agree
+    assert result["epochs"][0]["test_accuracy"] == row.accuracy
+    assert "iteration 1\n" in log and "accuracy: %.5f\n" % row.accuracy in log
+    assert row.paper_train_time_s >= row.train_time_s + periodic["test_s"] - 0.05
+    assert row.train_time_s > 0 and result["train_excluded_s"] >= periodic["test_s"]
+    assert row.paper_test_time_s == pytest.approx(periodic["test_s"])      # one pass
+
+
+@docker
 def test_the_image_carries_its_labels(built):
     import docker
     labels = docker.from_env().images.get(IMAGE).labels
@@ -145,13 +225,16 @@ def test_the_image_carries_its_labels(built):
 
 
 @docker
-def test_early_stopping_follows_the_tutorial(built):
+@pytest.mark.parametrize("profile", ["paper", "quick"])
+def test_early_stopping_follows_the_tutorial(built, profile):
     """The training loop with stand-in functions: 10 minibatches an epoch, patience
     10, so validation every 5 iterations.  Validation errors 0.5 (it 4, patience
     -> max(10, 8)), 0.4 (it 9, patience -> 18), 0.45 (it 14, no better), and the
     loop stops at iteration 18 (patience <= iter), in epoch 2 after 9 minibatches,
     before the validation due at iteration 19; the parameters of iteration 9 (the
-    best validation) are restored."""
+    best validation) are restored.  The paper profile tests at the two new bests
+    (2 minibatches of 100 of its 250 test images: the tutorial drops the partial
+    one) and prints as the tutorial does; quick tests nowhere in the loop."""
     out = run_in_image("""
         import json, sys
         sys.path[:0] = ["/opt/dlbench", "/opt/dlbench/framework"]
@@ -159,11 +242,12 @@ def test_early_stopping_follows_the_tutorial(built):
         from dlbench_runner import runner
         hp = {"epochs": 200, "batch_size": 100, "learning_rate": 0.1, "patience": 10,
               "patience_increase": 2, "improvement_threshold": 0.995, "validation_images": 100}
-        spec = {"hyperparameters": hp, "dataset": "mnist", "device": "cpu", "seed": 1, "threads": 1}
+        spec = {"hyperparameters": hp, "dataset": "mnist", "device": "cpu", "seed": 1, "threads": 1,
+                "profile": "%s"}
         ctx = runner.Context(spec, "/data")
         a = adapter.LeNet5(ctx, numpy, None)
-        a.n_train, a.n_valid = 1000, 100
-        state = {"it": -1}
+        a.n_train, a.n_valid, a.n_test = 1000, 100, 250
+        state = {"it": -1, "tested": []}
         class Param:
             def get_value(self, borrow=False): return state["it"]
             def set_value(self, value, borrow=False): state["restored"] = value
@@ -171,19 +255,52 @@ def test_early_stopping_follows_the_tutorial(built):
         def train_fn(i):
             state["it"] += 1
             return numpy.float32(1.0), numpy.float32(0.25)
+        def test_model(i):
+            state["tested"].append((state["it"], i))
+            return numpy.float64(0.125 * (i + 1))
         errors = {4: 0.5, 9: 0.4, 14: 0.45, 19: 0.1}
         a.train_fn, a.validate_fn = train_fn, lambda i: errors[state["it"]]
+        a.test_model = test_model
         a.train()
         print(json.dumps({"stop": a.early_stopping, "restored": state["restored"],
+                          "tested": state["tested"], "periodic": a.periodic_passes,
+                          "paper": [a.paper_train_time_s, a.paper_test_time_s],
+                          "excluded": ctx.train_excluded_s,
                           "epochs": [(e["epoch"], e["samples"], e["accuracy"]) for e in ctx.epochs]}))
-    """)
-    result = json.loads(out.strip().splitlines()[-1])
+    """ % profile)
+    # the last line of stdout; stderr's lines may come after it
+    result = json.loads([line for line in out.splitlines() if line.startswith("{")][-1])
     assert result["restored"] == 9
     assert result["epochs"] == [[1, 1000, 0.75], [2, 900, 0.75]]
     stop = result["stop"]
     assert stop["stopped_early"] is True and stop["stopped_at_iteration"] == 19
     assert stop["final_patience"] == 18 and stop["best_iteration"] == 10
     assert stop["best_validation_error"] == 0.4 and stop["validation_frequency"] == 5
+    periodic = result["periodic"]
+    assert [(p["iteration"], p["validation_error"]) for p in periodic["passes"]] == \
+        [(5, 0.5), (10, 0.4), (15, 0.45)]
+    assert periodic["validation"] == 3 and result["excluded"] >= periodic["validation_s"] > 0
+    if profile == "quick":
+        assert result["tested"] == [] and periodic["test"] == 0
+        assert result["paper"] == [None, None]
+        assert "training @ iter" not in out
+        return
+    assert result["tested"] == [[4, 0], [4, 1], [9, 0], [9, 1]]
+    assert [p["test_error"] for p in periodic["passes"]] == [0.1875, 0.1875, None]
+    assert periodic["test"] == 2
+    paper_train, paper_test = result["paper"]
+    assert 0 < paper_test <= periodic["test_s"] and paper_train >= periodic["validation_s"] + periodic["test_s"]
+    assert result["excluded"] >= periodic["validation_s"] + periodic["test_s"]
+    for line in ("... training", "training @ iter =  0",
+                 "epoch 1, minibatch 5/10, validation error 50.000000 %",
+                 "     epoch 1, minibatch 10/10, test error of best model 18.750000 %",
+                 "epoch 2, minibatch 5/10, validation error 45.000000 %",
+                 "Optimization complete.",
+                 "Best validation score of 40.000000 % obtained at iteration 10, "
+                 "with test performance 18.750000 %",
+                 "The code for file convolutional_mlp.py ran for 0.00m"):
+        assert line + "\n" in out
+    assert out.count("test error of best model") == 2
 
 
 @docker

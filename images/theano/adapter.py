@@ -29,10 +29,12 @@ tutorial's, op for op:
 How dlbench differs from the tutorial, and why:
 
 * The tutorial tests on the test set each time the validation error reaches a
-  new best and prints the score of the last such test.  Here the parameters
-  are copied at every new best validation score and restored when training
-  ends, and the test runs once, after training, on those parameters: the same
-  number, with the test passes out of the training time.
+  new best and prints the score of the last such test.  The ``paper`` profile
+  does so too, with the tutorial's prints (see "The paper profile" below);
+  every profile also copies the parameters at every new best validation score
+  and restores them when training ends, so that the runner's one test, after
+  training, scores the same model: the same number as the tutorial's last
+  test pass.
 * The weights are drawn from RandomState(seed) with the job's seed; the
   tutorial hard-codes 23455 (``--seed 23455`` gives its draw).
 * The tutorial compiles its functions for a fixed batch of 500 and drops a
@@ -77,10 +79,44 @@ frameworks take it (the README gives the evidence; ``grayscale`` true gives
 * Its momentum: v = 0.9 v - 0.01 grad, then param + v, velocities from zero;
   minibatches of 50 in file order (a last partial one trained too), 50 epochs.
 * The script prints the test accuracy after every epoch; the last is its
-  result.  dlbench tests once, after the last epoch: the same number, with
-  the test out of the training time.  The training function also returns
-  the minibatch's count of correct predictions, for the per-epoch training
-  accuracy.
+  result.  The ``paper`` profile does so too (see below); every profile also
+  tests once after the last epoch, in the runner's test phase: the same
+  number.  The training function also returns the minibatch's count of
+  correct predictions, for the per-epoch training accuracy.
+
+The paper profile: the periodic work of the originals' loops, as they do it.
+Only in the ``paper`` profile (``quick`` skips it, to stay short):
+
+* LeNet5 prints "training @ iter = " every 100 iterations, the validation
+  error at every validation pass and, at every new best validation score,
+  tests the model with the tutorial's ``test_model`` (errors only, whole
+  minibatches: 20 of 500) and prints its error; after the loop the
+  tutorial's three closing lines ("Optimization complete.", the best scores,
+  "The code for file convolutional_mlp.py ran for N.NNm" on stderr).
+* The Reslab convnet prints "iteration N" before every epoch and after it
+  tests the whole test set with the script's ``predict`` (argmax only, one
+  call) and prints "accuracy: N.NNNNN" and an empty line.
+
+Timing.  ``train_time_s`` is the training steps only in every profile: the
+runner's clock around ``train()`` less ``ctx.train_excluded_s``, which holds
+what the loop does besides training (validation and test passes, prints,
+dlbench's copies of the best weights and their restoring).  In the ``paper``
+profile describe() also returns:
+
+* ``paper_train_time_s``: the originals' timed span.  LeNet5: the tutorial's
+  ``start_time``...``end_time``, the whole loop with its validation and test
+  passes and prints (what its "ran for" line prints, in minutes), less
+  dlbench's weight copies, which the tutorial does not make.  Reslab: the
+  script has no clock; its loop of epochs, each with its test pass and
+  prints, the span the LeNet5 tutorial's clock covers.
+* ``paper_test_time_s``: neither program prints a testing time; this is the
+  original's own test pass of its final model, the one whose score it
+  prints last (LeNet5: the last test pass in the loop, of the best validation
+  model; Reslab: the last epoch's).
+
+Counts and times of the periodic passes go to result.json under
+``periodic_passes`` in every profile (the LeNet5 validation passes run in
+every profile: early stopping needs them).
 
 Numeric type: Theano computes in ``floatX``, float64 unless told otherwise;
 GTDLBench set only device=cpu, so both programs ran in float64, data,
@@ -103,7 +139,9 @@ machine instead of the C one, so setup() refuses both.
 
 import os
 import subprocess
+import sys
 import tempfile
+import time
 
 DEBIAN_VERSION = "1.0.5+dfsg-2"
 N_CLASSES = 10
@@ -219,6 +257,10 @@ class Adapter:
             "theano": {"floatX": config.floatX, "mode": str(config.mode),
                        "linker": str(config.linker), "conv_ops": self.conv_ops},
             "early_stopping": self.net.early_stopping,
+            "periodic_passes": self.net.periodic_passes,
+            # The spans GTDLBench's method timed: the paper profile only (None otherwise).
+            "paper_train_time_s": self.net.paper_train_time_s,
+            "paper_test_time_s": self.net.paper_test_time_s,
         }
 
 
@@ -246,12 +288,21 @@ def compiled_conv_ops(train_fn):
     return [op for op in ops if op.startswith("CorrMM")]
 
 
+def does_periodic_work(ctx):
+    """Whether the job does the originals' periodic work in its training loop: the
+    paper profile only."""
+    return ctx.spec.get("profile") == "paper"
+
+
 class LeNet5:
     """convolutional_mlp.py's evaluate_lenet5() on MNIST."""
 
     def __init__(self, ctx, np, theano):
         self.ctx, self.hp, self.np, self.theano = ctx, ctx.hp, np, theano
+        self.paper = does_periodic_work(ctx)
         self.early_stopping = None
+        self.periodic_passes = None
+        self.paper_train_time_s = self.paper_test_time_s = None
 
     def load(self, arrays):
         np, theano, hp = self.np, self.theano, self.hp
@@ -344,18 +395,33 @@ class LeNet5:
             [index], errors, givens={x: window(self.valid_x), y: window(self.valid_y)})
         self.test_fn = theano.function(
             [index], [cost, errors], givens={x: window(self.test_x), y: window(self.test_y)})
+        if self.paper:
+            # the tutorial's test_model: the error rate of one minibatch, nothing else
+            self.test_model = theano.function(
+                [index], errors, givens={x: window(self.test_x), y: window(self.test_y)})
 
     def train(self):
-        np, hp, ctx = self.np, self.hp, self.ctx
+        np, hp, ctx, paper = self.np, self.hp, self.ctx, self.paper
+        clock = time.perf_counter
         batch = hp["batch_size"]
         n_train_batches = self.n_train // batch
         n_valid_batches = self.n_valid // batch
-        if n_train_batches == 0 or n_valid_batches == 0:
-            raise ValueError("batch_size %d is larger than the training or validation set" % batch)
+        # the tutorial's test passes take whole minibatches only
+        n_test_batches = self.n_test // batch if paper else None
+        if n_train_batches == 0 or n_valid_batches == 0 or (paper and n_test_batches == 0):
+            raise ValueError("batch_size %d is larger than the training, validation or test set"
+                             % batch)
         patience = hp["patience"]
         validation_frequency = min(n_train_batches, patience // 2)
         best_validation_loss, best_iter, best_params = np.inf, 0, None
+        test_score = 0.0
         stopped_at = None
+        # Seconds of the loop that are not training steps; of those, dlbench's weight copies.
+        outside, copying = 0.0, 0.0
+        passes, validation_s, test_s, last_test_s = [], 0.0, 0.0, None
+        if paper:
+            print("... training")
+        start_time = clock()
         epoch, done_looping, it = 0, False, 0
         while epoch < hp["epochs"] and not done_looping:
             epoch += 1
@@ -363,27 +429,62 @@ class LeNet5:
             loss_sum, error_sum, seen = 0.0, 0.0, 0
             for minibatch_index in range(n_train_batches):
                 it = (epoch - 1) * n_train_batches + minibatch_index
+                if paper and it % 100 == 0:
+                    t0 = clock()
+                    print("training @ iter = ", it)
+                    outside += clock() - t0
                 cost, errors = self.train_fn(minibatch_index)
                 loss_sum += float(cost) * batch
                 error_sum += float(errors) * batch
                 seen += batch
                 ctx.progress(epoch, (minibatch_index + 1) / n_train_batches, cost, step=it + 1)
                 if (it + 1) % validation_frequency == 0:
+                    t0 = clock()
                     this_validation_loss = float(np.mean(
                         [self.validate_fn(i) for i in range(n_valid_batches)]))
+                    validation_s += clock() - t0
+                    done = {"iteration": it + 1, "validation_error": this_validation_loss,
+                            "test_error": None}
+                    if paper:
+                        print("epoch %i, minibatch %i/%i, validation error %f %%"
+                              % (epoch, minibatch_index + 1, n_train_batches,
+                                 this_validation_loss * 100.))
                     if this_validation_loss < best_validation_loss:
                         if this_validation_loss < best_validation_loss * hp["improvement_threshold"]:
                             patience = max(patience, it * hp["patience_increase"])
                         best_validation_loss, best_iter = this_validation_loss, it
+                        if paper:           # the tutorial tests every new best
+                            t1 = clock()
+                            test_score = np.mean([self.test_model(i) for i in range(n_test_batches)])
+                            last_test_s = clock() - t1
+                            test_s += last_test_s
+                            done["test_error"] = float(test_score)
+                            print("     epoch %i, minibatch %i/%i, test error of best model %f %%"
+                                  % (epoch, minibatch_index + 1, n_train_batches,
+                                     test_score * 100.))
+                        t1 = clock()
                         best_params = [p.get_value(borrow=False) for p in self.params]
+                        copying += clock() - t1
+                    passes.append(done)
+                    outside += clock() - t0
                 if patience <= it:
                     done_looping, stopped_at = True, it
                     break
             ctx.epoch_done(epoch, loss_sum / seen, 1.0 - error_sum / seen, samples=seen)
+        end_time = clock()
         # The tutorial reports the test score of the best validation model.
         if best_params is not None:
             for p, value in zip(self.params, best_params):
                 p.set_value(value, borrow=True)
+        if paper:
+            print("Optimization complete.")
+            print("Best validation score of %f %% obtained at iteration %i, "
+                  "with test performance %f %%"
+                  % (best_validation_loss * 100., best_iter + 1, test_score * 100.))
+            print("The code for file convolutional_mlp.py ran for %.2fm"
+                  % ((end_time - start_time - copying) / 60.), file=sys.stderr)
+            self.paper_train_time_s = end_time - start_time - copying
+            self.paper_test_time_s = last_test_s
         self.early_stopping = {
             "epochs_run": epoch, "iterations": it + 1, "stopped_early": done_looping,
             "stopped_at_iteration": None if stopped_at is None else stopped_at + 1,
@@ -391,11 +492,19 @@ class LeNet5:
             "best_validation_error": None if best_params is None else best_validation_loss,
             "validation_frequency": validation_frequency,
         }
+        self.periodic_passes = {
+            "validation": len(passes), "validation_s": validation_s,
+            "test": sum(p["test_error"] is not None for p in passes), "test_s": test_s,
+            "passes": passes,
+        }
         print("theano: trained %d epoch(s), %d iterations; %s; best validation error %s "
               "at iteration %d" % (epoch, it + 1,
                                    "stopped early (patience %d)" % patience if done_looping
                                    else "epoch limit reached",
                                    best_validation_loss, best_iter + 1), flush=True)
+        # The loop's other work and everything after it (restoring the best weights,
+        # the closing prints) is not training.
+        ctx.train_excluded_s += outside + (clock() - end_time)
 
     def test(self):
         batch = self.hp["batch_size"]
@@ -414,7 +523,10 @@ class ReslabConvnet:
 
     def __init__(self, ctx, np, theano):
         self.ctx, self.hp, self.np, self.theano = ctx, ctx.hp, np, theano
+        self.paper = does_periodic_work(ctx)
         self.early_stopping = None      # the script trains a fixed number of epochs
+        self.periodic_passes = None
+        self.paper_train_time_s = self.paper_test_time_s = None
         self.channels = 1 if self.hp["grayscale"] else 3
 
     def load(self, arrays):
@@ -434,6 +546,7 @@ class ReslabConvnet:
 
         self.train_x, self.train_t = images(arrays["train_images"]), one_hot(arrays["train_labels"])
         self.test_x, self.test_t = images(arrays["test_images"]), one_hot(arrays["test_labels"])
+        self.labels_test = np.argmax(self.test_t, axis=1)      # the script's labels_test
         self.ctx.train_samples = len(self.train_x)
 
     def build(self):
@@ -472,12 +585,22 @@ class ReslabConvnet:
 
         self.train_fn = theano.function([x, t], [cost, correct], updates=updates)
         self.test_fn = theano.function([x, t], [cost, correct])
+        if self.paper:
+            # the script's predict: the predicted classes, nothing else
+            self.predict = theano.function([x], T.argmax(p_y_given_x, axis=1))
 
     def train(self):
-        hp, ctx = self.hp, self.ctx
+        np, hp, ctx, paper = self.np, self.hp, self.ctx, self.paper
+        clock = time.perf_counter
         batch, n = hp["batch_size"], len(self.train_x)
         step = 0
+        outside, test_s, last_test_s, tests = 0.0, 0.0, None, 0
+        start_time = clock()
         for epoch in range(1, hp["epochs"] + 1):
+            if paper:
+                t0 = clock()
+                print("iteration %d" % epoch)
+                outside += clock() - t0
             ctx.epoch_start()
             loss_sum, correct_sum = 0.0, 0
             for start in range(0, n, batch):
@@ -488,6 +611,23 @@ class ReslabConvnet:
                 step += 1
                 ctx.progress(epoch, (start + len(x)) / n, cost, step=step)
             ctx.epoch_done(epoch, loss_sum / n, correct_sum / n, samples=n)
+            if paper:                   # the script tests after every epoch
+                t0 = clock()
+                predictions_test = self.predict(self.test_x)
+                accuracy = np.mean(predictions_test == self.labels_test)
+                last_test_s = clock() - t0
+                test_s += last_test_s
+                tests += 1
+                print("accuracy: %.5f" % accuracy)
+                print()
+                outside += clock() - t0
+                ctx.epochs[-1]["test_accuracy"] = float(accuracy)
+        end_time = clock()
+        if paper:
+            self.paper_train_time_s = end_time - start_time
+            self.paper_test_time_s = last_test_s
+        self.periodic_passes = {"validation": 0, "validation_s": 0.0, "test": tests, "test_s": test_s}
+        ctx.train_excluded_s += outside
 
     def test(self):
         # The script predicts the whole test set in one call.
