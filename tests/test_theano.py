@@ -194,6 +194,7 @@ def test_paper_lenet5_validates_and_tests_inside_its_timed_loop(paper_jobs):
     assert row.paper_train_time_s >= row.train_time_s + periodic["validation_s"] + periodic["test_s"] - 0.05
     assert result["train_excluded_s"] >= periodic["validation_s"] + periodic["test_s"]
     assert 0 < row.paper_test_time_s <= periodic["test_s"]
+    assert sum(row.epoch_time_s) <= row.train_time_s + 0.05       # an epoch's passes are not in it
     # the tutorial's prints
     assert "... training\ntraining @ iter =  0\n" in log
     assert "epoch 1, minibatch 50/100, validation error" in log
