@@ -10,9 +10,10 @@ import importlib.util
 import json
 
 import numpy as np
+import pandas as pd
 import pytest
 
-from conftest import REPO
+from conftest import REPO, dlbench
 
 FRAMEWORK = "mxnet"
 # LeNet: conv 1->20 5x5 (500+20), conv 20->50 5x5 (25000+50),
@@ -111,6 +112,124 @@ def test_augmentation_pads_crops_and_subtracts_the_mean():
     assert jittered.shape == (64, 3, 28, 28) and not np.allclose(jittered, out)
 
 
+NO_AUGMENTATION = {"image_shape": "3,4,4", "pad_size": 0, "fill_value": 127, "random_crop": 0,
+                   "random_mirror": 0, "max_random_h": 0, "max_random_s": 0, "max_random_l": 0,
+                   "rgb_mean": "0,0,0"}
+
+
+def record_epochs(module, n, chunk, batch, epochs, limit=0, hp=None, seed=0):
+    """RecordIter's batches over tiny images whose labels are their indices: per epoch,
+    the list of label arrays."""
+    hp = dict(hp or NO_AUGMENTATION, batch_size=batch)
+    shape = module.parse_shape(hp["image_shape"])
+    images = np.zeros((n, 3, shape[1], shape[2]), dtype=np.uint8)
+    labels = np.arange(n, dtype=np.float32)
+    it = module.RecordIter(np, np.random.RandomState(seed), images, labels, hp, chunk)
+    out = {}
+    for epoch, i, count, x, y in it.stream(epochs, limit):
+        assert len(y) == len(x) == batch and x.dtype == np.float32
+        out.setdefault(epoch, []).append(y.astype(int))
+        assert len(out[epoch]) == i + 1 and i < count
+    return out
+
+
+def test_the_record_iterator_shuffles_within_chunks_and_rounds_the_last_batch():
+    """ImageRecordIter (MXNet 1.0, shuffle=True, round_batch): file order by chunks, each
+    chunk shuffled within itself; the file's end filled from its start, whose chunk's rest
+    opens the next epoch."""
+    module = mxnet_adapter_module()
+    epochs = record_epochs(module, n=10, chunk=4, batch=4, epochs=3)
+    assert [len(epochs[e]) for e in (1, 2, 3)] == [3, 2, 3]
+    first = np.concatenate(epochs[1])
+    assert sorted(first[:4]) == [0, 1, 2, 3] and sorted(first[4:8]) == [4, 5, 6, 7]
+    assert sorted(first[8:10]) == [8, 9] and set(first[10:]) <= {0, 1, 2, 3}
+    second = np.concatenate(epochs[2])
+    # the rest of the re-read first chunk, then the file from its second chunk on
+    assert sorted(list(second[:2]) + list(first[10:])) == [0, 1, 2, 3]
+    assert sorted(second[2:6]) == [4, 5, 6, 7] and sorted(second[6:]) == [8, 9]
+    third = np.concatenate(epochs[3])         # epoch 2 ended on a batch boundary: a fresh start
+    assert sorted(third[:4]) == [0, 1, 2, 3] and sorted(third[8:10]) == [8, 9]
+    # shuffled, differently each time a chunk is read
+    assert list(first[:4]) != [0, 1, 2, 3] or list(third[:4]) != [0, 1, 2, 3]
+    # an epoch cut short (max_batches) starts the next one at the file's start
+    cut = record_epochs(module, n=10, chunk=4, batch=4, epochs=2, limit=2)
+    assert [len(cut[e]) for e in (1, 2)] == [2, 2] and sorted(cut[2][0]) == [0, 1, 2, 3]
+    # chunk 0: the whole set is one chunk, shuffled as a whole
+    whole = np.concatenate(record_epochs(module, n=10, chunk=0, batch=5, epochs=1)[1])
+    assert sorted(whole) == list(range(10)) and list(whole) != list(range(10))
+
+
+def test_cifar10_epochs_have_390_or_391_batches():
+    module = mxnet_adapter_module()
+    epochs = record_epochs(module, n=50000, chunk=5405, batch=128, epochs=4)
+    counts = [len(epochs[e]) for e in (1, 2, 3, 4)]
+    assert counts == [391, 391, 390, 391]
+    images = np.concatenate([np.concatenate(epochs[e]) for e in (1, 2, 3, 4)])
+    assert len(images) == 128 * sum(counts)
+    # the stream never skips or repeats an image within a pass over the file
+    assert sorted(images[:50000]) == list(range(50000))
+
+
+def test_the_mnist_iterator_is_permuted_once():
+    """NDArrayIter(shuffle=True) in MXNet 1.0: one permutation, made with the iterator, the
+    same every epoch; the last batch padded from the order's start."""
+    module = mxnet_adapter_module()
+    images = np.arange(10, dtype=np.float32)[:, None]
+    stream = list(module.ndarray_iter(np, np.random.RandomState(5), images, images[:, 0], 4, 3))
+    assert [(e, i, c) for e, i, c, _, _ in stream] == [(e, i, 3) for e in (1, 2, 3)
+                                                      for i in range(3)]
+    orders = [np.concatenate([y for e, _, _, _, y in stream if e == epoch]) for epoch in (1, 2, 3)]
+    assert (orders[0] == orders[1]).all() and (orders[1] == orders[2]).all()
+    assert sorted(orders[0][:10]) == list(range(10)) and list(orders[0][:10]) != list(range(10))
+    assert list(orders[0][10:]) == list(orders[0][:2])
+
+
+def test_prefetching_gives_the_batches_of_the_synchronous_path():
+    """The same seed, the same batches in the same order, with or without the prefetch thread
+    (full augmentation, several chunks and epochs, one cut short)."""
+    module = mxnet_adapter_module()
+    hp = {"image_shape": "3,28,28", "pad_size": 4, "fill_value": 127, "random_crop": 1,
+          "random_mirror": 1, "max_random_h": 36, "max_random_s": 50, "max_random_l": 50,
+          "rgb_mean": "123.68,116.779,103.939", "batch_size": 32}
+    images = np.random.RandomState(1).randint(0, 256, (300, 3, 32, 32)).astype(np.uint8)
+    labels = np.random.RandomState(2).randint(0, 10, 300).astype(np.float32)
+
+    def stream(limit):
+        records = module.RecordIter(np, np.random.RandomState(7), images, labels, hp, 70)
+        return records.stream(3, limit)
+
+    for limit in (0, 5):
+        synchronous = list(stream(limit))
+        prefetcher = module.Prefetcher(stream(limit), 3)
+        prefetched = list(prefetcher)
+        prefetcher.close()
+        # 300 images in batches of 32: 10, 9 (the first chunk's rest opens it) and 10 batches
+        assert len(prefetched) == len(synchronous) == (3 * 5 if limit else 10 + 9 + 10)
+        for (e1, i1, c1, x1, y1), (e2, i2, c2, x2, y2) in zip(synchronous, prefetched):
+            assert (e1, i1, c1) == (e2, i2, c2)
+            assert x1.tobytes() == x2.tobytes() and (y1 == y2).all()
+
+
+def test_the_prefetch_thread_hands_on_errors_and_stops_when_closed():
+    module = mxnet_adapter_module()
+
+    def failing():
+        yield 1
+        raise ValueError("bad record")
+    prefetcher = module.Prefetcher(failing(), 2)
+    assert next(prefetcher) == 1
+    with pytest.raises(ValueError, match="bad record"):
+        next(prefetcher)
+
+    def endless():
+        while True:
+            yield 0
+    prefetcher = module.Prefetcher(endless(), 2)
+    assert next(prefetcher) == 0
+    prefetcher.close()
+    assert not prefetcher._thread.is_alive()
+
+
 # -- the image ---------------------------------------------------------------------------
 @pytest.mark.docker
 def test_both_quick_runs_are_stored_as_ok(quick_results):
@@ -155,6 +274,48 @@ def test_resnet110_on_cifar10(quick_results):
     assert row.train_samples == 50000 and len(row.epoch_loss) == 1
     batches = quick_profiles()["cifar10"]["max_batches"]
     assert row.train_images_per_s * row.train_time_s == pytest.approx(128 * batches)
+
+
+def result_of(results, row) -> dict:
+    return json.loads((results / "_jobs" / row.run_id / "result.json").read_text())
+
+
+@pytest.mark.docker
+def test_the_data_pipelines_are_the_examples_iterators(quick_run, quick_results):
+    results = quick_run(FRAMEWORK)
+    mnist = result_of(results, quick_results["mnist"])["data"]
+    assert (mnist["iterator"], mnist["prefetch"], mnist["worker"]) == ("NDArrayIter", 0,
+                                                                     "training thread")
+    cifar = result_of(results, quick_results["cifar10"])
+    hp = cifar["hyperparameters"]
+    assert (hp["prefetch"], hp["shuffle_chunk_images"]) == (16, 5405)
+    data = cifar["data"]
+    assert (data["iterator"], data["prefetch"], data["worker"]) == ("ImageRecordIter", 16, "thread")
+    assert data["first_batches"]["batches"] == 20 and len(data["first_batches"]["sha256"]) == 64
+    assert 0 <= data["wait_s"] < cifar["train_time_s"]
+
+
+@pytest.mark.docker
+def test_prefetching_trains_on_the_batches_of_the_synchronous_path(quick_run, quick_results,
+                                                                   data_root, tmp_path):
+    """The quick CIFAR-10 job prefetches (16 batches ahead); the same job with ``--set
+    prefetch=0`` makes its batches on the training thread: the same seed gives the same first
+    20 batches, bit for bit, and the setting is stored as a change."""
+    prefetched = result_of(quick_run(FRAMEWORK), quick_results["cifar10"])["data"]
+    results = tmp_path / "results"
+    dlbench("run", "--frameworks", FRAMEWORK, "--datasets", "cifar10", "--profile", "quick",
+            "--set", "prefetch=0", "--set", "max_batches=20", "--results", results,
+            "--data-dir", data_root, check=True)
+    row = pd.read_parquet(results / "runs").iloc[0]
+    assert row.status == "ok", row.error
+    assert json.loads(row.hyperparameters)["prefetch"] == 0
+    from orchestrator.compare import _settings
+    assert _settings(row) == ("changed: max_batches=20, prefetch=0", "changed")
+    assert _settings(quick_results["cifar10"]) == ("own defaults", "own")
+    assert row.paper_train_time_s is None or pd.isna(row.paper_train_time_s)
+    synchronous = result_of(results, row)["data"]
+    assert (synchronous["prefetch"], synchronous["worker"]) == (0, "training thread")
+    assert synchronous["first_batches"] == prefetched["first_batches"]
 
 
 @pytest.mark.docker

@@ -24,9 +24,11 @@ What fit.py sets up, kept here:
 
 MNIST, ``train_mnist.py`` with ``--network lenet`` (the script's own default
 network is ``mlp``; dlbench chooses LeNet, the study's MNIST model): pixels / 255, batch 64, lr 0.05,
-step 0.1 at epoch 10, 20 epochs; ``NDArrayIter(shuffle=True)``, whose default
-``last_batch_handle='pad'`` fills the last batch of an epoch from its start
-(938 batches, 60,032 images an epoch).
+step 0.1 at epoch 10, 20 epochs; ``NDArrayIter(shuffle=True)``, which in
+MXNet 1.0 permutes the data once, when it is made, and walks that same order
+every epoch; its default ``last_batch_handle='pad'`` fills the last batch of
+an epoch from the order's start (938 batches, 60,032 images an epoch).  No
+prefetching: NDArrayIter hands out slices on the training thread.
 
 CIFAR-10, ``train_cifar10.py``: ResNet-110 (``--num-layers 110``,
 ``--image-shape 3,28,28``: the CIFAR variant with 3 stages of 18 basic (not
@@ -40,9 +42,23 @@ pad 4 pixels with fill value 127, random 28x28 crop, random HLS shift (OpenCV's
 int(U(-50, 50)) clamped to [0, 255]), random horizontal mirror, then minus the
 RGB mean (123.68, 116.779, 103.939; --rgb-std 1,1,1, scale 1).  The test
 images are the centre 28x28 crop minus the same mean, as the validation
-iterator (rand_crop 0, no pad) makes them.  Each epoch is reshuffled and, as
-the iterator's round_batch does, its last batch filled from its start (391
-batches, 50,048 images).
+iterator (rand_crop 0, no pad) makes them.  The order is ImageRecordIter's
+(``RecordIter``): the file read in chunks, each chunk augmented as a whole and
+shuffled within itself, the last batch of an epoch filled from the file's start
+(round_batch), 390 or 391 batches an epoch.  A chunk is 16 MiB of the ``.rec``
+file; ``shuffle_chunk_images`` (5,405) takes the records at their raw size
+(3,072 bytes of pixels and 32 of headers; an encoded record is smaller, so the
+original's chunks held more images), in the canonical files' order (the
+``.rec``'s own order is not known).  ``shuffle_chunk_images=0`` makes the whole
+set one chunk: a full shuffle every epoch.
+
+ImageRecordIter made its batches in a prefetch thread (``ThreadedIter``, up to
+16 batches ahead, decoding and augmenting in ``--data-nthreads`` OpenMP
+threads) beside the training steps, from the moment it was made, before the
+Module was bound.  ``prefetch`` (16) does the same in a Python thread
+(``Prefetcher``) running the very generator the synchronous path
+(``prefetch=0``) runs on the training thread, so the batches are the same in
+both; the first ``CHECKSUM_BATCHES`` are hashed into result.json to show it.
 
 Which version of the scripts: in GTDLBench's time (2017-18) train_cifar10.py
 calls ``set_data_aug_level(parser, 2)``; the last v1.x scripts comment the
@@ -59,19 +75,23 @@ trail weights that move fast at lr 0.05).
 How dlbench differs, and why:
 - The data come from the canonical files as numpy arrays, not from
   ``.rec`` files with OpenCV decoding; the augmentation is the augmenter's,
-  rewritten in numpy (the original's random stream cannot be reproduced).
+  rewritten in numpy (the original's random stream cannot be reproduced), in
+  one thread, not four.
 - fit.py scores the validation set after every epoch; dlbench tests once,
   after training, over exactly the 10,000 test images (the original's padded
   last batch counts some images twice).
 - ``max_batches`` (0 = all, the paper setting) limits the batches of each epoch,
-  for the quick profile only; the learning-rate steps stay counted in full
-  epochs, as fit.py counts them.
+  for the quick profile only (an epoch cut short starts the next at the file's
+  start, as a reset inside an epoch does); the learning-rate steps stay counted
+  in updates of ``ceil(num_examples / batch_size)``, as fit.py counts them.
 - No Speedometer logging or checkpoints; the runner times the phases.
 """
 
 import ctypes
+import hashlib
 import math
 import os
+import time
 
 # MXNet's engine reads this when it starts: one scheduling thread for CPU
 # operators (MXNet's default), each of them parallel with OMP_NUM_THREADS,
@@ -81,6 +101,13 @@ os.environ.setdefault("MXNET_CPU_WORKER_NTHREADS", "1")
 # OpenCV's HLS2RGB: for each hue sector, which of (p2, p1, falling, rising)
 # feeds R, G and B.
 HLS_SECTORS = ((0, 3, 1), (2, 0, 1), (1, 0, 3), (1, 2, 0), (3, 1, 0), (0, 1, 2))
+
+# A chunk is augmented this many images at a time (bounds the memory numpy takes).
+AUGMENT_SLICE = 1024
+
+# The first batches of a run, hashed into result.json ("data"."first_batches"), so
+# that two runs can be shown to have trained on the same batches.
+CHECKSUM_BATCHES = 20
 
 
 # -- networks ----------------------------------------------------------------------
@@ -196,14 +223,176 @@ def parse_shape(text):
 
 # -- data --------------------------------------------------------------------------
 def epoch_order(rng, n, batch_size):
-    """A shuffled epoch cut into whole batches; the last is filled from the
-    epoch's start (NDArrayIter last_batch_handle='pad', ImageRecordIter round_batch)."""
+    """A shuffled order cut into whole batches; the last is filled from the
+    order's start (NDArrayIter last_batch_handle='pad')."""
     order = rng.permutation(n)
     batches = math.ceil(n / batch_size)
     short = batches * batch_size - n
     if short:
         order = list(order) + list(order[:short])
     return [order[i * batch_size:(i + 1) * batch_size] for i in range(batches)]
+
+
+def ndarray_iter(np, rng, images, labels, batch_size, epochs, limit=0):
+    """train_mnist.py's ``NDArrayIter(shuffle=True)`` as MXNet 1.0 runs it: the
+    data are permuted once, when the iterator is made, and every epoch walks
+    that same order in whole batches, the last filled from its start
+    (``last_batch_handle='pad'``; ``reset()`` only rewinds).  Yields
+    (epoch, batch index, batches in the epoch, images, labels)."""
+    batches = epoch_order(rng, len(labels), batch_size)
+    if limit:
+        batches = batches[:limit]
+
+    def stream():
+        for epoch in range(1, epochs + 1):
+            for i, index in enumerate(batches):
+                yield epoch, i, len(batches), images[index], labels[index]
+    return stream()
+
+
+class RecordIter:
+    """train_cifar10.py's ``ImageRecordIter(shuffle=True)`` on a ``.rec`` file
+    without an index, as MXNet 1.0 runs it (``src/io/iter_image_recordio_2.cc``,
+    ``ImageRecordIOParser2``; dmlc-core's ``InputSplit``):
+
+    - the file is read in chunks (16 MiB, dmlc-core's buffer; here ``chunk``
+      images), always in file order, from its start at every epoch;
+    - a chunk is decoded and augmented as a whole, then its images are shuffled
+      (one random stream for the whole run) and handed out in that order; a
+      batch may take its images from two chunks.  The shuffle never moves an
+      image out of its chunk;
+    - ``round_batch``: when the file ends inside a batch, the first chunk is read
+      again (augmented and shuffled anew) to fill it; the epoch ends with that
+      batch and the next one begins with the rest of that chunk, then goes on
+      where the file was left.  An epoch that ends at a batch boundary, or is cut
+      short (``max_batches``, a ``reset()`` inside an epoch), starts the next one
+      at the file's start.
+
+    So every epoch has whole batches, 390 or 391 of 128 for 50,000 images."""
+
+    def __init__(self, np, rng, images, labels, hp, chunk):
+        self.np, self.rng, self.images, self.labels, self.hp = np, rng, images, labels, hp
+        self.batch = hp["batch_size"]
+        n = len(labels)
+        chunk = chunk or n                  # 0: the whole file one chunk, a full shuffle
+        self.chunks = [(start, min(start + chunk, n)) for start in range(0, n, chunk)]
+        self.position = 0                   # the next chunk the file yields
+        self.pending = None                 # a parsed chunk's images not handed out yet
+        self.overflow = False
+
+    def _parse(self, start, stop):
+        """One chunk augmented, then shuffled."""
+        np = self.np
+        parts = [augment(np, self.rng, self.images[i:min(i + AUGMENT_SLICE, stop)], self.hp)
+                 for i in range(start, stop, AUGMENT_SLICE)]
+        order = self.rng.permutation(stop - start)
+        return np.concatenate(parts)[order], self.labels[start:stop][order]
+
+    def reset(self):
+        """BeforeFirst(): the file from its start, unless the last batch overflowed."""
+        if self.overflow:
+            self.overflow = False
+        else:
+            self.pending, self.position = None, 0
+
+    def batches_left(self):
+        """Batches the epoch now starting will have."""
+        left = sum(stop - start for start, stop in self.chunks[self.position:])
+        if self.pending is not None:
+            left += len(self.pending[1])
+        return math.ceil(left / self.batch)
+
+    def next(self):
+        """ParseNext(): the next batch (images, labels), None at the end of the epoch."""
+        np = self.np
+        if self.overflow:
+            return None
+        xs, ys, size = [], [], 0
+        while size < self.batch:
+            if self.pending is None or not len(self.pending[1]):
+                if self.position < len(self.chunks):
+                    self.pending = self._parse(*self.chunks[self.position])
+                    self.position += 1
+                    continue
+                if size == 0:
+                    return None
+                if self.overflow:
+                    raise ValueError("the training set must hold more images than a batch")
+                self.overflow, self.position = True, 0
+                continue
+            take = min(len(self.pending[1]), self.batch - size)
+            xs.append(self.pending[0][:take])
+            ys.append(self.pending[1][:take])
+            self.pending = (self.pending[0][take:], self.pending[1][take:])
+            size += take
+        return np.concatenate(xs), np.concatenate(ys)
+
+    def stream(self, epochs, limit=0):
+        """(epoch, batch index, batches in the epoch, images, labels) for the whole run."""
+        for epoch in range(1, epochs + 1):
+            self.reset()
+            count = self.batches_left()
+            if limit:
+                count = min(count, limit)
+            for i in range(count):
+                x, y = self.next()
+                yield epoch, i, count, x, y
+
+
+class Prefetcher:
+    """Runs a batch stream in a background thread, ``depth`` batches ahead of the
+    training loop, as ImageRecordIter's prefetch thread ran beside the training
+    steps.  The stream is the same generator the synchronous path iterates, so
+    the batches are the same, in the same order; only when they are made
+    changes.  numpy releases the GIL inside its array operations and MXNet's
+    engine works outside it, so a thread overlaps them."""
+
+    _END = object()
+
+    def __init__(self, stream, depth):
+        import queue
+        import threading
+        self._queue = queue.Queue(maxsize=depth)
+        self._stop = threading.Event()
+        self._error = None
+        self._thread = threading.Thread(target=self._run, args=(stream,), name="dlbench-prefetch",
+                                        daemon=True)
+        self._thread.start()
+
+    def _put(self, item):
+        import queue
+        while not self._stop.is_set():
+            try:
+                self._queue.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                pass
+        return False
+
+    def _run(self, stream):
+        try:
+            for item in stream:
+                if not self._put(item):
+                    return
+        except BaseException as exc:        # handed to the training thread
+            self._error = exc
+        self._put(self._END)
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        item = self._queue.get()
+        if item is self._END:
+            self._thread.join()
+            if self._error is not None:
+                raise self._error
+            raise StopIteration
+        return item
+
+    def close(self):
+        self._stop.set()
+        self._thread.join()
 
 
 def rgb_to_hls_u8(np, rgb):
@@ -332,6 +521,22 @@ class Adapter:
             raise ValueError("no mxnet model for %s" % ctx.dataset)
 
         batch = hp["batch_size"]
+        # The training iterator is made first, as fit.py makes it before the Module:
+        # NDArrayIter permutes MNIST now, once; ImageRecordIter's prefetch thread
+        # starts reading and augmenting now, while the Module is bound.
+        limit = hp.get("max_batches") or 0
+        if ctx.dataset == "mnist":
+            stream = ndarray_iter(np, self.rng, self.train_x, self.train_y, batch, hp["epochs"],
+                                  limit)
+        else:
+            stream = RecordIter(np, self.rng, self.train_x, self.train_y, hp,
+                                hp["shuffle_chunk_images"]).stream(hp["epochs"], limit)
+        self.prefetch = hp.get("prefetch") or 0
+        self.batches = Prefetcher(stream, self.prefetch) if self.prefetch else stream
+        self.data_wait_s = 0.0
+        self.checksum = hashlib.sha256()
+        self.checksummed = 0
+
         self.module = mx.mod.Module(symbol=self.symbol, context=self.context)
         self.module.bind(data_shapes=[("data", (batch,) + self.shape)],
                          label_shapes=[("softmax_label", (batch,))], for_training=True)
@@ -354,43 +559,49 @@ class Adapter:
         mx.nd.waitall()
         ctx.planned_epochs = hp["epochs"]
 
-    def _inputs(self, index):
-        if self.ctx.dataset == "cifar10":
-            return augment(self.np, self.rng, self.train_x[index], self.hp)
-        return self.train_x[index]
-
     # -- train ---------------------------------------------------------------
     def train(self):
-        np, mx, hp, ctx = self.np, self.mx, self.hp, self.ctx
-        batch, n = hp["batch_size"], len(self.train_y)
-        limit = hp.get("max_batches") or 0
+        try:
+            self._train(self.np, self.mx, self.ctx, self.batches)
+        finally:
+            if self.prefetch:
+                self.batches.close()
+
+    def _train(self, np, mx, ctx, batches):
         steps = 0
-        for epoch in range(1, hp["epochs"] + 1):
-            ctx.epoch_start()
-            batches = epoch_order(self.rng, n, batch)
-            if limit:
-                batches = batches[:limit]
-            loss_sum, correct, seen = 0.0, 0, 0
-            for i, index in enumerate(batches):
-                y = self.train_y[index]
-                data_batch = mx.io.DataBatch(
-                    data=[mx.nd.array(self._inputs(index), ctx=self.context)],
-                    label=[mx.nd.array(y, ctx=self.context)])
-                self.module.forward_backward(data_batch)
-                self.module.update()
-                # Module.fit updates its accuracy metric from the outputs after
-                # every batch (a copy to numpy); loss and accuracy come from that copy.
-                probs = self.module.get_outputs()[0].asnumpy()
-                labels = y.astype(np.int64)
-                picked = probs[np.arange(len(labels)), labels]
-                loss = float(-np.log(np.maximum(picked, 1e-12)).mean())
-                loss_sum += loss * len(labels)
-                correct += int((probs.argmax(axis=1) == labels).sum())
-                seen += len(labels)
-                steps += 1
-                ctx.progress(epoch, (i + 1) / len(batches), loss, step=steps)
-            mx.nd.waitall()
-            ctx.epoch_done(epoch, loss_sum / seen, correct / seen, samples=seen)
+        ctx.epoch_start()
+        while True:
+            t0 = time.perf_counter()
+            item = next(batches, None)
+            self.data_wait_s += time.perf_counter() - t0
+            if item is None:
+                break
+            epoch, i, count, x, y = item
+            if i == 0:
+                loss_sum, correct, seen = 0.0, 0, 0
+            if self.checksummed < CHECKSUM_BATCHES:
+                self.checksum.update(np.ascontiguousarray(x, dtype=np.float32).tobytes())
+                self.checksum.update(np.ascontiguousarray(y, dtype=np.float32).tobytes())
+                self.checksummed += 1
+            data_batch = mx.io.DataBatch(data=[mx.nd.array(x, ctx=self.context)],
+                                         label=[mx.nd.array(y, ctx=self.context)])
+            self.module.forward_backward(data_batch)
+            self.module.update()
+            # Module.fit updates its accuracy metric from the outputs after
+            # every batch (a copy to numpy); loss and accuracy come from that copy.
+            probs = self.module.get_outputs()[0].asnumpy()
+            labels = y.astype(np.int64)
+            picked = probs[np.arange(len(labels)), labels]
+            loss = float(-np.log(np.maximum(picked, 1e-12)).mean())
+            loss_sum += loss * len(labels)
+            correct += int((probs.argmax(axis=1) == labels).sum())
+            seen += len(labels)
+            steps += 1
+            ctx.progress(epoch, (i + 1) / count, loss, step=steps)
+            if i + 1 == count:
+                mx.nd.waitall()
+                ctx.epoch_done(epoch, loss_sum / seen, correct / seen, samples=seen)
+                ctx.epoch_start()
         mx.nd.waitall()
 
     # -- test ----------------------------------------------------------------
@@ -431,6 +642,13 @@ class Adapter:
                             "OMP_NUM_THREADS": mx.util.getenv("OMP_NUM_THREADS"),
                             "omp_get_max_threads": _omp_max_threads(),
                             "openblas_get_num_threads": _openblas_threads()}},
+            "data": {"iterator": "NDArrayIter" if self.ctx.dataset == "mnist" else "ImageRecordIter",
+                     "prefetch": self.prefetch,
+                     "worker": "thread" if self.prefetch else "training thread",
+                     # time the training loop spent getting its batches (made or waited for)
+                     "wait_s": self.data_wait_s,
+                     "first_batches": {"batches": self.checksummed,
+                                       "sha256": self.checksum.hexdigest()}},
             "libraries": {"numpy": np.__version__,
                           "mxnet_features": ",".join(sorted(f.name for f in mx.runtime.feature_list()
                                                             if f.enabled))},
