@@ -56,8 +56,9 @@ How dlbench differs, and why:
     MNIST batches follow next_batch() (per-epoch numpy shuffles, a batch that
     crosses an epoch end takes the rest of one permutation and the start of the
     next).  CIFAR-10's queue-based shuffle_batch (a random stream from a
-    20,000-example buffer over files read in shuffled order) becomes the same
-    per-epoch shuffle: a uniform permutation of the 50,000 images every epoch.
+    20,000-example buffer over files read in shuffled order) is emulated by
+    ShuffleQueueStream (``shuffle_queue``, the queue's min_after_dequeue:
+    20,000; 0 gives a uniform permutation of the 50,000 images every epoch).
     The CIFAR augmentation runs inside the training step (tf.image ops and a
     tf.random.Generator), so it is timed as training; the original's 16 input
     threads ran it beside the training steps.
@@ -131,6 +132,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 MNIST_VALIDATION = 5000          # read_data_sets(validation_size=5000)
 CIFAR_CROP = 24                  # cifar10_input.IMAGE_SIZE
 CIFAR_EXAMPLES_PER_EPOCH = 50000  # cifar10_input.NUM_EXAMPLES_PER_EPOCH_FOR_TRAIN
+CIFAR_TRAIN_FILES = 5            # data_batch_1.bin ... data_batch_5.bin, in their order
 LOSS_AVERAGE_DECAY = 0.9         # cifar10.py _add_loss_summaries
 AVERAGE = "_ExponentialMovingAverage"   # a weight's moving average, in a checkpoint
 
@@ -155,6 +157,47 @@ class IndexStream:
         self.order = self.rng.permutation(self.n)
         self.pos = self.batch - len(rest)
         return np.concatenate([rest, self.order[:self.pos]])
+
+
+class ShuffleQueueStream:
+    """Batches of training indices as cifar10_input.distorted_inputs() drew them.
+
+    string_input_producer(filenames) hands out the five training files, shuffled
+    anew each time round; one FixedLengthRecordReader reads each file's records in
+    order; tf.train.shuffle_batch keeps a RandomShuffleQueue of
+    ``min_after_dequeue + 3 * batch`` records, filled as fast as the readers go
+    (its 16 threads keep it full while the step runs), and each batch takes
+    ``batch`` records from it uniformly at random.  Here the queue is filled to
+    capacity before each batch and the batch drawn from it without replacement;
+    the 16 readers' interleaving, which moves a record a few places in the file
+    order, is not modelled.  There are no epochs: the stream runs on across
+    passes over the files."""
+
+    def __init__(self, n, batch, rng, files, min_after_dequeue):
+        if min_after_dequeue > n:
+            raise ValueError("shuffle_queue must be at most the %d training images, not %d"
+                             % (n, min_after_dequeue))
+        self.batch, self.rng = batch, rng
+        self.per_file = n // files
+        self.files = files
+        self.capacity = min_after_dequeue + 3 * batch
+        self.queue = np.empty(0, dtype=np.int64)
+        self.pending = np.empty(0, dtype=np.int64)     # read, not yet enqueued
+
+    def _read(self, count):
+        while len(self.pending) < count:                # the next round of files
+            order = self.rng.permutation(self.files)
+            records = (order[:, None] * self.per_file + np.arange(self.per_file)).ravel()
+            self.pending = np.concatenate([self.pending, records])
+        taken, self.pending = self.pending[:count], self.pending[count:]
+        return taken
+
+    def next(self):
+        self.queue = np.concatenate([self.queue, self._read(self.capacity - len(self.queue))])
+        picked = self.rng.choice(len(self.queue), size=self.batch, replace=False)
+        index = self.queue[picked]
+        self.queue = np.delete(self.queue, picked)
+        return index
 
 
 # -- the models -----------------------------------------------------------------
@@ -897,7 +940,11 @@ class Adapter:
         excluded."""
         tf, np, hp, ctx = self.tf, self.np, self.hp, self.ctx
         batch, n = hp["batch_size"], len(self.train_y)
-        stream = IndexStream(n, batch, self.order_rng)
+        if hp.get("shuffle_queue", 0):      # CIFAR-10's shuffle_batch
+            stream = ShuffleQueueStream(n, batch, self.order_rng, CIFAR_TRAIN_FILES,
+                                        hp["shuffle_queue"])
+        else:
+            stream = IndexStream(n, batch, self.order_rng)
         session = self.session
         epoch, loss_sum, correct, seen = 1, 0.0, 0, 0
         ctx.epoch_start()
