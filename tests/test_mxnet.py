@@ -6,7 +6,6 @@ numpy) and inside the image (with MXNet itself)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 
 import numpy as np
@@ -14,6 +13,7 @@ import pandas as pd
 import pytest
 
 from conftest import REPO, dlbench
+from dlbench_runner.runner import adapter_module
 
 FRAMEWORK = "mxnet"
 # LeNet: conv 1->20 5x5 (500+20), conv 20->50 5x5 (25000+50),
@@ -30,10 +30,7 @@ RESNET110_PARAMS = 6 + 432 + STAGE1 + STAGE2 + STAGE3 + 128 + 650
 
 
 def mxnet_adapter_module():
-    spec = importlib.util.spec_from_file_location("mxnet_adapter", REPO / "images" / "mxnet" / "adapter.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)     # mxnet itself is imported only inside the container
-    return module
+    return adapter_module(REPO / "images" / "mxnet")   # mxnet itself: only inside the container
 
 
 def quick_profiles():

@@ -7,7 +7,6 @@ the grouped convolutions of the model the image builds.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import random
 from collections import Counter
@@ -16,6 +15,7 @@ import pandas as pd
 import pytest
 
 from conftest import REPO
+from dlbench_runner.runner import adapter_module
 
 pytestmark = pytest.mark.docker
 
@@ -24,10 +24,7 @@ CIFAR_PARAMS = 416 + 25856 + 819328 + 1290
 
 
 def torch_adapter_module():
-    spec = importlib.util.spec_from_file_location("torch_adapter", REPO / "images" / "pytorch" / "adapter.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)     # torch itself is imported only inside the container
-    return module
+    return adapter_module(REPO / "images" / "pytorch")   # torch itself: only inside the container
 
 
 @pytest.fixture(scope="module")

@@ -3,22 +3,16 @@ emulation of cifar10_input's string_input_producer and shuffle_batch queue."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+from conftest import REPO
+from dlbench_runner.runner import adapter_module
 
 
 @pytest.fixture(scope="module")
 def adapter():
-    spec = importlib.util.spec_from_file_location("tensorflow_adapter",
-                                                  REPO / "images" / "tensorflow" / "adapter.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return adapter_module(REPO / "images" / "tensorflow")
 
 
 def stream(adapter, seed=1, min_after_dequeue=20000):

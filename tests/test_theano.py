@@ -10,7 +10,6 @@ Theano CIFAR-10 cell held only against that model."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import textwrap
@@ -19,6 +18,7 @@ import pandas as pd
 import pytest
 
 from conftest import REPO, dlbench
+from dlbench_runner.runner import adapter_module
 from orchestrator import catalog, compare, plan, store
 from orchestrator.collect import Outcome, collect
 from orchestrator.errors import UsageError
@@ -39,11 +39,7 @@ RESLAB_GREY_PARAMS = 40 + 296 + 12900 + 1010
 
 def theano_adapter():
     """images/theano/adapter.py as a module (it imports Theano only in setup())."""
-    module_spec = importlib.util.spec_from_file_location("theano_adapter",
-                                                         REPO / "images" / "theano" / "adapter.py")
-    module = importlib.util.module_from_spec(module_spec)
-    module_spec.loader.exec_module(module)
-    return module
+    return adapter_module(REPO / "images" / "theano")
 
 
 @pytest.fixture(scope="module")

@@ -151,12 +151,18 @@ class Context:
         emit("epoch", epochs=self.planned_epochs, **record)
 
 
-def load_adapter(framework_dir):
+def adapter_module(framework_dir):
+    """The framework directory's adapter.py as a module (an adapter imports its framework
+    only in setup(), so this works wherever numpy does)."""
     path = os.path.join(framework_dir, "adapter.py")
     module_spec = importlib.util.spec_from_file_location("dlbench_adapter", path)
     module = importlib.util.module_from_spec(module_spec)
     module_spec.loader.exec_module(module)
-    return module.Adapter
+    return module
+
+
+def load_adapter(framework_dir):
+    return adapter_module(framework_dir).Adapter
 
 
 def apply_threads(threads, environ=os.environ):
