@@ -363,7 +363,8 @@ def _against_paper(group: dict, ref: Reference, tolerance: float) -> dict:
         "accuracy_diff_points": None,
         "accuracy_caveats": [],
     }
-    reason = _not_comparable(types.SimpleNamespace(**group), ref)
+    g = types.SimpleNamespace(**group)
+    reason = _not_comparable(g, ref)
     if reason is None and group["accuracy_pct_median"] is None:
         reason = "no accuracy recorded"
     if reason is not None:
@@ -373,7 +374,7 @@ def _against_paper(group: dict, ref: Reference, tolerance: float) -> dict:
     result["accuracy_diff_points"] = round(diff, 6)
     result["accuracy_verdict"] = REPRODUCED if abs(diff) <= tolerance + 1e-9 else NOT_REPRODUCED
     caveats = [_version_caveat(group["framework"], group["framework_versions"], ref),
-               cell.get("note")] + _run_caveats(types.SimpleNamespace(**group))
+               cell.get("note")] + _run_caveats(g)
     result["accuracy_caveats"] = [c for c in caveats if c]
     return result
 
@@ -409,7 +410,7 @@ def _ratios(groups: pd.DataFrame, ref: Reference, ratio_tolerance: float) -> pd.
         for r in part.itertuples():
             placed.add(r.Index)
             groups.at[r.Index, "ratio_baseline"] = base.framework
-            spans = (_present(r.paper_train_time_s_median), _present(base.paper_train_time_s_median))
+            spans = (present(r.paper_train_time_s_median), present(base.paper_train_time_s_median))
             column = "paper_train_time_s_median" if all(spans) else "train_time_s_median"
             groups.at[r.Index, "ratio_span"] = PAPER_SPAN if all(spans) else STEPS_ONLY
             ratio = getattr(r, column) / getattr(base, column)
@@ -427,7 +428,7 @@ def _ratios(groups: pd.DataFrame, ref: Reference, ratio_tolerance: float) -> pd.
         if g.Index not in placed:
             reason = _not_comparable(g, ref)
             if reason is None:
-                reason = ("no training time" if not _present(g.train_time_s_median) else
+                reason = ("no training time" if not present(g.train_time_s_median) else
                           "no other framework ran on this machine with this data set, device, "
                           "profile and thread count")
             groups.at[g.Index, "ratio_verdict"] = f"{NOT_COMPARABLE}: {reason}"
@@ -458,5 +459,6 @@ def _ratio_verdict(r, base, spans: tuple[bool, bool], ref: Reference, tolerance:
     return verdict, caveats
 
 
-def _present(value) -> bool:
+def present(value) -> bool:
+    """A value that is there: neither None nor a missing value of pandas (NaN, NA)."""
     return value is not None and not pd.isna(value)

@@ -74,7 +74,7 @@ def _against_paper(groups: pd.DataFrame) -> View:
             _num(getattr(g, f"{train}_median"), _seconds), _num(g.published_train_time_s, _published),
             _num(getattr(g, f"{test}_median"), _seconds),
             _num(g.published_test_time_s, _published)
-            + (" †" if _present(g.published_test_time_note) else ""),
+            + (" †" if compare.present(g.published_test_time_note) else ""),
             _spans(g)])
     return View("Against the paper (GTDLBench, Server1)", columns, rows,
                 numeric={5, 6, 7, 10, 11, 12, 13}, verdicts={8}, wrap={4, 8, 9})
@@ -93,7 +93,7 @@ def _ratios(groups: pd.DataFrame) -> View:
                "÷ baseline here", "÷ baseline in paper", "here ÷ paper", "ratio verdict", "caveats"]
     rows = []
     for g in groups.itertuples():
-        if _present(g.ratio_baseline):
+        if compare.present(g.ratio_baseline):
             train = "paper_train_time_s" if g.ratio_span == compare.PAPER_SPAN else "train_time_s"
             measured = [g.ratio_span, _num(getattr(g, f"{train}_median"), _seconds),
                         f"{_ratio(g.train_time_ratio)} (÷ {g.ratio_baseline})",
@@ -111,7 +111,7 @@ def _caveats(caveats) -> str:
 
 def _stat(g, metric: str, fmt) -> str:
     median, low, high = (getattr(g, f"{metric}_{s}") for s in ("median", "min", "max"))
-    if not _present(median):
+    if not compare.present(median):
         return "-"
     text = fmt(median)
     if g.ok > 1 and high > low:
@@ -119,12 +119,8 @@ def _stat(g, metric: str, fmt) -> str:
     return text
 
 
-def _present(value) -> bool:
-    return value is not None and not pd.isna(value)
-
-
 def _num(value, fmt) -> str:
-    return fmt(value) if _present(value) else "-"
+    return fmt(value) if compare.present(value) else "-"
 
 
 def _seconds(v: float) -> str:
