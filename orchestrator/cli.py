@@ -176,7 +176,9 @@ def run(frameworks: Frameworks = None,
             help="Pin each job to this many CPUs and set its thread counts to match.")] = None,
         threads: Annotated[Optional[str], typer.Option(
             help="CPU counts to sweep, e.g. 1,2: each pins its jobs as --cpus does.")] = None,
-        gpu: Annotated[Optional[int], typer.Option(help="Run on this GPU (index).")] = None,
+        gpu: Annotated[Optional[str], typer.Option(
+            help="Run on these GPUs (indices, e.g. 0 or 0,1,2,3): every job on each; the GPUs "
+                 "side by side, one job on each at a time, each with its own share of the CPUs.")] = None,
         devices: Annotated[Optional[str], typer.Option(
             help="Devices to sweep, e.g. cpu,gpu:0.")] = None,
         set_: Annotated[list[str], typer.Option(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 from rich.console import Console
 from rich.progress import (BarColumn, DownloadColumn, Progress, SpinnerColumn, TextColumn,
                            TimeElapsedColumn, TransferSpeedColumn)
@@ -20,8 +22,23 @@ class RichDisplay:
             TextColumn("{task.fields[detail]}"), TimeElapsedColumn(),
             console=self.console, transient=False)
         self.overall = None
-        self.current = None
-        self.epochs = 1
+        self._lanes = threading.local()     # each lane's (thread's) own job line
+
+    @property
+    def current(self):
+        return getattr(self._lanes, "task", None)
+
+    @current.setter
+    def current(self, task):
+        self._lanes.task = task
+
+    @property
+    def epochs(self):
+        return getattr(self._lanes, "epochs", 1)
+
+    @epochs.setter
+    def epochs(self, epochs):
+        self._lanes.epochs = epochs
 
     def say(self, text):
         if self.verbose:

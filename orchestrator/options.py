@@ -102,7 +102,7 @@ class RunOptions(BaseModel):
             profiles=choices(profile, catalog.PROFILES, "--profile"), repeats=repeats, seed=seed,
             memory=memory, timeout=timeout,
             threads=[cpus] if cpus is not None else numbers(threads, "--threads", int),
-            devices=[gpu] if gpu is not None else (parse_devices(devices) if devices else None),
+            devices=parse_gpus(gpu) if gpu is not None else (parse_devices(devices) if devices else None),
             settings_from=parse_settings_from(settings_from) if settings_from is not None else None,
             hyperparameters=sweeps)
 
@@ -270,6 +270,14 @@ def _each(text: str, parse, prefix: str) -> list:
 
 def parse_devices(text: str) -> list[int | None]:
     return _each(text, device, "--devices: ")
+
+
+def parse_gpus(text: str) -> list[int]:
+    """``--gpu 0`` or ``--gpu 0,1,2,3``: the GPUs, as the devices gpu:0, gpu:1, ..."""
+    gpus = numbers(str(text), "--gpu", int)
+    if not gpus:
+        raise UsageError("--gpu takes GPU indices, e.g. 0 or 0,1")
+    return list(dict.fromkeys(gpus))
 
 
 def parse_settings_from(text: str) -> list[str | None]:

@@ -55,7 +55,8 @@ class Job(BaseModel):
     hyperparameters: dict
     overrides: dict = {}
     threads: int
-    cpus: int | None = None        # CPU limit (and cpuset 0..cpus-1); None: no limit
+    cpus: int | None = None        # CPU limit (and cpuset first_cpu..first_cpu+cpus-1); None: no limit
+    first_cpu: int = 0             # where its CPU set starts: GPU jobs side by side get disjoint ones
     gpu: int | None = None
     seed: int = 1
     repeat: int = 0
@@ -65,7 +66,8 @@ class Job(BaseModel):
     settings_from: str | None = None   # trained with this framework's defaults (cross-settings)
 
     # Not part of the identity: how a job was asked for, and the limits it ran under.
-    NOT_IDENTITY: ClassVar[frozenset] = frozenset({"overrides", "campaign", "memory", "timeout"})
+    NOT_IDENTITY: ClassVar[frozenset] = frozenset({"overrides", "campaign", "memory", "timeout",
+                                                   "first_cpu"})
 
     @property
     def device(self) -> str:
@@ -86,11 +88,17 @@ class Job(BaseModel):
         return f"{self.framework}/{self.dataset}/{self.profile}"
 
     @property
+    def cpu_list(self) -> list[int] | None:
+        """The CPUs the job is pinned to; None: not pinned."""
+        return list(range(self.first_cpu, self.first_cpu + self.cpus)) if self.cpus else None
+
+    @property
     def cpuset(self) -> str | None:
         """The CPUs the job is pinned to, as Docker's --cpuset-cpus takes them."""
         if not self.cpus:
             return None
-        return "0" if self.cpus == 1 else f"0-{self.cpus - 1}"
+        last = self.first_cpu + self.cpus - 1
+        return str(last) if self.cpus == 1 else f"{self.first_cpu}-{last}"
 
     @property
     def memory_bytes(self) -> int | None:
@@ -125,6 +133,7 @@ class Plan(BaseModel):
 
     @property
     def gpus(self) -> list[int]:
+        """The GPUs the plan's jobs use: its lanes, one job on each at a time."""
         return sorted({j.gpu for j in self.jobs if j.gpu is not None})
 
 
@@ -173,9 +182,28 @@ def expand(axes: Axes, host_cpus: int | None = None) -> Plan:
         raise UsageError("nothing to run: " + "; ".join(skipped) if skipped else "nothing to run")
     if axes.datasets and skipped:
         raise UsageError("; ".join(skipped))
+    cells = share_cpus(cells, host_cpus)
     jobs = [Job(**cell, seed=axes.seed + repeat, repeat=repeat)
             for repeat in range(axes.repeats) for cell in cells]
     return Plan(jobs=jobs, skipped=skipped, campaign=axes.campaign)
+
+
+def share_cpus(cells: list[dict], host_cpus: int) -> list[dict]:
+    """GPU jobs on several GPUs run side by side, one on each GPU at a time (``run.py``);
+    each GPU's jobs get a CPU set of their own, disjoint from the others': the host's
+    CPUs split evenly, or ``--cpus`` each, and thread counts to match.  With one GPU,
+    or none, the cells are as they were."""
+    gpus = sorted({c["gpu"] for c in cells if c["gpu"] is not None})
+    if len(gpus) < 2:
+        return cells
+    given = {c["cpus"] for c in cells if c["gpu"] is not None and c["cpus"]}
+    share = max(given) if given else host_cpus // len(gpus)
+    if share < 1 or share * len(gpus) > host_cpus:
+        raise PlanError(f"{len(gpus)} GPUs side by side need {max(share, 1)} CPUs each, "
+                        f"{max(share, 1) * len(gpus)} in all; this host has {host_cpus}", ("devices",))
+    return [dict(c, cpus=c["cpus"] or share, threads=c["cpus"] or share,
+                 first_cpu=gpus.index(c["gpu"]) * share) if c["gpu"] is not None else c
+            for c in cells]
 
 
 def _sources(axes: Axes, framework: str) -> list[str | None]:

@@ -2,7 +2,9 @@
 
 Every job leaves exactly one row, whatever happens to it (``collect.py`` lists
 the statuses); a job its runtime cannot run is stored as ``unsupported`` without
-starting it.  A bad job never stops the campaign unless ``fail_fast``.  Where a
+starting it.  Jobs run one after another, but for GPU jobs on several GPUs: each
+GPU's jobs are a lane, and the lanes run side by side, one job on each GPU at a
+time (the plan gave each GPU's jobs CPUs of their own).  A bad job never stops the campaign unless ``fail_fast``.  Where a
 job runs is the runtime's business (``runtimes/``: Docker containers or host
 processes); the Slurm scheduler (``schedulers/slurm.py``) runs this same loop on
 each node, one job at a time.  Ctrl-C, SIGTERM or SIGHUP stops and removes the
@@ -12,6 +14,8 @@ runs only the jobs not yet stored as ok.
 
 from __future__ import annotations
 
+import concurrent.futures
+import threading
 import uuid
 from pathlib import Path
 
@@ -45,58 +49,125 @@ def run_plan(plan: Plan, results: Path, data_dir=None, builder_options: dict | N
     provenance_host = dict(backend.host_facts(), runtime=backend.runtime, **(row_fields or {}))
     if resume:
         todo = not_stored(results, plan.campaign, todo, display)
-    records = []
     display.start(len(todo))
+    loop = _Loop(results, backend, targets, data, provenance_host, display, fail_fast, len(todo))
     try:
-        for index, (job, job_id) in enumerate(todo, 1):
-            if job.memory is None and backend.default_memory:
-                job = job.model_copy(update={"memory": str(backend.default_memory)})
-            target = targets[job.framework, job.variant]
-            dataset = data[job.dataset]
-            run_id = uuid.uuid4().hex[:16]
-            display.job_started(index, job)
-            provenance = dict(provenance_host, image=target.name, image_id=target.id,
-                              dataset_sha256=dataset.sha256)
-            reason = backend.unsupported(target, job)
-            rescue, job_dir = _prepare(results, run_id, index, job_dir=reason is None)
-            try:
-                if reason is not None:
-                    record, samples = unsupported(job, run_id, job_id, reason, provenance), []
-                else:
-                    try:
-                        outcome = backend.run(job, target, run_id, job_id, job_dir, dataset.path, display)
-                    except DockerUnavailable:
-                        jobdir.remove(job_dir)
-                        raise
-                    except DlbenchError as exc:     # Docker refused this job's container
-                        outcome = Outcome(exit_code=None, wall_time_s=0.0, log_tail=[], error=str(exc))
-                    except OSError as exc:          # the host could not write the job's files
-                        if exc.errno not in store.DISK_ERRORS:
-                            raise
-                        outcome = Outcome(exit_code=None, wall_time_s=0.0, log_tail=[],
-                                          error=f"dlbench could not write the job's files in {job_dir}: "
-                                                f"{exc.strerror}")
-                    except BaseException:           # interrupted (Ctrl-C, SIGTERM, SIGHUP): no row, no directory
-                        jobdir.remove(job_dir)
-                        raise
-                    samples = outcome.samples
-                    record = collect(job, run_id, job_id, job_dir, outcome, provenance)
-                store.store_row(results, record, samples, rescue)   # or keeps it and says how to recover
-            except BaseException:
-                rescue.release()         # unless it holds a row kept by store_row
-                raise
-            records.append(record)
-            display.job_finished(record)
-            if fail_fast and record.status != "ok" and index < len(todo):
-                display.say(f"fail-fast: stopping after a job that is {record.status}; "
-                            f"{len(todo) - index} job(s) not run")
-                break
+        lanes = _lanes(todo)
+        if len(lanes) == 1:
+            loop.lane(lanes[0])
+        else:
+            loop.side_by_side(lanes)
     finally:
         display.stop()
     if store.row_file_count(results) > store.COMPACT_AFTER:
         rows, traces = store.compact(results)
         display.say(f"compacted {rows} row files and {traces} trace files of {results}")
-    return records
+    return loop.records
+
+
+def _lanes(todo: list) -> list[list]:
+    """The (index, job, job id) triples in lanes that may run side by side: each GPU's
+    jobs one lane; CPU jobs one lane, run before the GPU lanes start (they would share
+    the CPUs).  One lane: the jobs one after another, in the plan's order."""
+    numbered = [(index, job, job_id) for index, (job, job_id) in enumerate(todo, 1)]
+    gpus = sorted({job.gpu for _, job, _ in numbered if job.gpu is not None})
+    if len(gpus) < 2:
+        return [numbered]
+    cpu = [t for t in numbered if t[1].gpu is None]
+    return ([cpu] if cpu else []) + [[t for t in numbered if t[1].gpu == gpu] for gpu in gpus]
+
+
+class _Loop:
+    """Carries out lanes of jobs, storing each job's row as it ends."""
+
+    def __init__(self, results, backend, targets, data, provenance_host, display, fail_fast, total):
+        self.results, self.backend, self.targets, self.data = results, backend, targets, data
+        self.provenance_host, self.display, self.fail_fast = provenance_host, display, fail_fast
+        self.total = total
+        self.records = []
+        self.stopping = threading.Event()     # fail-fast: start no more jobs
+        self.cancelled = threading.Event()    # interrupted: the running jobs are being stopped
+        self.lock = threading.Lock()
+
+    def side_by_side(self, lanes: list[list]) -> None:
+        """The CPU lane (if any) first, then every GPU's lane at once, each in a thread of
+        its own.  An interrupt, or a lane's error, stops every running job (no row for
+        them, as for one job) and is raised here once every lane has ended."""
+        if lanes[0][0][1].gpu is None:
+            self.lane(lanes[0])
+            lanes = lanes[1:]
+        with concurrent.futures.ThreadPoolExecutor(len(lanes), thread_name_prefix="lane") as pool:
+            futures = [pool.submit(self.lane, lane) for lane in lanes]
+            try:
+                for future in concurrent.futures.as_completed(futures):
+                    future.result()
+            except BaseException:
+                self.cancelled.set()
+                self.backend.cancel()
+                concurrent.futures.wait(futures)
+                raise
+
+    def lane(self, lane: list) -> None:
+        for index, job, job_id in lane:
+            if self.stopping.is_set() or self.cancelled.is_set():
+                return
+            record = self.one(index, job, job_id)
+            if record is None:                # stopped by the interrupt: no row
+                return
+            with self.lock:
+                self.records.append(record)
+                done = len(self.records)
+            self.display.job_finished(record)
+            if self.fail_fast and record.status != "ok" and not self.stopping.is_set():
+                self.stopping.set()
+                if done < self.total:
+                    self.display.say(f"fail-fast: stopping after a job that is {record.status}; "
+                                     f"{self.total - done} job(s) not run")
+
+    def one(self, index: int, job, job_id: str):
+        """One job, to its stored row; None when the run was interrupted meanwhile."""
+        backend = self.backend
+        if job.memory is None and backend.default_memory:
+            job = job.model_copy(update={"memory": str(backend.default_memory)})
+        target = self.targets[job.framework, job.variant]
+        dataset = self.data[job.dataset]
+        run_id = uuid.uuid4().hex[:16]
+        self.display.job_started(index, job)
+        provenance = dict(self.provenance_host, image=target.name, image_id=target.id,
+                          dataset_sha256=dataset.sha256)
+        reason = backend.unsupported(target, job)
+        rescue, job_dir = _prepare(self.results, run_id, index, job_dir=reason is None)
+        try:
+            if reason is not None:
+                record, samples = unsupported(job, run_id, job_id, reason, provenance), []
+            else:
+                try:
+                    outcome = backend.run(job, target, run_id, job_id, job_dir, dataset.path, self.display)
+                except DockerUnavailable:
+                    jobdir.remove(job_dir)
+                    raise
+                except DlbenchError as exc:     # Docker refused this job's container
+                    outcome = Outcome(exit_code=None, wall_time_s=0.0, log_tail=[], error=str(exc))
+                except OSError as exc:          # the host could not write the job's files
+                    if exc.errno not in store.DISK_ERRORS:
+                        raise
+                    outcome = Outcome(exit_code=None, wall_time_s=0.0, log_tail=[],
+                                      error=f"dlbench could not write the job's files in {job_dir}: "
+                                            f"{exc.strerror}")
+                except BaseException:           # interrupted (Ctrl-C, SIGTERM, SIGHUP): no row, no directory
+                    jobdir.remove(job_dir)
+                    raise
+                if self.cancelled.is_set():     # another lane's interrupt stopped it
+                    jobdir.remove(job_dir)
+                    rescue.release()
+                    return None
+                samples = outcome.samples
+                record = collect(job, run_id, job_id, job_dir, outcome, provenance)
+            store.store_row(self.results, record, samples, rescue)   # or keeps it and says how to recover
+        except BaseException:
+            rescue.release()         # unless it holds a row kept by store_row
+            raise
+        return record
 
 
 def resolve(jobs: list, backend, data: dict) -> tuple[dict, list]:

@@ -9,6 +9,7 @@ implements.  The job loop (``run.py``) sees runtimes only through this protocol.
         def target(framework, variant) -> Target          # build or find what jobs run on
         def unsupported(target, job) -> str | None         # why a job cannot run, if it cannot
         def run(job, target, run_id, job_id, job_dir, dataset_path, display) -> Outcome
+        def cancel(self)                 # stop every job it is running (from another thread)
         def close(self)                  # give back what it holds (a lock, a client)
         gpus: list[str] | None           # GPUs a scheduler assigned, that job indices select
 
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import threading
 from collections import deque
 from typing import Protocol
 
@@ -97,6 +99,36 @@ def gpu_device(job: Job, gpus: list[str] | None) -> str | None:
     return gpus[0] if gpus else str(job.gpu)
 
 
+class Running:
+    """What a runtime has started and not yet seen end (containers, processes), so that
+    ``cancel`` can stop them from another thread; one that starts after the cancel is
+    stopped as it is added."""
+
+    def __init__(self, stop):
+        self._stop = stop
+        self._lock = threading.Lock()
+        self._items: set = set()
+        self.cancelled = False
+
+    def add(self, item) -> None:
+        with self._lock:
+            self._items.add(item)
+            cancelled = self.cancelled
+        if cancelled:
+            self._stop(item)
+
+    def discard(self, item) -> None:
+        with self._lock:
+            self._items.discard(item)
+
+    def cancel(self) -> None:
+        with self._lock:
+            self.cancelled = True
+            items = list(self._items)
+        for item in items:
+            self._stop(item)
+
+
 class Backend(Protocol):
     runtime: str
     default_memory: int | None
@@ -110,5 +142,7 @@ class Backend(Protocol):
 
     def run(self, job: Job, target: Target, run_id: str, job_id: str, job_dir, dataset_path,
             display) -> Outcome: ...
+
+    def cancel(self) -> None: ...
 
     def close(self) -> None: ...

@@ -24,7 +24,7 @@ from ..errors import docker_errors
 from ..interrupts import signals_deferred
 from ..plan import Job
 from ..traces import Sampler
-from .base import Outcome, Target, follow_output, gpu_device
+from .base import Outcome, Running, Target, follow_output, gpu_device
 
 LABEL = build.LABEL
 NOBODY = 65534
@@ -77,6 +77,7 @@ class DockerBackend:
         self.owner = owners.current()
         self.builder = build.Builder(self.client, say=display.say, **(builder_options or {}))
         self.default_memory = default_memory(self.client)
+        self.running = Running(lambda container: _kill(container, threading.Event()))
 
     def host_facts(self) -> dict:
         return hostinfo.host_facts(self.client.version().get("Version"))
@@ -98,7 +99,11 @@ class DockerBackend:
         # The image id checked and stored in the row, not the tag: a tag can be moved by
         # another build between the check and the start.
         return run_container(self.client, job, target.id or target.name, run_id, job_id, job_dir,
-                             dataset_path, display, self.owner.token, gpu_device(job, self.gpus))
+                             dataset_path, display, self.owner.token, gpu_device(job, self.gpus),
+                             self.running)
+
+    def cancel(self) -> None:
+        self.running.cancel()
 
     def close(self) -> None:
         self.client.close()
@@ -172,9 +177,11 @@ def container_options(job: Job, tag: str, run_id: str, job_id: str, job_dir: Pat
 
 
 def run_container(client, job: Job, tag: str, run_id: str, job_id: str, job_dir: Path,
-                  dataset_path: Path, display, owner: str, device: str | None = None) -> Outcome:
+                  dataset_path: Path, display, owner: str, device: str | None = None,
+                  running: Running | None = None) -> Outcome:
     """Run the job's container to its end, following its output and sampling its
-    resources; the container is removed whatever happens."""
+    resources; the container is removed whatever happens.  ``running``: where the
+    backend keeps its running containers, for ``cancel``."""
     kwargs = container_options(job, tag, run_id, job_id, job_dir, dataset_path, owner, device)
     timeout = job.timeout
     started = time.perf_counter()
@@ -185,6 +192,8 @@ def run_container(client, job: Job, tag: str, run_id: str, job_id: str, job_dir:
         with docker_errors(f"running {job.label}"):
             with signals_deferred():        # never a started container we do not know of
                 container = client.containers.run(**kwargs)
+            if running is not None:
+                running.add(container)
             sampler = Sampler(container, started, int(device) if device and device.isdigit() else job.gpu).start()
             out_watch = OutWatch(job_dir, container).start()
             if timeout:
@@ -208,6 +217,8 @@ def run_container(client, job: Job, tag: str, run_id: str, job_id: str, job_dir:
         if out_watch is not None:
             out_watch.stop()
         if container is not None:
+            if running is not None:
+                running.discard(container)
             try:
                 container.remove(force=True)
             except Exception:  # noqa: BLE001 - best effort; stale containers are found by label

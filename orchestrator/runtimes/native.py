@@ -37,7 +37,7 @@ from ..errors import UsageError
 from ..interrupts import signals_deferred
 from ..plan import Job
 from ..traces import gpu_sample, summarise
-from .base import Outcome, Target, follow_output, gpu_device
+from .base import Outcome, Running, Target, follow_output, gpu_device
 
 SAMPLE_INTERVAL_S = 1.0
 IMPORT_TIMEOUT_S = 300
@@ -111,14 +111,16 @@ def unsupported(target: Interpreter, job: Job) -> str | None:
 
 
 def run_process(job: Job, target: Interpreter, run_id: str, job_id: str, job_dir: Path,
-                dataset_path: Path, display, device: str | None = None) -> Outcome:
-    """Run one job as a child process; what it left behind becomes the row as for a container."""
+                dataset_path: Path, display, device: str | None = None,
+                running: Running | None = None) -> Outcome:
+    """Run one job as a child process; what it left behind becomes the row as for a
+    container.  ``running``: where the backend keeps its running processes, for ``cancel``."""
     log = jobdir.prepare(job_dir, job.spec(run_id, job_id))
     env = {**_quiet_env(), **job.thread_environment, "PYTHONUNBUFFERED": "1",
            **({"CUDA_VISIBLE_DEVICES": device} if device is not None else {}),
            "PYTHONPATH": os.pathsep.join([str(runner_dir())] +
                                          [p for p in [os.environ.get("PYTHONPATH")] if p])}
-    cpus = list(range(job.cpus)) if job.cpus else None
+    cpus = job.cpu_list
     with log, tempfile.TemporaryDirectory(prefix="dlbench-data-") as data_root:
         # the runner reads DATA/<data set>, as the container's /data/<data set> mount
         os.symlink(dataset_path.resolve(), Path(data_root) / job.dataset)
@@ -133,6 +135,8 @@ def run_process(job: Job, target: Interpreter, run_id: str, job_id: str, job_dir
                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                     env=env, cwd=job_dir / jobdir.OUT, start_new_session=True,
                     preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None)
+            if running is not None:
+                running.add(process)
             sampler = ProcessSampler(process.pid, started, job.gpu).start()
             if job.timeout:
                 watchdog = threading.Timer(job.timeout, _kill_group, (process, timed_out))
@@ -148,6 +152,8 @@ def run_process(job: Job, target: Interpreter, run_id: str, job_id: str, job_dir
                 process.wait()
             raise
         finally:
+            if running is not None and process is not None:
+                running.discard(process)
             if watchdog:
                 watchdog.cancel()
             if sampler is not None:
@@ -234,6 +240,7 @@ class NativeBackend:
 
     def __init__(self, python: str | None):
         self.python = check_python(python or sys.executable)
+        self.running = Running(lambda process: _kill_group(process, threading.Event()))
 
     def host_facts(self) -> dict:
         return hostinfo.host_facts(None)
@@ -249,7 +256,10 @@ class NativeBackend:
 
     def run(self, job, target, run_id, job_id, job_dir, dataset_path, display) -> Outcome:
         return run_process(job, target.image, run_id, job_id, job_dir, dataset_path, display,
-                           gpu_device(job, self.gpus))
+                           gpu_device(job, self.gpus), self.running)
+
+    def cancel(self) -> None:
+        self.running.cancel()
 
     def close(self) -> None:
         pass

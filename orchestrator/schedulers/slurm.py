@@ -389,7 +389,9 @@ def run_task(plan_file: Path, index: int, results: Path, display=None, builder_o
         backend = NativeBackend(array.python)
     if os.environ.get("SLURM_JOB_GPUS"):        # a GPU job: the GPU Slurm gave it, not GPU N
         backend.gpus = os.environ["SLURM_JOB_GPUS"].split(",")
-    one = Plan(jobs=[task.job], campaign=array.campaign)
+    # The node runs this one job: its CPUs are the ones Slurm gave the task, never a
+    # side-by-side share of a single host's (``plan.share_cpus``).
+    one = Plan(jobs=[task.job.model_copy(update={"first_cpu": 0})], campaign=array.campaign)
     return run_plan(one, results, array.data_dir, display=display, runtime=array.runtime,
                     python=array.python, backend=backend, row_fields=fields)
 
