@@ -42,9 +42,7 @@ def checks(data_dir=None, results: Path | None = None, sources_dir=None):
         yield "CA bundle", OK, str(build.find_ca_bundle())
     except DlbenchError as exc:
         yield "CA bundle", FAIL, str(exc)
-    from .hostinfo import gpu_count
-    gpus = gpu_count()
-    yield "GPUs", NOTE, f"{gpus} NVIDIA GPU(s)" if gpus else "none (CPU runs only)"
+    yield from gpu_checks(client)
     root, local = datasets.default_root(data_dir)
     for name in catalog.DATASETS:
         if not (root / name).is_dir():
@@ -68,6 +66,49 @@ def checks(data_dir=None, results: Path | None = None, sources_dir=None):
     free = shutil.disk_usage(target if target.exists() else Path(".")).free / 2**30
     yield from timing(hostinfo.timing_facts(), os.cpu_count() or 1)
     yield "disk", OK if free > 10 else FAIL, f"{free:.0f} GiB free (images need about 2 GiB each)"
+
+
+# Docker registers its "nvidia" device driver (what --gpus asks for) when the NVIDIA
+# Container Toolkit's hook is on the daemon's PATH; newer set-ups use CDI specs instead.
+TOOLKIT_HOOKS = ("nvidia-container-runtime-hook", "nvidia-container-toolkit")
+CDI_DIRS = (Path("/etc/cdi"), Path("/var/run/cdi"))
+
+
+def gpu_checks(client):
+    """(name, status, detail) of the GPU half: the driver and its GPUs, Docker's GPU
+    support, and each framework's GPU image."""
+    count = hostinfo.gpu_count()
+    if not count:
+        yield "NVIDIA driver", NOTE, "none: CPU runs only (--gpu is an error)"
+    else:
+        facts = [hostinfo.gpu_facts(str(index)) for index in range(count)]
+        yield "NVIDIA driver", OK, f"{facts[0]['gpu_driver']}, {count} GPU(s)"
+        for index, gpu in enumerate(facts):
+            memory = gpu["gpu_memory_total_bytes"]
+            yield f"GPU {index}", OK, f"{gpu['gpu_name']}" + (f", {memory / 2**30:.0f} GiB" if memory else "")
+    if client is None:
+        return
+    toolkit = [name for name in TOOLKIT_HOOKS if shutil.which(name)]
+    toolkit += [f"runtime {name}" for name in (client.info().get("Runtimes") or {}) if "nvidia" in name]
+    toolkit += [str(spec) for folder in CDI_DIRS if folder.is_dir() for spec in sorted(folder.glob("*nvidia*"))]
+    if toolkit:
+        yield "container toolkit", OK, f"NVIDIA Container Toolkit: {', '.join(toolkit)} (Docker can give a job a GPU)"
+    else:
+        yield "container toolkit", FAIL if count else NOTE, (
+            "no NVIDIA Container Toolkit: Docker cannot give a container a GPU (install "
+            "nvidia-container-toolkit and restart Docker)")
+    for framework in catalog.available():
+        tag = build.image_tag(framework, "gpu")
+        reason = build.variant_unsupported(framework, "gpu")
+        image = None if reason else build.find_image(client, tag)
+        if reason:
+            yield f"image {tag}", NOTE, reason
+        elif image is None:
+            yield f"image {tag}", NOTE, "not built yet (dlbench build-images --variant gpu, or the first --gpu run builds it)"
+        else:
+            labels = image.labels
+            yield f"image {tag}", OK, (f"{image.short_id}, CUDA {labels.get(build.LABEL + '.cuda', '?')}, "
+                                       f"built {labels.get(build.LABEL + '.build-date', '?')}")
 
 
 def timing(facts: dict, cpus: int):

@@ -5,9 +5,8 @@ from __future__ import annotations
 import functools
 import os
 import platform
-import shutil
 import socket
-import subprocess
+import threading
 from pathlib import Path
 
 from dlbench_runner import contract
@@ -86,15 +85,78 @@ def timing_facts(cpu_dir: Path = SYS_CPU) -> dict:
 
 
 # -- GPUs -------------------------------------------------------------------------------------
+# -- NVIDIA GPUs, through NVML (the driver's library, by nvidia-ml-py) --------------------------
+_nvml_lock = threading.Lock()
+_nvml_state: list = []          # [pynvml] once initialised, [None] where there is no driver
+
+
+def nvml():
+    """pynvml, initialised once; None where the NVIDIA driver's NVML cannot be loaded."""
+    with _nvml_lock:
+        if not _nvml_state:
+            try:
+                import pynvml
+                pynvml.nvmlInit()
+                _nvml_state.append(pynvml)
+            except Exception:  # noqa: BLE001 - NVMLError_LibraryNotFound, DriverNotLoaded, ...
+                _nvml_state.append(None)
+        return _nvml_state[0]
+
+
+def _handle(lib, device: str):
+    """The NVML handle of a GPU named by its index (as Docker and Slurm name it) or UUID."""
+    if str(device).isdigit():
+        return lib.nvmlDeviceGetHandleByIndex(int(device))
+    return lib.nvmlDeviceGetHandleByUUID(str(device))
+
+
 def gpu_count() -> int | None:
     """GPUs the NVIDIA driver sees on this host; None without a driver."""
-    if shutil.which("nvidia-smi") is None:
+    lib = nvml()
+    if lib is None:
         return None
     try:
-        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
+        return lib.nvmlDeviceGetCount()
+    except lib.NVMLError:
         return None
-    return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
+
+
+def gpu_facts(device: str | None) -> dict:
+    """The row's facts of the GPU a job ran on: its model, the driver, its memory; empty
+    for a CPU job, Nones where NVML does not tell."""
+    if device is None:
+        return {}
+    facts = {"gpu_name": None, "gpu_driver": None, "gpu_memory_total_bytes": None}
+    lib = nvml()
+    if lib is None:
+        return facts
+    try:
+        handle = _handle(lib, device)
+        facts["gpu_driver"] = _text(lib.nvmlSystemGetDriverVersion())
+        facts["gpu_name"] = _text(lib.nvmlDeviceGetName(handle))
+        facts["gpu_memory_total_bytes"] = int(lib.nvmlDeviceGetMemoryInfo(handle).total)
+    except lib.NVMLError:
+        pass
+    return facts
+
+
+def gpu_sample(device) -> tuple[float | None, int | None]:
+    """(utilisation %, memory used in bytes) of the whole GPU, now; Nones where NVML does
+    not tell."""
+    lib = nvml()
+    if lib is None:
+        return None, None
+    try:
+        handle = _handle(lib, device)
+        util = lib.nvmlDeviceGetUtilizationRates(handle).gpu
+        used = lib.nvmlDeviceGetMemoryInfo(handle).used
+    except lib.NVMLError:
+        return None, None
+    return float(util), int(used)
+
+
+def _text(value) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def check_gpu(gpu: int | None) -> None:
@@ -102,6 +164,6 @@ def check_gpu(gpu: int | None) -> None:
         return
     count = gpu_count()
     if not count:
-        raise GpuError(f"--gpu {gpu}: this host has no NVIDIA GPU (no working nvidia-smi)")
+        raise GpuError(f"--gpu {gpu}: this host has no NVIDIA GPU (no NVIDIA driver)")
     if gpu >= count:
         raise GpuError(f"--gpu {gpu}: no such GPU; this host has {count} (0-{count - 1})")

@@ -19,13 +19,13 @@ import threading
 import uuid
 from pathlib import Path
 
-from . import datasets, jobdir, runtimes, store
+from . import datasets, hostinfo, jobdir, runtimes, store
 from .collect import collect, unsupported
 from .display import NullDisplay
 from .errors import DlbenchError, DockerUnavailable, StoreError
-from .plan import Plan
-from .runtimes import Outcome
 from .hostinfo import check_gpu
+from .plan import Plan
+from .runtimes import Outcome, gpu_device
 
 
 def run_plan(plan: Plan, results: Path, data_dir=None, builder_options: dict | None = None,
@@ -134,7 +134,8 @@ class _Loop:
         run_id = uuid.uuid4().hex[:16]
         self.display.job_started(index, job)
         provenance = dict(self.provenance_host, image=target.name, image_id=target.id,
-                          dataset_sha256=dataset.sha256)
+                          dataset_sha256=dataset.sha256,
+                          **hostinfo.gpu_facts(gpu_device(job, backend.gpus)))
         reason = backend.unsupported(target, job)
         rescue, job_dir = _prepare(self.results, run_id, index, job_dir=reason is None)
         try:

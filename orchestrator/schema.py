@@ -37,6 +37,10 @@ metadata.  History of the row schema:
        the README; empty where a job did not run the original's periodic work (for all
        but Lua Torch7, every profile but ``paper``) or GTDLBench published no time.  Version-4 rows keep
        their values under the new names (only Lua Torch7 filled them).
+    6  ``gpu_name``, ``gpu_driver``, ``gpu_memory_total_bytes``: the GPU a GPU job ran on,
+       its NVIDIA driver and its memory, from the driver (NVML) on the host; empty for
+       CPU jobs and in every older row (a GPU row's ``device_name`` still says what the
+       framework saw).
 Readers refuse rows newer than they know; older ones are upgraded step by step
 by ``store.upgrade``.
 
@@ -58,7 +62,7 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
 from dlbench_runner.contract import SCHEMA_VERSION as RUNNER_SCHEMA_VERSION
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 TRACE_SCHEMA_VERSION = 1
 MAX_RESULT_BYTES = 4 << 20
 STATUSES = ("ok", "failed", "timeout", "oom", "unsupported", "no_result", "node_fail", "cancelled")
@@ -138,6 +142,9 @@ class RunRecord(BaseModel):
     learning_rate: float | None = None
     device: str
     gpu: str | None = None
+    gpu_name: str | None = None                # the GPU's model, as its driver names it
+    gpu_driver: str | None = None              # the NVIDIA driver's version
+    gpu_memory_total_bytes: int | None = None
     seed: int
     repeat: int = 0
     threads: int | None = None
@@ -242,6 +249,7 @@ ADDED_IN = {
     4: ["written_schema_version", "host_cpu_governor", "host_turbo", "host_load_avg",
         "host_isolated_cpus", "node", "slurm_job_id", "slurm_array_task_id",
         "script_train_time_s", "script_test_time_s"],
+    6: ["gpu_name", "gpu_driver", "gpu_memory_total_bytes"],
 }
 # Columns a version renamed, old name -> new name.
 RENAMED_IN = {5: {"script_train_time_s": "paper_train_time_s",

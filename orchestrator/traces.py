@@ -1,8 +1,8 @@
 """Resource traces: what a job's container used, sampled about once a second while it runs.
 
 A ``Sampler`` thread follows Docker's stats stream for the container (the daemon
-sends one sample a second) and, for GPU jobs where ``nvidia-smi`` works, asks it
-for the GPU's utilisation and memory at each sample.  Each sample holds:
+sends one sample a second) and, for GPU jobs, asks the NVIDIA driver (NVML,
+``hostinfo.gpu_sample``) for the GPU's utilisation and memory at each sample.  Each sample holds:
 
     t_s               seconds since the container was started (host clock)
     cpu_percent       CPU time used since the previous sample, 100 = one CPU busy
@@ -23,16 +23,14 @@ it lived is kept, and a job killed at its memory limit within its first second
 from __future__ import annotations
 
 import dataclasses
-import math
-import shutil
-import subprocess
 import threading
 import time
 from pathlib import Path
 
+from .hostinfo import gpu_sample
+
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 PEAK_FILES = ("memory.peak", "memory.max_usage_in_bytes")   # cgroup v2, v1
-NVIDIA_SMI_TIMEOUT_S = 10
 PEAK_INTERVAL_S = 0.05
 STREAM_WAIT_S = 0.05    # for the stats thread at stop; its stream ends at Docker's next tick
 
@@ -99,39 +97,6 @@ def read_int(path: Path | None) -> int | None:
         return int(path.read_text().split()[0])
     except (OSError, ValueError, IndexError):
         return None
-
-
-def gpu_sample(index: int) -> tuple[float | None, int | None]:
-    """(utilisation %, memory used in bytes) of GPU ``index`` from nvidia-smi; Nones without it."""
-    if shutil.which("nvidia-smi") is None:
-        return None, None
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", f"--id={index}", "--query-gpu=utilization.gpu,memory.used",
-             "--format=csv,noheader,nounits"],
-            capture_output=True, text=True, timeout=NVIDIA_SMI_TIMEOUT_S)
-    except (OSError, subprocess.TimeoutExpired):
-        return None, None
-    return parse_gpu_query(out.stdout) if out.returncode == 0 else (None, None)
-
-
-def parse_gpu_query(text: str) -> tuple[float | None, int | None]:
-    """nvidia-smi's ``utilization.gpu,memory.used`` line (nounits: percent, MiB)."""
-    lines = [line for line in text.splitlines() if line.strip()]
-    if not lines:
-        return None, None
-    fields = [f.strip() for f in lines[0].split(",")]
-
-    def number(text):
-        try:
-            value = float(text)
-        except ValueError:      # [N/A], [Not Supported]
-            return None
-        return value if math.isfinite(value) else None
-
-    util = number(fields[0]) if fields else None
-    mib = number(fields[1]) if len(fields) > 1 else None
-    return util, None if mib is None else int(mib * 2**20)
 
 
 class Sampler:

@@ -216,5 +216,5 @@ def test_a_host_without_the_gpu_is_still_an_error_before_anything_runs(results, 
     path = campaign_file(tmp_path, "no-gpu", extra='devices = ["gpu:0"]')
     proc = dlbench("run", "--campaign", path, "--results", results, "--data-dir", data_root)
     assert proc.returncode == 1
-    assert proc.stderr.strip() == "dlbench: error: --gpu 0: this host has no NVIDIA GPU (no working nvidia-smi)"
+    assert proc.stderr.strip() == "dlbench: error: --gpu 0: this host has no NVIDIA GPU (no NVIDIA driver)"
     assert row_files(results) == before

@@ -84,7 +84,7 @@ def test_the_dry_run_shows_the_lanes_and_a_gpu_less_host_refuses_to_run(tmp_path
         proc = dlbench("run", "--frameworks", "caffe,torch", "--gpu", gpus, "--results", tmp_path / "r",
                        "--data-dir", data_root, env={**NO_DOCKER, "DLBENCH_SOURCES_DIR": str(sources_root)})
         assert proc.returncode == 1 and proc.stderr == \
-            "dlbench: error: --gpu 0: this host has no NVIDIA GPU (no working nvidia-smi)\n"
+            "dlbench: error: --gpu 0: this host has no NVIDIA GPU (no NVIDIA driver)\n"
         assert not (tmp_path / "r" / store.JOBS).exists() or not any((tmp_path / "r" / store.JOBS).iterdir())
 
 
@@ -200,3 +200,15 @@ def test_side_by_side_on_real_gpus(tmp_path, data_root):
     frame = pd.read_parquet(tmp_path / "r" / "runs")
     assert sorted(frame["gpu"]) == ["0", "1"] and set(frame["status"]) == {"ok"}, proc.stderr
     assert frame["cpuset"].nunique() == 2
+
+
+def test_the_gpu_facts_of_a_row_come_from_the_driver():
+    assert hostinfo.gpu_facts(None) == {}                      # a CPU job has none
+    facts = hostinfo.gpu_facts("0")
+    if not hostinfo.gpu_count():
+        assert facts == {"gpu_name": None, "gpu_driver": None, "gpu_memory_total_bytes": None}
+        assert hostinfo.gpu_sample("0") == (None, None)
+        return
+    assert facts["gpu_name"] and facts["gpu_driver"] and facts["gpu_memory_total_bytes"] > 2**30
+    util, used = hostinfo.gpu_sample("0")
+    assert 0 <= util <= 100 and 0 < used <= facts["gpu_memory_total_bytes"]

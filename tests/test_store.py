@@ -258,28 +258,28 @@ def three_readers(runs) -> dict[str, pa.Table]:
 
 @pytest.mark.parametrize("how", ["upgrade", "compact"])
 def test_a_mixed_version_directory_reads_alike_in_pandas_duckdb_and_polars(tmp_path, how):
-    """Rows of versions 1 to 4 (golden files) beside current ones written by this
+    """Rows of versions 1 to 5 (golden files) beside current ones written by this
     dlbench; after `dlbench upgrade` (or compaction) the three readers agree, row for row."""
     from conftest import dlbench
 
     results = tmp_path / "results"
-    for version in (1, 2, 3, 4):
+    for version in (1, 2, 3, 4, 5):
         shutil.copytree(FIXTURES / f"results-v{version}", results, dirs_exist_ok=True)
     old = store.load(results)                               # read as they are, upgraded
-    assert sorted(old["written_schema_version"]) == [1, 1, 2, 3, 3, 4, 4]
+    assert sorted(old["written_schema_version"]) == [1, 1, 2, 3, 3, 4, 4, 5, 5]
     fill(results, tmp_path, ["now1", "now2"])                # the first write migrates
     fill(results, tmp_path, ["now3"])
     expected = store.load(results)
     pd.testing.assert_frame_equal(expected[expected["run_id"].isin(old["run_id"])]
                                   .reset_index(drop=True), old)
     dlbench(how, "--results", results, check=True)
-    assert len(store.row_files(results)) == (1 if how == "compact" else 9)
+    assert len(store.row_files(results)) == (1 if how == "compact" else 10)
     stored = store.load(results)
     pd.testing.assert_frame_equal(stored, expected)
     assert dict(zip(stored["run_id"], stored["written_schema_version"])) == {
         "v1okrun000000001": 1, "v1badrun00000001": 1, "v2okrun000000001": 2,
         "v3okrun000000001": 3, "v3badrun00000001": 3, "v4luarun00000001": 4, "v4caffrun0000001": 4,
-        **{now: SCHEMA_VERSION for now in ("now1", "now2", "now3")}}
+        "v5gpurun00000001": 5, "v5cpurun00000001": 5, **{now: SCHEMA_VERSION for now in ("now1", "now2", "now3")}}
     tables = three_readers(results / store.RUNS)
     for reader, table in tables.items():
         assert table.column_names == ARROW_SCHEMA.names, reader
@@ -289,7 +289,7 @@ def test_a_mixed_version_directory_reads_alike_in_pandas_duckdb_and_polars(tmp_p
     rows = {reader: sorted(table.cast(ARROW_SCHEMA).to_pylist(), key=lambda r: r["run_id"])
             for reader, table in tables.items()}
     assert rows["pandas"] == rows["duckdb"] == rows["polars"]
-    assert len(rows["pandas"]) == 10
+    assert len(rows["pandas"]) == 12
     by_run = {r["run_id"]: r for r in rows["pandas"]}
     assert by_run["v1badrun00000001"]["exit_code"] == 137 and by_run["v3badrun00000001"]["exit_code"] == 137
     assert by_run["v1okrun000000001"]["written_schema_version"] == 1
@@ -493,3 +493,28 @@ def test_rows_of_schema_version_4_keep_the_scripts_times_as_the_paper_spans(tmp_
         for name, value in old.items():
             if name not in ("schema_version", "script_train_time_s", "script_test_time_s"):
                 assert new[name] == value, name
+
+
+def test_rows_of_schema_version_5_get_empty_gpu_facts(tmp_path):
+    """Golden files written with schema version 5 (a GPU row of the PyTorch image and a
+    CPU row): read with the GPU's model, driver and memory empty, which version 5 did not
+    record; ``dlbench upgrade`` rewrites them in place with every value kept."""
+    from conftest import dlbench
+
+    results = copy_fixture("results-v5", tmp_path / "results")
+    before = pq.read_table(next((results / store.RUNS).iterdir())).to_pylist()
+    assert {r["schema_version"] for r in before} == {5} and "gpu_name" not in before[0]
+    frame = store.load(results).set_index("run_id")
+    added = ["gpu_name", "gpu_driver", "gpu_memory_total_bytes"]
+    assert frame[added].isna().all().all()
+    assert frame.loc["v5gpurun00000001", ["device", "gpu", "device_name"]].tolist() == \
+        ["cuda", "0", "NVIDIA H100 80GB HBM3"]
+    assert str(frame["gpu_memory_total_bytes"].dtype) == "Int64"
+    proc = dlbench("upgrade", "--results", results)
+    assert proc.returncode == 0, proc.stderr
+    rows = {r["run_id"]: r for r in pq.read_table(next((results / store.RUNS).iterdir())).to_pylist()}
+    for old in before:
+        new = rows[old["run_id"]]
+        assert new["written_schema_version"] == 5 and new["schema_version"] == SCHEMA_VERSION
+        assert all(new[name] is None for name in added)
+        assert all(new[name] == value for name, value in old.items() if name != "schema_version")

@@ -1,4 +1,4 @@
-"""Resource traces: samples from Docker's stats stream (and nvidia-smi), stored as a second
+"""Resource traces: samples from Docker's stats stream (and NVML), stored as a second
 Parquet table and summarised on the row; the row's peak memory checked against the
 kernel's own accounting for the container."""
 
@@ -29,17 +29,6 @@ def test_cpu_and_memory_of_real_stats_samples():
     cgroup_v2 = {"memory_stats": {"usage": 1000, "stats": {}}, "cpu_stats": {}, "precpu_stats": {}}
     assert traces.memory_usage(cgroup_v2) == (1000, None)
     assert traces.cpu_percent(cgroup_v2) is None
-
-
-@pytest.mark.parametrize("text, expected", [
-    ("37, 1234\n", (37.0, 1234 * 2**20)),
-    ("0, 0", (0.0, 0)),
-    ("[N/A], 512\n", (None, 512 * 2**20)),
-    ("[Not Supported], [N/A]", (None, None)),
-    ("", (None, None)),
-])
-def test_nvidia_smi_query_lines(text, expected):
-    assert traces.parse_gpu_query(text) == expected
 
 
 @pytest.mark.parametrize("layout, name", [

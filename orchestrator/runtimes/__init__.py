@@ -8,7 +8,7 @@ The job loop (``run.py``) picks one with ``make`` and never looks inside it.
 
 from __future__ import annotations
 
-from .base import Backend, Outcome, Target, follow_output
+from .base import Backend, Outcome, Target, follow_output, gpu_device
 
 RUNTIMES = ("docker", "native")
 
@@ -23,4 +23,4 @@ def make(runtime: str, builder_options: dict | None = None, python: str | None =
     return NativeBackend(python)
 
 
-__all__ = ["Backend", "Outcome", "Target", "follow_output", "RUNTIMES", "make"]
+__all__ = ["Backend", "Outcome", "Target", "follow_output", "gpu_device", "RUNTIMES", "make"]

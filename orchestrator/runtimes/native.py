@@ -36,7 +36,7 @@ from .. import catalog, hostinfo, jobdir
 from ..errors import UsageError
 from ..interrupts import signals_deferred
 from ..plan import Job
-from ..traces import gpu_sample, summarise
+from ..traces import summarise
 from .base import Outcome, Running, Target, follow_output, gpu_device
 
 SAMPLE_INTERVAL_S = 1.0
@@ -220,7 +220,7 @@ class ProcessSampler:
                 used = sum(v - self._cpu.get(pid, 0.0) for pid, v in cpu_seconds.items())
                 percent = max(used, 0.0) / (now - self._last) * 100.0
             self._cpu, self._last = cpu_seconds, now
-            gpu_util, gpu_memory = gpu_sample(self.gpu) if self.gpu is not None else (None, None)
+            gpu_util, gpu_memory = hostinfo.gpu_sample(self.gpu) if self.gpu is not None else (None, None)
             self.samples.append({"t_s": round(now - self.started, 3), "cpu_percent": percent,
                                  "memory_bytes": rss, "gpu_util": gpu_util,
                                  "gpu_memory_bytes": gpu_memory})
