@@ -32,7 +32,7 @@ import tempfile
 from collections import deque
 from pathlib import Path
 
-from . import __version__, catalog, sources
+from . import __version__, catalog, options, sources
 from .errors import BuildError, UsageError, docker_errors
 
 SUITE = "bullseye"
@@ -52,7 +52,7 @@ def base_tag(suite=SUITE):
     return f"dlbench/base:{suite}"
 
 
-VARIANTS = ("cpu", "gpu")
+VARIANTS = options.VARIANTS
 
 
 def image_tag(framework: str, variant: str = "cpu") -> str:

@@ -8,6 +8,7 @@ A campaign file is TOML::
     profiles = ["quick"]
     threads = [1, 2]                # CPU counts: each pins its jobs like --cpus
     devices = ["cpu"]               # "cpu" or "gpu:N"
+    variant = "gpu"                 # the images: cpu, gpu (default: each job's device's)
     repeats = 3
     seed = 1
     settings_from = ["own", "caffe"]    # GTDLBench's cross-settings: another framework's defaults
@@ -128,6 +129,7 @@ class CampaignFile(BaseModel):
     profiles: list[str] = Field(["paper"], min_length=1)
     threads: Optional[list[Annotated[StrictInt, Field(ge=1)]]] = Field(None, min_length=1)
     devices: list[Annotated[Optional[int], PlainValidator(device)]] = Field([None], min_length=1)
+    variant: Optional[str] = None           # checked with the merged axes (options.check_axes)
     repeats: StrictInt = Field(1, ge=1)
     seed: StrictInt = 1
     settings_from: list[Annotated[Optional[str], PlainValidator(settings_source)]] = Field(
@@ -165,7 +167,7 @@ class CampaignFile(BaseModel):
                     profiles=self.profiles, hyperparameters=dict(hp.__pydantic_extra__ or {}),
                     framework_hyperparameters={fw: getattr(hp, fw) for fw in catalog.FRAMEWORKS
                                                if getattr(hp, fw)},
-                    threads=self.threads or [None], devices=self.devices,
+                    threads=self.threads or [None], devices=self.devices, variant=self.variant,
                     repeats=self.repeats, seed=self.seed, settings_from=self.settings_from,
                     limits=Limits(memory=self.limits.memory, timeout=self.limits.timeout),
                     framework_limits=limits)

@@ -181,6 +181,10 @@ def run(frameworks: Frameworks = None,
                  "side by side, one job on each at a time, each with its own share of the CPUs.")] = None,
         devices: Annotated[Optional[str], typer.Option(
             help="Devices to sweep, e.g. cpu,gpu:0.")] = None,
+        variant: Annotated[Optional[str], typer.Option(
+            metavar=f"[{_one_of(Variant)}]",
+            help="The images the jobs run in (default: the GPU image for GPU jobs, the CPU image "
+                 "for CPU jobs); gpu runs CPU jobs in the GPU images too.")] = None,
         set_: Annotated[list[str], typer.Option(
             "--set", help="Override a hyper-parameter, KEY=VALUE (repeatable).")] = [],
         sweep: Annotated[list[str], typer.Option(
@@ -238,7 +242,7 @@ def run(frameworks: Frameworks = None,
     request = execute.Request(
         options=RunOptions.from_command_line(
             name=name, frameworks=frameworks, datasets=datasets_, profile=profile, cpus=cpus,
-            threads=threads, gpu=gpu, devices=devices, set_=set_, sweep=sweep,
+            threads=threads, gpu=gpu, devices=devices, variant=variant, set_=set_, sweep=sweep,
             batch_sizes=batch_sizes, learning_rates=learning_rates, settings_from=settings_from,
             repeats=repeats, seed=seed, memory=memory, timeout=timeout),
         campaign=campaign, results=results, data_dir=data_dir,

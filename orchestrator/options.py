@@ -25,6 +25,7 @@ MIN_MEMORY_BYTES = 6 * 2**20        # Docker refuses smaller limits
 MAX_MEMORY_BYTES = 2**50            # 1 PiB: far above any host, well within int64
 MAX_TIMEOUT_S = 7 * 24 * 3600       # a week
 MAX_GPU_INDEX = 1023
+VARIANTS = ("cpu", "gpu")           # the images of a framework: build.image_tag(framework, variant)
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
 _UNITS = {"": 1, "b": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
 
@@ -57,6 +58,7 @@ class Axes(BaseModel):
     framework_hyperparameters: dict[str, dict[str, list]] = {}   # one framework's only
     threads: list[int | None] = [None]            # CPU counts; None: all, no limit
     devices: list[int | None] = [None]            # None: CPU; N: GPU N
+    variant: str | None = None                    # the image variant; None: each job's device's
     settings_from: list[str | None] = [None]      # None: each framework's own defaults
     repeats: int = 1
     seed: int = 1
@@ -74,6 +76,7 @@ class RunOptions(BaseModel):
     profiles: list[str] | None = None
     threads: list[int] | None = None
     devices: list[int | None] | None = None
+    variant: str | None = None
     repeats: int | None = None
     seed: int | None = None
     settings_from: list[str | None] | None = None
@@ -83,8 +86,8 @@ class RunOptions(BaseModel):
 
     @classmethod
     def from_command_line(cls, *, name=None, frameworks=None, datasets=None, profile=None,
-                          cpus=None, threads=None, gpu=None, devices=None, set_=(), sweep=(),
-                          batch_sizes=None, learning_rates=None, settings_from=None,
+                          cpus=None, threads=None, gpu=None, devices=None, variant=None, set_=(),
+                          sweep=(), batch_sizes=None, learning_rates=None, settings_from=None,
                           repeats=None, seed=None, memory=None, timeout=None) -> "RunOptions":
         """``dlbench run``'s options as typed: comma lists and KEY=VALUE texts, read here."""
         if cpus is not None and threads is not None:
@@ -100,7 +103,7 @@ class RunOptions(BaseModel):
         return cls(
             name=name, frameworks=names(frameworks), datasets=names(datasets),
             profiles=choices(profile, catalog.PROFILES, "--profile"), repeats=repeats, seed=seed,
-            memory=memory, timeout=timeout,
+            memory=memory, timeout=timeout, variant=variant,
             threads=[cpus] if cpus is not None else numbers(threads, "--threads", int),
             devices=parse_gpus(gpu) if gpu is not None else (parse_devices(devices) if devices else None),
             settings_from=parse_settings_from(settings_from) if settings_from is not None else None,
@@ -115,8 +118,8 @@ def merge(axes: Axes, options: RunOptions) -> Axes:
         if not re.fullmatch(NAME_PATTERN, options.name):
             raise UsageError(f"--name {options.name!r}: letters, digits, '.', '_' and '-' only")
         changes["campaign"] = options.name
-    for field in ("frameworks", "datasets", "profiles", "threads", "devices", "repeats", "seed",
-                  "settings_from"):
+    for field in ("frameworks", "datasets", "profiles", "threads", "devices", "variant", "repeats",
+                  "seed", "settings_from"):
         if getattr(options, field) is not None:
             changes[field] = getattr(options, field)
     if options.hyperparameters:
@@ -155,6 +158,11 @@ def check_axes(axes: Axes, host_cpus: int) -> None:
     for gpu in axes.devices:
         if gpu is not None and not 0 <= gpu <= MAX_GPU_INDEX:
             raise PlanError(f"--gpu {gpu}: a GPU index is 0 or more, at most {MAX_GPU_INDEX}", ("devices",))
+    if axes.variant is not None and axes.variant not in VARIANTS:
+        raise PlanError(f"--variant {axes.variant!r}: choose from {', '.join(VARIANTS)}", ("variant",))
+    if axes.variant == "cpu" and any(gpu is not None for gpu in axes.devices):
+        raise PlanError("--variant cpu: the CPU images cannot run GPU jobs (the gpu images run "
+                        "both)", ("variant",))
     if axes.repeats < 1:
         raise PlanError("--repeats must be at least 1", ("repeats",))
     last = axes.seed + axes.repeats - 1

@@ -58,6 +58,7 @@ class Job(BaseModel):
     cpus: int | None = None        # CPU limit (and cpuset first_cpu..first_cpu+cpus-1); None: no limit
     first_cpu: int = 0             # where its CPU set starts: GPU jobs side by side get disjoint ones
     gpu: int | None = None
+    image_variant: str | None = None   # the image it runs in; None: its device's (see variant)
     seed: int = 1
     repeat: int = 0
     campaign: str | None = None    # the campaign's name, stored in the row
@@ -80,8 +81,10 @@ class Job(BaseModel):
 
     @property
     def variant(self) -> str:
-        """The image variant the job needs."""
-        return "cpu" if self.gpu is None else "gpu"
+        """The image variant the job runs in: the GPU image for a GPU job, the CPU image
+        for a CPU job unless it asked for the GPU one (``--variant gpu``: a check that
+        a GPU image trains on the CPU too)."""
+        return self.image_variant or ("cpu" if self.gpu is None else "gpu")
 
     @property
     def label(self) -> str:
@@ -177,7 +180,8 @@ def expand(axes: Axes, host_cpus: int | None = None) -> Plan:
                         framework=framework, dataset=dataset, profile=profile,
                         model=models["models"][dataset]["model"], hyperparameters=params,
                         overrides=overrides, threads=threads or host_cpus, cpus=threads,
-                        gpu=gpu, campaign=axes.campaign, settings_from=source, **limits))
+                        gpu=gpu, image_variant=axes.variant, campaign=axes.campaign,
+                        settings_from=source, **limits))
     if not cells:
         raise UsageError("nothing to run: " + "; ".join(skipped) if skipped else "nothing to run")
     if axes.datasets and skipped:

@@ -212,3 +212,26 @@ def test_the_gpu_facts_of_a_row_come_from_the_driver():
     assert facts["gpu_name"] and facts["gpu_driver"] and facts["gpu_memory_total_bytes"] > 2**30
     util, used = hostinfo.gpu_sample("0")
     assert 0 <= util <= 100 and 0 < used <= facts["gpu_memory_total_bytes"]
+
+
+def test_variant_gpu_runs_cpu_jobs_in_the_gpu_images(tmp_path):
+    proc = dlbench("run", "--frameworks", "caffe,pytorch", "--datasets", "mnist", "--variant", "gpu",
+                   "--dry-run", env=NO_DOCKER, check=True)
+    jobs = [plan.Job.model_validate_json(line) for line in proc.stdout.splitlines()]
+    assert [(j.device, j.variant) for j in jobs] == [("cpu", "gpu"), ("cpu", "gpu")]
+    default, = plan.expand(axes_of(dict(frameworks="caffe", datasets="mnist")), 2).jobs
+    gpu, = plan.expand(axes_of(dict(frameworks="caffe", datasets="mnist", gpu="0")), 2).jobs
+    assert (default.variant, gpu.variant) == ("cpu", "gpu")
+    assert jobs[0].job_id("i", "d") != default.job_id("i", "d")
+    path = tmp_path / "c.toml"
+    path.write_text('name = "in-gpu-images"\nframeworks = ["caffe"]\ndatasets = ["mnist"]\n'
+                    'devices = ["cpu", "gpu:0"]\nvariant = "gpu"\n')
+    proc = dlbench("run", "--campaign", path, "--dry-run", env=NO_DOCKER, check=True)
+    assert [json.loads(line)["image_variant"] for line in proc.stdout.splitlines()] == ["gpu", "gpu"]
+    proc = dlbench("run", "--campaign", path, "--variant", "cpu", "--dry-run", env=NO_DOCKER)
+    assert proc.returncode == 2 and proc.stderr == (
+        "dlbench: error: --variant cpu: the CPU images cannot run GPU jobs (the gpu images run both)\n")
+    path.write_text('name = "x"\nvariant = "tpu"\n')
+    proc = dlbench("run", "--campaign", path, "--dry-run", env=NO_DOCKER)
+    assert proc.returncode == 2 and proc.stderr == \
+        f"dlbench: error: {path}:2: variant: --variant 'tpu': choose from cpu, gpu\n"
