@@ -45,6 +45,18 @@ def test_runner_trains_and_writes_a_valid_result(data_root, tmp_path):
     assert kinds[0] == "phase" and kinds[-1] == "done" and "epoch" in kinds
 
 
+def test_every_span_waits_for_the_work_queued_on_an_asynchronous_device(data_root, tmp_path):
+    """The runner reads its clock through ctx.now(), which first calls the adapter's
+    synchronize(): work a framework queued on its device and has not finished is
+    inside the span it was queued in (the fixture's device takes 1.5 s a launch)."""
+    proc = run_runner(data_root, tmp_path, "--profile", "quick", "--threads", "1",
+                      "--set", "device_lag_s=1.5")
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads((tmp_path / "result.json").read_text())
+    assert result["epochs"][0]["time_s"] >= 1.5
+    assert result["train_time_s"] >= 1.5 and result["test_time_s"] >= 1.5
+
+
 def test_runner_failure_is_a_result_not_a_crash(data_root, tmp_path):
     proc = run_runner(data_root, tmp_path, "--profile", "quick", "--set", "fail_in=train")
     assert proc.returncode == 1

@@ -284,8 +284,10 @@ class Adapter:
                 if i % 200 == 0 or start + batch >= n:
                     self.ctx.progress(epoch, start / n, loss.item(), step=steps)
             self.ctx.epoch_done(epoch, loss_sum.item() / n, correct.item() / n, samples=n)
+
+    def synchronize(self):
         if self.device.type == "cuda":
-            torch.cuda.synchronize()
+            self.torch.cuda.synchronize(self.device)
 
     # -- test ----------------------------------------------------------------
     def test(self):

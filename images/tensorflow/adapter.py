@@ -121,7 +121,6 @@ import datetime
 import math
 import os
 import shutil
-import time
 import warnings
 
 import numpy as np
@@ -316,13 +315,14 @@ class MnistScript:
     timed in the paper profile only."""
 
     def __init__(self, adapter):
+        self.clock = adapter.ctx.now      # the device synchronised first
         self.adapter = adapter
         self.every = adapter.hp["accuracy_every"]
         self.evaluations = 0
         self.train_span = self.paper_test_time_s = None
 
     def begin(self):
-        self.started = time.perf_counter()
+        self.started = self.clock()
         if self.adapter.paper:
             with self.adapter.outside():
                 self.adapter.initialise()
@@ -342,14 +342,14 @@ class MnistScript:
 
     def end(self):
         if self.adapter.paper:
-            self.train_span = time.perf_counter() - self.started
+            self.train_span = self.clock() - self.started
             with self.adapter.outside():
                 print("Training time: %.3f s" % self.train_span, flush=True)
 
     def tested(self, accuracy, started):
         if self.adapter.paper:
             print("test accuracy %g" % accuracy, flush=True)
-            self.paper_test_time_s = time.perf_counter() - started
+            self.paper_test_time_s = self.clock() - started
             print("Testing time: %.3f s" % self.paper_test_time_s, flush=True)
 
     def paper_train_time_s(self):
@@ -379,6 +379,7 @@ class Cifar10Session:
     saves are outside them, and so are the steps after the last whole epoch."""
 
     def __init__(self, adapter):
+        self.clock = adapter.ctx.now      # the device synchronised first
         hp = adapter.hp
         self.adapter = adapter
         self.summary_every, self.log_every = hp["summary_every"], hp["log_every"]
@@ -391,7 +392,7 @@ class Cifar10Session:
 
     def begin(self):
         a = self.adapter
-        self.started = self.last_print = self.epoch_started = time.perf_counter()
+        self.started = self.last_print = self.epoch_started = self.clock()
         with a.outside():
             if a.paper:
                 a.initialise()
@@ -411,14 +412,14 @@ class Cifar10Session:
                 a.write_summary(a.train_writer, a.summarise(taps), step)
                 self.summaries += 1
         if self.checkpoint_secs:
-            now = time.perf_counter()
+            now = self.clock()
             if self.saved_at is None or now - self.saved_at >= self.checkpoint_secs:
                 self.saved_at = now
                 with a.outside():
                     self._save_default(step + 1)
         if self.log_every and (step % self.log_every == 0 or step == self.max_steps - 1):
             with a.outside():
-                now = time.perf_counter()
+                now = self.clock()
                 duration, self.last_print = now - self.last_print, now
                 print("%s: step %d, loss = %.2f (%.1f examples/sec; %.3f sec/batch)"
                       % (datetime.datetime.now(), step, loss,
@@ -426,14 +427,14 @@ class Cifar10Session:
                       flush=True)
                 self.loss_prints += 1
         if self.checkpoint_every and (step + 1) % self.checkpoint_every == 0:
-            ended = time.perf_counter()
+            ended = self.clock()
             with a.outside():
                 a.hook_saver.save(checkpoint_number=step)
                 self.hook_checkpoints += 1
                 duration = ended - self.epoch_started
                 self.durations.append(duration)
                 print("Step: %d, Epoch Duration: %.4f s" % (step, duration), flush=True)
-            self.epoch_started = time.perf_counter()
+            self.epoch_started = self.clock()
 
     def _save_default(self, global_step):
         self.adapter.default_saver.save(checkpoint_number=global_step)
@@ -443,7 +444,7 @@ class Cifar10Session:
     def end(self):
         """The session's close: the last checkpoint, if the last step has none yet."""
         a = self.adapter
-        self.log_span = time.perf_counter() - self.started
+        self.log_span = self.clock() - self.started
         with a.outside():
             if self.checkpoint_secs and self.saved_step != self.max_steps:
                 self._save_default(self.max_steps)
@@ -476,6 +477,7 @@ class Cifar10Eval:
     paper_test_time_s is the first evaluation, from its restore to its print."""
 
     def __init__(self, adapter):
+        self.clock = adapter.ctx.now      # the device synchronised first
         self.adapter = adapter
         self.spans, self.cycles, self.precisions = [], [], []
         self.batches = 0
@@ -486,7 +488,7 @@ class Cifar10Eval:
         batches = math.ceil(hp["eval_examples"] / batch)
         a._write_graph(a.eval_writer, a.eval_count)
         for _ in range(hp["evaluations"]):
-            started = time.perf_counter()
+            started = self.clock()
             path = tf.train.latest_checkpoint(a.train_dir)
             if path is None:
                 print("No checkpoint file found", flush=True)
@@ -498,11 +500,11 @@ class Cifar10Eval:
                 true_count += int(a.eval_count(tf.constant(i * batch)))
             precision = true_count / (batches * batch) if batches else float("nan")
             print("%s: precision @ 1 = %.3f" % (datetime.datetime.now(), precision), flush=True)
-            printed = time.perf_counter()
+            printed = self.clock()
             summary = a.eval_summarise(tf.constant(batches * batch), tf.constant(precision, tf.float32))
             a.write_summary(a.eval_writer, summary, step)
             self.spans.append(printed - started)
-            self.cycles.append(time.perf_counter() - started)
+            self.cycles.append(self.clock() - started)
             self.precisions.append(precision if batches else None)
             self.batches += batches
         a.eval_writer.flush()
@@ -669,11 +671,11 @@ class Adapter:
     def outside(self):
         """Work inside train() that is not training: its time goes to the runner's
         train_excluded_s, so that train_time_s stays the training steps."""
-        start = time.perf_counter()
+        start = self.ctx.now()
         try:
             yield
         finally:
-            self.ctx.train_excluded_s += time.perf_counter() - start
+            self.ctx.train_excluded_s += self.ctx.now() - start
 
     def initialise(self):
         """global_variables_initializer() again: each weight drawn by its
@@ -986,7 +988,7 @@ class Adapter:
         tf = self.tf
         batch, n = self.hp["test_batch_size"], len(self.test_y)
         loss_sum, correct = 0.0, 0
-        started = time.perf_counter()
+        started = self.ctx.now()
         with tf.device(self.device):
             for start in range(0, n, batch):
                 loss, right = self.test_step(self.test_x[start:start + batch],
@@ -995,6 +997,11 @@ class Adapter:
                 correct += int(right)
         self.session.tested(correct / n, started)
         return {"accuracy": correct / n, "loss": loss_sum / n}
+
+    def synchronize(self):
+        """On a GPU, wait for the kernels TensorFlow has queued (TF 2.12's sync_devices)."""
+        if getattr(self, "device", "").startswith("/GPU"):
+            self.tf.test.experimental.sync_devices()
 
     # -- describe ------------------------------------------------------------
     def describe(self):

@@ -13,9 +13,14 @@ An adapter (``adapter.py`` in the framework directory) defines ``Adapter``::
         def test(self):         # one pass over the test set -> {"accuracy": .., "loss": ..}
         def describe(self):     # -> {"framework_version", "param_count", "device_name",
                                 #     "threads": {...}, ...}
+        def synchronize(self):  # optional: wait until the device has done all the work
+                                #     queued on it (a GPU); called before every clock read
 
-Asynchronous frameworks must finish all queued work before train() and
-test() return, so that the runner's clock covers it.
+Every clock read goes through ``ctx.now()``, the runner's and an adapter's own
+(a span it keeps out of training, a paper span): on a GPU, a framework that queues
+work asynchronously (PyTorch, TensorFlow, MXNet, Theano's gpuarray) has then
+finished what came before the read, so that every span holds the work done in it.
+On the CPU ``synchronize`` does nothing (an adapter defines it so).
 
 Every loss an adapter reports is checked here: one that is NaN or infinite
 stops the job as failed, naming the epoch and step (``TrainingDiverged``), so
@@ -103,6 +108,12 @@ class Context:
         self._epoch_excluded_from = 0.0
         self._step = None           # the last step reported
         self.swallowed = Swallowed()
+        self.synchronize = lambda: None     # the adapter's, once it is made
+
+    def now(self):
+        """The clock (time.perf_counter), read once the device has finished its queued work."""
+        self.synchronize()
+        return time.perf_counter()
 
     def load_data(self):
         arrays = data.load(self.dataset, self.data_dir)
@@ -111,7 +122,7 @@ class Context:
         return arrays
 
     def epoch_start(self):
-        self._epoch_start = time.perf_counter()
+        self._epoch_start = self.now()
         self._epoch_excluded_from = self.train_excluded_s
 
     def check_loss(self, loss, epoch, step=None):
@@ -143,7 +154,7 @@ class Context:
         """Report one finished epoch of training (mean loss, training accuracy)."""
         elapsed = None
         if self._epoch_start is not None:   # less what the epoch spent on other work
-            elapsed = (time.perf_counter() - self._epoch_start
+            elapsed = (self.now() - self._epoch_start
                        - (self.train_excluded_s - self._epoch_excluded_from))
         record = {"epoch": epoch, "loss": self.check_loss(loss, epoch), "accuracy": float(accuracy),
                   "time_s": elapsed, "samples": samples}
@@ -218,23 +229,24 @@ def run(spec, framework_dir, data_dir, out_dir):
     try:
         emit("phase", phase="setup")
         adapter = load_adapter(framework_dir)(ctx)
+        ctx.synchronize = getattr(adapter, "synchronize", ctx.synchronize)
         adapter.setup()
         ctx.swallowed.check()
-        result["setup_time_s"] = time.perf_counter() - t_start
+        result["setup_time_s"] = ctx.now() - t_start
         phase = "train"
         emit("phase", phase="train")
-        t0 = time.perf_counter()
+        t0 = ctx.now()
         adapter.train()
         ctx.swallowed.check()
-        result["train_time_s"] = time.perf_counter() - t0 - ctx.train_excluded_s
+        result["train_time_s"] = ctx.now() - t0 - ctx.train_excluded_s
         if ctx.train_excluded_s:
             result["train_excluded_s"] = ctx.train_excluded_s
         phase = "test"
         emit("phase", phase="test")
-        t0 = time.perf_counter()
+        t0 = ctx.now()
         scores = adapter.test()
         ctx.swallowed.check()
-        result["test_time_s"] = time.perf_counter() - t0
+        result["test_time_s"] = ctx.now() - t0
         for key in ("accuracy", "loss"):
             if scores.get(key) is not None and not math.isfinite(float(scores[key])):
                 raise TrainingDiverged("the test gave %s %s" % (key, float(scores[key])))
