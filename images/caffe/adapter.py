@@ -39,6 +39,7 @@ os.environ.setdefault("GLOG_minloglevel", "2")
 os.environ.setdefault("GLOG_logtostderr", "1")
 
 DEBIAN_VERSION = "1.0.0+git20180821.99bd997-8+b2"
+DEBIAN_SOURCE_VERSION = "1.0.0+git20180821.99bd997-8"
 
 
 # -- prototxt ---------------------------------------------------------------------
@@ -185,12 +186,10 @@ class Adapter:
         import numpy as np
         import caffe
         self.np, self.caffe = np, caffe
-        if self.ctx.device != "cpu":
-            raise ValueError("Debian's caffe is a CPU_ONLY build; device %r is not available"
-                             % self.ctx.device)
         if self.ctx.dataset not in NETS:
             raise ValueError("no caffe model for %s" % self.ctx.dataset)
-        caffe.set_mode_cpu()
+        self.cudart = Cudart.loaded()
+        self.gpu = self._select_device()
         caffe.set_random_seed(self.ctx.seed)
 
         arrays = self.ctx.load_data()
@@ -227,7 +226,8 @@ class Adapter:
         solver += [("display", 0), ("snapshot", 0), ("snapshot_after_train", False),
                    ("snapshot_prefix", os.path.join(self.snapshot_dir,
                                                     SNAPSHOT_PREFIX[self.ctx.dataset])),
-                   ("solver_mode", Enum("CPU")), ("random_seed", self.ctx.seed)]
+                   ("solver_mode", Enum("CPU" if self.gpu is None else "GPU")),
+                   ("random_seed", self.ctx.seed)]
         solver_path = os.path.join(self.workdir, "solver.prototxt")
         with open(solver_path, "w") as f:
             f.write(_text(solver) + "\n")
@@ -240,6 +240,32 @@ class Adapter:
         if hp["test_interval"]:
             self.test_net = caffe.Net(self.test_net_path, caffe.TEST)
             self.solver.share_weights(self.test_net)
+
+    def _select_device(self):
+        """``cpu``, or ``cuda``/``cuda:N`` on a CUDA build; returns the GPU index or None.
+        Caffe aborts the process (glog FATAL) when a CPU_ONLY build is asked for a GPU
+        or a CUDA build for a GPU that does not exist, so both are checked first."""
+        caffe, device = self.caffe, self.ctx.device
+        if device == "cpu":
+            caffe.set_mode_cpu()
+            return None
+        kind, _, index = device.partition(":")
+        if kind != "cuda" or not (index or "0").isdigit():
+            raise ValueError("device %r: use cpu, cuda or cuda:N" % device)
+        if self.cudart is None:
+            raise ValueError("device %r: this image's caffe is a CPU_ONLY build (Debian's "
+                             "python3-caffe), without CUDA" % device)
+        index, count = int(index or 0), self.cudart.device_count()
+        if index >= count:
+            raise ValueError("device %r: CUDA sees %d GPU(s)" % (device, count))
+        caffe.set_device(index)
+        caffe.set_mode_gpu()
+        return index
+
+    def synchronize(self):
+        """On a GPU, wait for the kernels Caffe has queued (cudaDeviceSynchronize)."""
+        if getattr(self, "gpu", None) is not None:
+            self.cudart.synchronize()
 
     def _total_iterations(self):
         hp = self.hp
@@ -370,15 +396,22 @@ class Adapter:
         import google.protobuf
         np, caffe = self.np, self.caffe
         params = self.solver.net.params
+        cuda = self.cudart
+        # The CPU image's caffe is Debian's binary package; the GPU image's is built
+        # from Debian's source package of that version (its Dockerfile.gpu).
+        version, build = ((DEBIAN_VERSION, "cpu_only") if cuda is None
+                          else (DEBIAN_SOURCE_VERSION, "cuda"))
         described = {
-            "framework_version": getattr(caffe, "__version__", None) or DEBIAN_VERSION,
+            "framework_version": getattr(caffe, "__version__", None) or version,
             "param_count": int(sum(b.data.size for blobs in params.values() for b in blobs)),
-            "device_name": None,
+            "device_name": None if self.gpu is None else self.cudart.device_name(self.gpu),
             "threads": {"requested": self.ctx.threads,
                         "framework": {"OPENBLAS_NUM_THREADS": os.environ.get("OPENBLAS_NUM_THREADS"),
                                       "openblas_get_num_threads": _openblas_threads()}},
             "libraries": {"numpy": np.__version__, "protobuf": google.protobuf.__version__,
-                          "caffe_debian": DEBIAN_VERSION},
+                          "caffe_debian": version, "caffe_build": build,
+                          "cuda": None if cuda is None else self.cudart.runtime_version(),
+                          "cudnn": None},
             "periodic": {"test_passes": self.test_passes, "snapshots": self._snapshot_files()},
         }
         if self.ctx.spec["profile"] == "paper":
@@ -414,3 +447,52 @@ def _openblas_threads():
     except OSError:
         pass
     return None
+
+
+class Cudart:
+    """The CUDA run-time library that libcaffe is linked against, through ctypes (pycaffe
+    has no call to wait for the GPU or to name it).  The library already mapped into the
+    process is loaded again by its path, so it is the same instance, with Caffe's
+    current device and queued work."""
+
+    PROPERTIES_SIZE = 4096      # more than sizeof(cudaDeviceProp); its name comes first
+
+    def __init__(self, path):
+        import ctypes
+        self.ctypes, self.path = ctypes, path
+        self.library = ctypes.CDLL(path)
+        self.library.cudaGetErrorString.restype = ctypes.c_char_p
+
+    @classmethod
+    def loaded(cls):
+        """The libcudart that caffe brought in, or None (a CPU_ONLY build links none)."""
+        with open("/proc/self/maps") as f:
+            paths = {line.split()[-1] for line in f if "/libcudart.so" in line}
+        return cls(sorted(paths)[0]) if paths else None
+
+    def _check(self, status, call):
+        if status != 0:
+            raise RuntimeError("%s: %s" % (call, self.library.cudaGetErrorString(status).decode()))
+
+    def device_count(self):
+        count = self.ctypes.c_int(0)
+        status = self.library.cudaGetDeviceCount(self.ctypes.byref(count))
+        return count.value if status == 0 else 0    # no driver or no GPU: none
+
+    def synchronize(self):
+        self._check(self.library.cudaDeviceSynchronize(), "cudaDeviceSynchronize")
+
+    def device_name(self, index):
+        properties = self.ctypes.create_string_buffer(self.PROPERTIES_SIZE)
+        self._check(self.library.cudaGetDeviceProperties(properties, index),
+                    "cudaGetDeviceProperties")
+        return properties.raw[:256].split(b"\0", 1)[0].decode()
+
+    def runtime_version(self):
+        """Major.minor, as the library says, or (CUDA 11.2's asks the driver first, so
+        not without one) as its file name says (libcudart.so.11.2.152)."""
+        version = self.ctypes.c_int(0)
+        if self.library.cudaRuntimeGetVersion(self.ctypes.byref(version)) == 0:
+            return "%d.%d" % (version.value // 1000, version.value % 1000 // 10)
+        numbers = os.path.basename(self.path).partition(".so.")[2].split(".")
+        return ".".join(numbers[:2]) or None
