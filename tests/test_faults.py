@@ -186,13 +186,14 @@ def test_a_gpu_job_of_a_framework_without_a_cuda_build_is_an_unsupported_row(
     # host check is skipped so that the image check is reached.
     monkeypatch.setattr(run, "check_gpu", lambda gpu: None)
     stored = Stored(results)
-    path = campaign_file(tmp_path, "gpu", extra='devices = ["gpu:0", "cpu"]')
-    the_plan = campaign.make_plan(path, campaign.Options(frameworks=["caffe"]))
+    # Lua Torch7 has no GPU image; its CPU job trains on 1,000 images.
+    path = campaign_file(tmp_path, "gpu", extra='devices = ["gpu:0", "cpu"]\n'
+                                              '[hyperparameters.torch]\ntrain_subset = 1000')
+    the_plan = campaign.make_plan(path, campaign.Options(frameworks=["torch"]))
     records = run.run_plan(the_plan, results, data_root)
     assert [(r.device, r.status) for r in records] == [("cuda", "unsupported"), ("cpu", "ok")]
-    assert records[0].error.startswith("caffe has no GPU image: Caffe comes from Debian's python3-caffe, "
-                                       "a CPU_ONLY build")
-    assert records[0].image == "dlbench/caffe:gpu" and records[0].image_id is None
+    assert records[0].error.startswith("torch has no GPU image: the Lua Torch7 image is a CPU build")
+    assert records[0].image == "dlbench/torch:gpu" and records[0].image_id is None
     assert not (results / store.JOBS / records[0].run_id).exists()      # nothing was started
     frame = store.load(results)
     assert sorted(frame.loc[frame["campaign"] == "gpu", "status"]) == ["ok", "unsupported"]

@@ -110,13 +110,13 @@ def test_bad_native_options_are_one_line_errors(tmp_path):
 
 
 def test_gpu_variants_are_declared_and_refused_where_there_is_no_cuda_build():
-    assert build.variant_unsupported("pytorch", "gpu") is None
-    assert build.variant_unsupported("tensorflow", "gpu") is None
-    for framework in ("caffe", "mxnet", "theano"):
+    for framework in ("pytorch", "tensorflow", "caffe"):
+        assert build.variant_unsupported(framework, "gpu") is None
+    for framework in ("mxnet", "theano", "torch"):
         assert build.variant_unsupported(framework, "gpu").startswith(f"{framework} has no GPU image: ")
-    proc = dlbench("build-images", "--frameworks", "caffe", "--variant", "gpu",
+    proc = dlbench("build-images", "--frameworks", "torch", "--variant", "gpu",
                    env={"DOCKER_HOST": "unix:///nonexistent/docker.sock"})
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1
-    assert proc.stderr.startswith("dlbench: error: caffe has no GPU image: ")
+    assert proc.stderr.startswith("dlbench: error: torch has no GPU image: ")
     proc = dlbench("build-images", "--variant", "tpu")
     assert proc.stderr.strip() == "dlbench: error: --variant 'tpu': choose from cpu, gpu"
