@@ -112,7 +112,8 @@ def test_bad_native_options_are_one_line_errors(tmp_path):
 def test_gpu_variants_are_declared_and_refused_where_there_is_no_cuda_build():
     assert build.variant_unsupported("pytorch", "gpu") is None
     assert build.variant_unsupported("tensorflow", "gpu") is None
-    for framework in ("caffe", "mxnet", "theano"):
+    assert build.variant_unsupported("mxnet", "gpu") is None
+    for framework in ("caffe", "theano"):
         assert build.variant_unsupported(framework, "gpu").startswith(f"{framework} has no GPU image: ")
     proc = dlbench("build-images", "--frameworks", "caffe", "--variant", "gpu",
                    env={"DOCKER_HOST": "unix:///nonexistent/docker.sock"})
