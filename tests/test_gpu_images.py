@@ -110,7 +110,7 @@ def test_mxnet_without_a_driver_names_libcuda(gpu_image):
 def test_theano_has_its_gpuarray_back_end_and_nvcc(gpu_image):
     image = gpu_image("theano")
     out = run_in(image, """
-        import json, subprocess
+        import json, os, subprocess
         import pygpu
         import theano
         import theano.gpuarray
@@ -119,9 +119,15 @@ def test_theano_has_its_gpuarray_back_end_and_nvcc(gpu_image):
         print(json.dumps({
             "theano": theano.__version__, "pygpu": pygpu.__version__,
             "nvcc": [line for line in run("nvcc", "--version").splitlines() if "release" in line][0],
-            "archs": run("nvcc", "--list-gpu-arch").split()}))
+            "archs": run("nvcc", "--list-gpu-arch").split(),
+            "libcuda": os.readlink("/usr/lib/x86_64-linux-gnu/libcuda.so"),
+            "libcuda1": subprocess.run(["dpkg-query", "-W", "-f=${db:Status-Status}", "libcuda1"],
+                                       capture_output=True, text=True).stdout}))
     """)
     found = last_json(out)
     assert found["theano"].startswith("1.0.5")
     assert "release 11.2" in found["nvcc"]
     assert "compute_35" in found["archs"] and "compute_86" in found["archs"]
+    # the host's driver is the only libcuda: Debian's libcuda1 is gone, and libgpuarray's
+    # "libcuda.so" leads to the libcuda.so.1 a GPU job's container gets from the host
+    assert found["libcuda"] == "libcuda.so.1" and found["libcuda1"] != "installed"
