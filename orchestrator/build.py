@@ -6,8 +6,8 @@
 3. ``dlbench/<framework>:<variant>``: the framework, the shared runner, the adapter.
    Variant ``cpu`` is built from the framework's ``Dockerfile``; ``gpu`` from its
    ``Dockerfile.gpu`` (CUDA builds from the package index), where there is one.
-   The framework's models.json says, under ``variants``, each variant's version
-   and CUDA, or why it has none (``unsupported``: its GPU jobs are stored so).
+   The framework's models.json says, under ``variants``, each variant's version,
+   CUDA and cuDNN ("none" where unused), or why it has none (``unsupported``: its GPU jobs are stored so).
 
 A framework whose models.json lists ``sources`` (GitHub repositories in the
 registry of ``sources.py``) gets their verified archives in its build context
@@ -65,7 +65,7 @@ def dockerfile(framework: str, variant: str) -> Path:
 
 
 def variant_info(framework: str, variant: str) -> dict:
-    """The variant's facts from models.json: version, source, cuda; or ``unsupported``."""
+    """The variant's facts from models.json: version, source, cuda, cudnn; or ``unsupported``."""
     info = catalog.models(framework)
     if variant == "cpu":
         return {"version": info["version"], "source": info.get("source"), "cuda": "none"}
@@ -200,7 +200,8 @@ class Builder:
         info = variant_info(framework, variant)
         labels = {f"{LABEL}.role": "framework", f"{LABEL}.framework": framework,
                   f"{LABEL}.variant": variant, f"{LABEL}.framework-version": info["version"],
-                  f"{LABEL}.debian-suite": self.suite, f"{LABEL}.cuda": info.get("cuda", "none")}
+                  f"{LABEL}.debian-suite": self.suite, f"{LABEL}.cuda": info.get("cuda", "none"),
+                  f"{LABEL}.cudnn": info.get("cudnn", "none")}
         args = {"BASE_IMAGE": base.id, "FRAMEWORK_VERSION": info["version"]}
         archives = {}
         pinned = catalog.models(framework).get("sources", [])

@@ -349,6 +349,46 @@ def test_theano_computes_in_float64_as_gtdlbench_ran_it_unless_told_float32():
         {"epochs": 50, "batch_size": 50, "learning_rate": 0.01, "momentum": 0.9, "grayscale": False}
 
 
+def test_a_gpu_job_sets_theanos_gpuarray_device_without_cudnn():
+    adapter = theano_adapter()
+    cpu = adapter.theano_flags(2, "/compile/x", "float64").split(",")
+    assert "device=cpu" in cpu and not any(flag.startswith("dnn.") for flag in cpu)
+    assert adapter.theano_flags(2, "/compile/x", "float64", "cpu").split(",") == cpu
+    gpu = adapter.theano_flags(2, "/compile/x", "float32", "cuda").split(",")
+    assert "device=cuda" in gpu and "dnn.enabled=False" in gpu and "floatX=float32" in gpu
+    assert "device=cuda1" in adapter.theano_flags(2, "/compile/x", "float32", "cuda:1").split(",")
+    for device in ("tpu", "cuda:x", "cuda0"):
+        with pytest.raises(ValueError, match="unknown device"):
+            adapter.theano_device(device)
+
+
+def test_gpu_sync_waits_on_each_updated_variables_current_array():
+    """An update may store a new array in a shared variable: each sync looks them up again."""
+    synced = []
+
+    class Array:
+        def __init__(self, name):
+            self.name = name
+
+        def sync(self):
+            synced.append(self.name)
+
+    class Shared:
+        def __init__(self, name):
+            self.value = Array(name)
+
+        def get_value(self, borrow, return_internal_type):
+            assert borrow and return_internal_type
+            return self.value
+
+    w, b = Shared("w"), Shared("b")
+    sync = theano_adapter().gpu_sync([w, b])
+    sync()
+    w.value = Array("w2")
+    sync()
+    assert synced == ["w", "b", "w2", "b"]
+
+
 def test_the_papers_theano_cifar10_cell_judges_the_reconstruction_and_never_lenet5(tmp_path):
     """One paper-profile row of each model with the same own settings: the reconstructed
     model is judged against 49.66%; dlbench's earlier LeNet5 on CIFAR-10 never is."""

@@ -477,6 +477,23 @@ def centre(np, images, hp):
     return crops.astype(np.float32) - mean[None, :, None, None]
 
 
+CUDA_STAND_IN = "/opt/dlbench/cuda-stub/libcuda.so.1"     # the GPU image's (Dockerfile.gpu)
+
+
+def driver_or_stand_in():
+    """The GPU image's libmxnet needs the driver's libcuda.so.1.  In a GPU job the host's
+    driver is there; elsewhere (``--variant gpu`` on the CPU) the image's stand-in, which
+    reports no device, is loaded first, by its path, so that libmxnet binds to it.  It is
+    never on the library path, so it cannot shadow a real driver.  The CPU image has none."""
+    import ctypes
+    if not os.path.exists(CUDA_STAND_IN):
+        return
+    try:
+        ctypes.CDLL("libcuda.so.1", mode=ctypes.RTLD_GLOBAL)
+    except OSError:
+        ctypes.CDLL(CUDA_STAND_IN, mode=ctypes.RTLD_GLOBAL)
+
+
 # -- adapter -----------------------------------------------------------------------
 class Adapter:
     def __init__(self, ctx):
@@ -486,6 +503,7 @@ class Adapter:
     # -- setup ---------------------------------------------------------------
     def setup(self):
         import numpy as np
+        driver_or_stand_in()
         import mxnet as mx
         self.np, self.mx = np, mx
         hp, ctx = self.hp, self.ctx
@@ -603,6 +621,11 @@ class Adapter:
                 ctx.epoch_done(epoch, loss_sum / seen, correct / seen, samples=seen)
                 ctx.epoch_start()
         mx.nd.waitall()
+
+    def synchronize(self):
+        """Wait for MXNet's engine: it runs operators asynchronously, on the CPU too."""
+        if getattr(self, "mx", None) is not None:
+            self.mx.nd.waitall()
 
     # -- test ----------------------------------------------------------------
     def test(self):

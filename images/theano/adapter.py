@@ -124,8 +124,10 @@ weights and updates alike (every variable of the tutorials follows floatX).
 The ``dtype`` hyper-parameter sets floatX: float64 by default,
 ``dtype=float32`` for the faster single-precision variant.
 
-Theano settings (THEANO_FLAGS, set before the import): device=cpu, floatX
-from ``dtype``, base_compiledir in a fresh directory under
+Theano settings (THEANO_FLAGS, set before the import): device=cpu (a GPU
+job: device=cuda, or cudaN for GPU N, the gpuarray back-end, with
+dnn.enabled=False: Theano 1.0.5 needs cuDNN 7, which has no CUDA 11 build, so
+convolutions run as GpuCorrMM on cuBLAS), floatX from ``dtype``, base_compiledir in a fresh directory under
 $DLBENCH_COMPILE_DIR, else under the temporary directory (the job's root file
 system is read-only, and its /tmp is noexec while the compiled modules are
 loaded as shared objects), blas.ldflags=-lopenblas (Theano calls OpenBLAS's
@@ -135,6 +137,12 @@ raise (Theano's default prints a warning and goes on without the
 optimisation).  Every function is compiled in setup(); a Theano without a C++
 compiler would silently run Python implementations, or its Python virtual
 machine instead of the C one, so setup() refuses both.
+
+On a GPU, a Theano function returns its outputs on the host, but the kernels
+of its updates may still be running when it returns; before every clock read
+that ends a span of training the loops wait for the GPU work on the shared
+variables the training function updates (``sync``).  On the CPU ``sync`` is
+None and nothing is done.
 """
 
 import os
@@ -164,12 +172,24 @@ RESLAB_PIXEL_MAX = 255.0   # load.py: byte / 255.0
 CIFAR_SIZE = 32
 
 
-def theano_flags(threads, compiledir, floatx):
+def theano_device(device):
+    """The runner's device ("cpu", "cuda", "cuda:N") as Theano's device flag."""
+    if device == "cpu":
+        return "cpu"
+    kind, _, index = device.partition(":")
+    if kind != "cuda" or not (index == "" or index.isdigit()):
+        raise ValueError("unknown device %r" % device)
+    return "cuda" + index
+
+
+def theano_flags(threads, compiledir, floatx, device="cpu"):
     # on_opt_error, on_shape_error: by default Theano prints a warning and goes on
     # without the optimisation (or with a default shape); here that fails the job.
-    flags = ["device=cpu", "floatX=%s" % floatx, "mode=FAST_RUN",
+    flags = ["device=%s" % theano_device(device), "floatX=%s" % floatx, "mode=FAST_RUN",
              "base_compiledir=%s" % compiledir, "blas.ldflags=-lopenblas",
              "on_opt_error=raise", "on_shape_error=raise"]
+    if device != "cpu":
+        flags.append("dnn.enabled=False")
     if threads:
         flags.append("openmp=%s" % ("True" if threads > 1 else "False"))
     return ",".join(flags)
@@ -205,18 +225,31 @@ class Adapter:
     # -- setup ---------------------------------------------------------------
     def setup(self):
         ctx = self.ctx
-        if ctx.device != "cpu":
-            raise ValueError("this theano image is a CPU build (Debian's Theano without "
-                             "libgpuarray/pygpu or CUDA); device %r is not available"
-                             % ctx.device)
+        gpu = ctx.device != "cpu"
+        if gpu:
+            try:
+                import pygpu  # noqa: F401  (the gpuarray back-end's library)
+            except ImportError:
+                raise ValueError("this theano image is a CPU build (Debian's Theano without "
+                                 "libgpuarray/pygpu or CUDA); device %r is not available"
+                                 % ctx.device)
         if ctx.dataset not in NETS:
             raise ValueError("no theano model for %s" % ctx.dataset)
         self.compiledir = tempfile.mkdtemp(prefix="dlbench-theano-",
                                            dir=os.environ.get("DLBENCH_COMPILE_DIR") or None)
-        os.environ["THEANO_FLAGS"] = theano_flags(ctx.threads, self.compiledir, ctx.hp["dtype"])
+        os.environ["THEANO_FLAGS"] = theano_flags(ctx.threads, self.compiledir, ctx.hp["dtype"],
+                                                  ctx.device)
         import numpy
         import theano
         self.np, self.theano = numpy, theano
+        self.device_name = None
+        if gpu:
+            import theano.gpuarray
+            if not theano.gpuarray.pygpu_activated:
+                raise RuntimeError("Theano did not start its gpuarray back-end on %s"
+                                   % theano.config.device)
+            context = theano.gpuarray.type.get_context(None)
+            self.device_name = getattr(context, "devname", None) or theano.config.device
         if not theano.config.cxx:
             raise RuntimeError("Theano found no C++ compiler (config.cxx is empty): it would "
                                "run its ops in Python, about 60x slower")
@@ -226,10 +259,20 @@ class Adapter:
         self.net = NETS[ctx.dataset](ctx, numpy, theano)
         self.net.load(ctx.load_data())
         self.net.build()
+        self.net.sync = gpu_sync(self.net.updated) if gpu else None
         self.conv_ops = compiled_conv_ops(self.net.train_fn)
+        if self.net.sync:
+            self.net.sync()
 
     def train(self):
         self.net.train()
+
+    def synchronize(self):
+        """On the GPU, wait for the updates of the last training call (the runner's
+        clock reads); on the CPU Theano's calls are done when they return."""
+        net = getattr(self, "net", None)
+        if net is not None and net.sync:
+            net.sync()
 
     def test(self):
         return self.net.test()
@@ -242,7 +285,7 @@ class Adapter:
         return {
             "framework_version": theano.__version__,
             "param_count": int(sum(p.get_value(borrow=True).size for p in self.net.params)),
-            "device_name": None,
+            "device_name": self.device_name,
             "threads": {"requested": self.ctx.threads,
                         "framework": {"theano.config.openmp": bool(config.openmp),
                                       "theano.config.openmp_elemwise_minsize":
@@ -264,17 +307,27 @@ class Adapter:
         }
 
 
+def gpu_sync(variables):
+    """A function that waits until the GPU has finished its work on these shared
+    variables (GpuArray.sync); the updates of one training call are its last work.
+    Each call looks the arrays up again: an update may store a new one."""
+    def sync():
+        for variable in variables:
+            variable.get_value(borrow=True, return_internal_type=True).sync()
+    return sync
+
+
 def compiled_conv_ops(train_fn):
     """Fail loudly if the graph did not become C code: every node of the training
-    function must have a C implementation and the convolutions must be CorrMM;
-    returns the CorrMM ops."""
+    function must have a C implementation and the convolutions must be CorrMM
+    (GpuCorrMM on the GPU); returns the CorrMM ops."""
     if type(train_fn.fn).__name__ != "CVM":
         raise RuntimeError("Theano runs the training function with %s, not its C virtual "
                            "machine (CVM): lazylinker_c did not compile"
                            % type(train_fn.fn).__name__)
     fgraph = train_fn.maker.fgraph
     ops = sorted({type(node.op).__name__ for node in fgraph.apply_nodes})
-    if not any(op.startswith("CorrMM") for op in ops):
+    if not any(op.startswith(("CorrMM", "GpuCorrMM")) for op in ops):
         raise RuntimeError("the convolutions were not compiled to CorrMM (ops: %s)"
                            % ", ".join(ops))
     thunks = train_fn.fn
@@ -285,7 +338,7 @@ def compiled_conv_ops(train_fn):
     if python_ops:
         raise RuntimeError("ops without C code in the training function: %s"
                            % ", ".join(sorted(set(python_ops))))
-    return [op for op in ops if op.startswith("CorrMM")]
+    return [op for op in ops if op.startswith(("CorrMM", "GpuCorrMM"))]
 
 
 def does_periodic_work(ctx):
@@ -303,6 +356,7 @@ class LeNet5:
         self.early_stopping = None
         self.periodic_passes = None
         self.paper_train_time_s = self.paper_test_time_s = None
+        self.sync = None                # set by the adapter on the GPU
 
     def load(self, arrays):
         np, theano, hp = self.np, self.theano, self.hp
@@ -384,6 +438,7 @@ class LeNet5:
         self.params = params
         lr = np.asarray(hp["learning_rate"], dtype=floatX)
         updates = [(p, p - lr * g) for p, g in zip(params, T.grad(cost, params))]
+        self.updated = params
 
         def window(data):
             return data[index * batch:(index + 1) * batch]
@@ -430,6 +485,8 @@ class LeNet5:
             for minibatch_index in range(n_train_batches):
                 it = (epoch - 1) * n_train_batches + minibatch_index
                 if paper and it % 100 == 0:
+                    if self.sync:
+                        self.sync()
                     t0 = clock()
                     print("training @ iter = ", it)
                     ctx.train_excluded_s += clock() - t0   # as it happens: out of the epoch's time too
@@ -439,6 +496,8 @@ class LeNet5:
                 seen += batch
                 ctx.progress(epoch, (minibatch_index + 1) / n_train_batches, cost, step=it + 1)
                 if (it + 1) % validation_frequency == 0:
+                    if self.sync:
+                        self.sync()
                     t0 = clock()
                     this_validation_loss = float(np.mean(
                         [self.validate_fn(i) for i in range(n_valid_batches)]))
@@ -470,6 +529,8 @@ class LeNet5:
                 if patience <= it:
                     done_looping, stopped_at = True, it
                     break
+            if self.sync:
+                self.sync()
             ctx.epoch_done(epoch, loss_sum / seen, 1.0 - error_sum / seen, samples=seen)
         end_time = clock()
         # The tutorial reports the test score of the best validation model.
@@ -528,6 +589,7 @@ class ReslabConvnet:
         self.periodic_passes = None
         self.paper_train_time_s = self.paper_test_time_s = None
         self.channels = 1 if self.hp["grayscale"] else 3
+        self.sync = None                # set by the adapter on the GPU
 
     def load(self, arrays):
         np, floatX = self.np, self.theano.config.floatX
@@ -582,6 +644,7 @@ class ReslabConvnet:
             velocity = theano.shared(np.zeros(p.get_value().shape, dtype=floatX))
             step = momentum * velocity - lr * g
             updates += [(velocity, step), (p, p + step)]
+        self.updated = [var for var, _ in updates]
 
         self.train_fn = theano.function([x, t], [cost, correct], updates=updates)
         self.test_fn = theano.function([x, t], [cost, correct])
@@ -610,6 +673,8 @@ class ReslabConvnet:
                 correct_sum += int(correct)
                 step += 1
                 ctx.progress(epoch, (start + len(x)) / n, cost, step=step)
+            if self.sync:
+                self.sync()
             ctx.epoch_done(epoch, loss_sum / n, correct_sum / n, samples=n)
             if paper:                   # the script tests after every epoch
                 t0 = clock()
