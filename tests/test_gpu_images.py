@@ -1,10 +1,13 @@
-"""The MXNet and Theano GPU images: built with `dlbench build-images --variant gpu`, labelled
-with their CUDA and cuDNN, and holding CUDA builds of their frameworks. No GPU is needed: the
-checks import the frameworks and ask them what they were built with.
+"""The GPU images: built with `dlbench build-images --variant gpu`, labelled with their CUDA and
+cuDNN, holding CUDA builds of their frameworks, and training the quick profile on the CPU
+through the same adapter code (`dlbench run --variant gpu`).  No GPU is needed for that: the
+checks ask each framework what it was built with.  Where Docker sees a GPU, each also trains
+on it.
 
-These images are large (several GB each) and take long to build, so this module is skipped
-unless ``DLBENCH_GPU_IMAGES=1`` is set or Docker sees a GPU (a working ``nvidia-smi`` on the
-host and Docker's ``nvidia`` runtime): a plain ``.ci/run`` does not build them.
+These images are large (several GB each; Caffe's compiles with nvcc for a quarter of an hour
+on two cores), so this module is skipped unless ``DLBENCH_GPU_IMAGES=1`` is set or Docker
+sees a GPU (an NVIDIA driver on the host and Docker's ``nvidia`` runtime): a plain
+``.ci/run`` does not build them.
 """
 
 from __future__ import annotations
@@ -13,36 +16,37 @@ import json
 import os
 import textwrap
 
+import docker
+import pandas as pd
 import pytest
 
-from orchestrator import build, hostinfo
 from conftest import dlbench
+from orchestrator import build, hostinfo
 
 pytestmark = [pytest.mark.docker, pytest.mark.gpu_image]
+
+FRAMEWORKS = ["caffe", "mxnet", "theano", "pytorch", "tensorflow"]
+CUDA_STUB = "/opt/dlbench/cuda-stub"       # the MXNet image's stand-in libcuda.so.1
 
 
 def docker_sees_a_gpu() -> bool:
     if not hostinfo.gpu_count():
         return False
     try:
-        import docker
         return "nvidia" in (docker.from_env().info().get("Runtimes") or {})
-    except Exception:
+    except Exception:  # noqa: BLE001 - no daemon: no GPU for containers
         return False
 
 
-if os.environ.get("DLBENCH_GPU_IMAGES") != "1" and not docker_sees_a_gpu():
+GPU = docker_sees_a_gpu()
+if os.environ.get("DLBENCH_GPU_IMAGES") != "1" and not GPU:
     pytest.skip("GPU images are built only with DLBENCH_GPU_IMAGES=1 or where Docker sees a GPU",
                 allow_module_level=True)
-
-# Where the MXNet GPU image keeps its stand-in libcuda.so.1 (libmxnet.so needs one to load).
-CUDA_STUB = "/opt/dlbench/cuda-stub"
 
 
 @pytest.fixture(scope="module")
 def gpu_image():
     """``gpu_image(framework)``: its GPU image, built (or found up to date) once a module."""
-    import docker
     client, done = docker.from_env(), {}
 
     def image(framework: str):
@@ -56,10 +60,9 @@ def gpu_image():
 
 def run_in(image, script: str, environment: dict | None = None) -> str:
     """Run a Python script in the image (no network, no GPU); its stdout."""
-    import docker
     out = docker.from_env().containers.run(
         image.id, ["-c", textwrap.dedent(script)], entrypoint=["python3"], remove=True,
-        network_mode="none", environment={"HOME": "/tmp", **(environment or {})})
+        network_mode="none", stderr=False, environment={"HOME": "/tmp", **(environment or {})})
     return out.decode()
 
 
@@ -67,7 +70,16 @@ def last_json(out: str) -> dict:
     return json.loads(out.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize("framework", ["mxnet", "theano"])
+def quick_mnist(results, data_root, *device) -> pd.Series:
+    """The framework's quick MNIST job through `dlbench run`; its row."""
+    proc = dlbench("run", "--datasets", "mnist", "--profile", "quick", *device, "--results", results,
+                   "--data-dir", data_root, check=True)
+    row = pd.read_parquet(results / "runs").iloc[0]
+    assert row["status"] == "ok", (row["error"], proc.stderr)
+    return row
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_the_gpu_image_is_labelled_with_its_cuda_and_cudnn(gpu_image, framework):
     info = build.variant_info(framework, "gpu")
     labels = gpu_image(framework).labels
@@ -78,13 +90,57 @@ def test_the_gpu_image_is_labelled_with_its_cuda_and_cudnn(gpu_image, framework)
     assert labels["org.dlbench.cudnn"] == info["cudnn"]
 
 
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_the_quick_profile_trains_on_the_cpu_in_the_gpu_image(gpu_image, framework, data_root, tmp_path):
+    image = gpu_image(framework)
+    row = quick_mnist(tmp_path / "results", data_root, "--frameworks", framework, "--variant", "gpu")
+    assert row["device"] == "cpu" and row["image_id"] == image.id
+    assert row["image"] == build.image_tag(framework, "gpu")
+    assert row["accuracy"] > 0.85
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_the_quick_profile_trains_on_the_gpu(gpu_image, framework, data_root, tmp_path):
+    if not GPU:
+        pytest.skip("needs an NVIDIA GPU that Docker can use")
+    gpu_image(framework)
+    row = quick_mnist(tmp_path / "results", data_root, "--frameworks", framework, "--gpu", "0")
+    assert row["device"] == "cuda" and row["accuracy"] > 0.85
+    assert row["gpu_name"] and row["gpu_driver"] and row["gpu_memory_total_bytes"] > 0
+    assert pd.notna(row["gpu_util_mean"]) and row["gpu_memory_peak_bytes"] > 0
+
+
+def test_caffe_links_the_cuda_libraries_and_runs_a_net(gpu_image):
+    out = run_in(gpu_image("caffe"), """
+        import json, subprocess
+        import numpy as np
+        import caffe, caffe._caffe
+        with open("/tmp/net.prototxt", "w") as f:
+            f.write('layer { name: "data" type: "Input" top: "data" '
+                    'input_param { shape { dim: 2 dim: 3 } } }\\n'
+                    'layer { name: "ip" type: "InnerProduct" bottom: "data" top: "ip" '
+                    'inner_product_param { num_output: 1 } }\\n')
+        caffe.set_mode_cpu()
+        net = caffe.Net("/tmp/net.prototxt", caffe.TEST)
+        net.blobs["data"].data[...] = np.arange(6, dtype=np.float32).reshape(2, 3)
+        net.params["ip"][0].data[...] = 1
+        net.params["ip"][1].data[...] = 0.5
+        ldd = subprocess.run(["ldd", "/usr/lib/x86_64-linux-gnu/libcaffe.so.1.0.0",
+                              caffe._caffe.__file__], capture_output=True, text=True).stdout
+        print(json.dumps({"forward": net.forward()["ip"].tolist(), "ldd": ldd}))
+    """)
+    found = last_json(out)
+    assert found["forward"] == [[3.5], [12.5]]          # x @ ones + 0.5 for rows 0-2 and 3-5
+    for library in ("libcudart.so.11.0", "libcublas.so.11", "libcurand.so.10", "libblas.so.3"):
+        assert library in found["ldd"]
+    assert "not found" not in found["ldd"]
+
+
 def test_mxnet_is_a_cuda_build_with_cudnn_and_nccl(gpu_image):
-    image = gpu_image("mxnet")
-    out = run_in(image, """
+    out = run_in(gpu_image("mxnet"), """
         import json, subprocess
         import mxnet as mx
         lib = mx.libinfo.find_lib_path()[0]
-        features = mx.runtime.Features()
         print(json.dumps({
             "version": mx.__version__, "gpus": mx.context.num_gpus(),
             "enabled": sorted(f.name for f in mx.runtime.feature_list() if f.enabled),
@@ -100,16 +156,17 @@ def test_mxnet_is_a_cuda_build_with_cudnn_and_nccl(gpu_image):
 
 
 def test_mxnet_without_a_driver_names_libcuda(gpu_image):
-    """Without a GPU (no driver mounted) and without the stand-in, the import fails on libcuda."""
-    import docker.errors
+    """Without a driver, and without the stand-in the adapter loads, the import fails on
+    libcuda: the stand-in is not on the library path, where it could shadow a real driver."""
+    if GPU:
+        pytest.skip("Docker gives containers a driver here")
     with pytest.raises(docker.errors.ContainerError) as error:
         run_in(gpu_image("mxnet"), "import mxnet")
     assert "libcuda.so.1" in error.value.stderr.decode()
 
 
 def test_theano_has_its_gpuarray_back_end_and_nvcc(gpu_image):
-    image = gpu_image("theano")
-    out = run_in(image, """
+    out = run_in(gpu_image("theano"), """
         import json, os, subprocess
         import pygpu
         import theano

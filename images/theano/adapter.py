@@ -139,17 +139,16 @@ compiler would silently run Python implementations, or its Python virtual
 machine instead of the C one, so setup() refuses both.
 
 On a GPU, a Theano function returns its outputs on the host, but the kernels
-of its updates may still be running when it returns; before every clock read
-that ends a span of training the loops wait for the GPU work on the shared
-variables the training function updates (``sync``).  On the CPU ``sync`` is
-None and nothing is done.
+of its updates may still be running when it returns; every clock read, the
+runner's and the loops' own (``ctx.now``), first waits for the GPU work on the
+shared variables the training function updates (``Adapter.synchronize``, the
+net's ``sync``).  On the CPU ``sync`` is None and nothing is done.
 """
 
 import os
 import subprocess
 import sys
 import tempfile
-import time
 
 DEBIAN_VERSION = "1.0.5+dfsg-2"
 N_CLASSES = 10
@@ -457,7 +456,7 @@ class LeNet5:
 
     def train(self):
         np, hp, ctx, paper = self.np, self.hp, self.ctx, self.paper
-        clock = time.perf_counter
+        clock = ctx.now          # the GPU synchronised first (Adapter.synchronize)
         batch = hp["batch_size"]
         n_train_batches = self.n_train // batch
         n_valid_batches = self.n_valid // batch
@@ -485,8 +484,6 @@ class LeNet5:
             for minibatch_index in range(n_train_batches):
                 it = (epoch - 1) * n_train_batches + minibatch_index
                 if paper and it % 100 == 0:
-                    if self.sync:
-                        self.sync()
                     t0 = clock()
                     print("training @ iter = ", it)
                     ctx.train_excluded_s += clock() - t0   # as it happens: out of the epoch's time too
@@ -496,8 +493,6 @@ class LeNet5:
                 seen += batch
                 ctx.progress(epoch, (minibatch_index + 1) / n_train_batches, cost, step=it + 1)
                 if (it + 1) % validation_frequency == 0:
-                    if self.sync:
-                        self.sync()
                     t0 = clock()
                     this_validation_loss = float(np.mean(
                         [self.validate_fn(i) for i in range(n_valid_batches)]))
@@ -529,8 +524,6 @@ class LeNet5:
                 if patience <= it:
                     done_looping, stopped_at = True, it
                     break
-            if self.sync:
-                self.sync()
             ctx.epoch_done(epoch, loss_sum / seen, 1.0 - error_sum / seen, samples=seen)
         end_time = clock()
         # The tutorial reports the test score of the best validation model.
@@ -654,7 +647,7 @@ class ReslabConvnet:
 
     def train(self):
         np, hp, ctx, paper = self.np, self.hp, self.ctx, self.paper
-        clock = time.perf_counter
+        clock = ctx.now          # the GPU synchronised first (Adapter.synchronize)
         batch, n = hp["batch_size"], len(self.train_x)
         step = 0
         outside, test_s, last_test_s, tests = 0.0, 0.0, None, 0
@@ -673,8 +666,6 @@ class ReslabConvnet:
                 correct_sum += int(correct)
                 step += 1
                 ctx.progress(epoch, (start + len(x)) / n, cost, step=step)
-            if self.sync:
-                self.sync()
             ctx.epoch_done(epoch, loss_sum / n, correct_sum / n, samples=n)
             if paper:                   # the script tests after every epoch
                 t0 = clock()
