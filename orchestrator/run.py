@@ -52,10 +52,9 @@ def run_plan(plan: Plan, results: Path, data_dir=None, builder_options: dict | N
     display.start(len(todo))
     loop = _Loop(results, backend, targets, data, provenance_host, display, fail_fast, len(todo))
     try:
-        lanes = _lanes(todo)
-        if len(lanes) == 1:
-            loop.lane(lanes[0])
-        else:
+        alone, lanes = _lanes(todo)
+        loop.lane(alone)
+        if lanes:
             loop.side_by_side(lanes)
     finally:
         display.stop()
@@ -65,16 +64,17 @@ def run_plan(plan: Plan, results: Path, data_dir=None, builder_options: dict | N
     return loop.records
 
 
-def _lanes(todo: list) -> list[list]:
-    """The (index, job, job id) triples in lanes that may run side by side: each GPU's
-    jobs one lane; CPU jobs one lane, run before the GPU lanes start (they would share
-    the CPUs).  One lane: the jobs one after another, in the plan's order."""
+def _lanes(todo: list) -> tuple[list, list[list]]:
+    """The (index, job, job id) triples to run one after another, then the lanes to run
+    side by side: with GPU jobs on two GPUs or more, each GPU's jobs are a lane and the
+    CPU jobs run first, alone (they would share the CPUs); else every job runs alone, in
+    the plan's order, and there are no lanes."""
     numbered = [(index, job, job_id) for index, (job, job_id) in enumerate(todo, 1)]
     gpus = sorted({job.gpu for _, job, _ in numbered if job.gpu is not None})
     if len(gpus) < 2:
-        return [numbered]
-    cpu = [t for t in numbered if t[1].gpu is None]
-    return ([cpu] if cpu else []) + [[t for t in numbered if t[1].gpu == gpu] for gpu in gpus]
+        return numbered, []
+    return ([t for t in numbered if t[1].gpu is None],
+            [[t for t in numbered if t[1].gpu == gpu] for gpu in gpus])
 
 
 class _Loop:
@@ -90,12 +90,9 @@ class _Loop:
         self.lock = threading.Lock()
 
     def side_by_side(self, lanes: list[list]) -> None:
-        """The CPU lane (if any) first, then every GPU's lane at once, each in a thread of
-        its own.  An interrupt, or a lane's error, stops every running job (no row for
-        them, as for one job) and is raised here once every lane has ended."""
-        if lanes[0][0][1].gpu is None:
-            self.lane(lanes[0])
-            lanes = lanes[1:]
+        """Every lane at once, each in a thread of its own.  An interrupt, or a lane's
+        error, stops every running job (no row for them, as for one job) and is raised
+        here once every lane has ended."""
         with concurrent.futures.ThreadPoolExecutor(len(lanes), thread_name_prefix="lane") as pool:
             futures = [pool.submit(self.lane, lane) for lane in lanes]
             try:
