@@ -181,7 +181,7 @@ def test_a_runner_that_prints_garbage_is_a_no_result_row(results, data_root, tmp
 
 
 def test_a_gpu_job_of_a_framework_without_a_cuda_build_is_an_unsupported_row(
-        results, data_root, tmp_path, monkeypatch):
+        results, data_root, sources_root, tmp_path, monkeypatch):
     # This host may have no GPU at all (that stays an error before anything runs); the
     # host check is skipped so that the image check is reached.
     monkeypatch.setattr(run, "check_gpu", lambda gpu: None)
@@ -190,7 +190,8 @@ def test_a_gpu_job_of_a_framework_without_a_cuda_build_is_an_unsupported_row(
     path = campaign_file(tmp_path, "gpu", extra='devices = ["gpu:0", "cpu"]\n'
                                               '[hyperparameters.torch]\ntrain_subset = 1000')
     the_plan = campaign.make_plan(path, campaign.Options(frameworks=["torch"]))
-    records = run.run_plan(the_plan, results, data_root)
+    # Lua Torch7 builds from the pinned source archives: the local mirror, never GitHub
+    records = run.run_plan(the_plan, results, data_root, {"sources_dir": str(sources_root)})
     assert [(r.device, r.status) for r in records] == [("cuda", "unsupported"), ("cpu", "ok")]
     assert records[0].error.startswith("torch has no GPU image: the Lua Torch7 image is a CPU build")
     assert records[0].image == "dlbench/torch:gpu" and records[0].image_id is None

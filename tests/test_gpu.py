@@ -111,18 +111,20 @@ def two_gpu_plan(repeats=1) -> plan.Plan:
 
 
 class Watch:
-    """The job containers seen running, and their CPU sets, polled from Docker."""
+    """The job containers of one owner seen running, and their CPU sets, polled from Docker
+    (another dlbench's jobs on the same daemon are not counted)."""
 
-    def __init__(self, client):
-        self.client, self.seen, self.most = client, {}, 0
+    def __init__(self, client, owner: str):
+        self.client, self.owner, self.seen, self.most = client, owner, {}, 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
     def _run(self):
         while not self._stop.wait(0.2):
-            running = self.client.containers.list(filters={"label": f"{build.LABEL}.role=job"},
-                                                  ignore_removed=True)
+            running = self.client.containers.list(
+                filters={"label": [f"{build.LABEL}.role=job", f"{build.LABEL}.owner={self.owner}"]},
+                ignore_removed=True)
             self.most = max(self.most, len(running))
             for c in running:
                 self.seen[c.name] = c.attrs["HostConfig"]["CpusetCpus"]
@@ -137,7 +139,7 @@ def test_gpu_lanes_run_side_by_side_on_disjoint_cpus(tmp_path, data_root, build_
     build_image("caffe")
     monkeypatch.setattr(run, "check_gpu", lambda gpu: None)      # no GPU here: see the module's note
     backend = WithoutTheGpu(None, NullDisplay())
-    watch = Watch(backend.client)
+    watch = Watch(backend.client, backend.owner.token)
     started = time.perf_counter()
     try:
         records = run.run_plan(two_gpu_plan(repeats=2), tmp_path / "r", data_root, backend=backend)
