@@ -204,7 +204,7 @@ class Builder:
                   f"{LABEL}.cudnn": info.get("cudnn", "none")}
         args = {"BASE_IMAGE": base.id, "FRAMEWORK_VERSION": info["version"]}
         archives = {}
-        pinned = catalog.models(framework).get("sources", [])
+        pinned = catalog.sources(framework, variant)
         if pinned:
             found = sources.prepare(pinned, sources.mirror_dir(self.sources_dir))
             archives = {f"sources/{s.group}/{s.filename}": path for s, path in found.items()}

@@ -36,6 +36,13 @@ def models(framework: str) -> dict:
     return contract.load_catalog(str(framework_dir(framework)))
 
 
+def sources(framework: str, variant: str = "cpu") -> list[str]:
+    """The pinned source repositories (``sources.py``'s registry) an image of the framework
+    is built from: the framework's, then its variant's own (e.g. cutorch for Torch7's GPU)."""
+    info = models(framework)
+    return info.get("sources", []) + info.get("variants", {}).get(variant, {}).get("sources", [])
+
+
 def compiles_code(framework: str) -> bool:
     """Whether the framework compiles code at run time and loads it (its jobs then get
     an exec scratch directory, ``$DLBENCH_COMPILE_DIR``: their /tmp is noexec)."""

@@ -131,7 +131,7 @@ def build_images(frameworks: Frameworks = None, base: BaseOpt = BaseSource.auto,
     for reason in todo.values():
         if reason is not None and frameworks:
             raise UsageError(reason)      # asked for by name: say so before building anything
-    sources.prepare_for([fw for (fw, _), reason in todo.items() if reason is None], sources_dir)
+    sources.prepare_for([image for image, reason in todo.items() if reason is None], sources_dir)
     display = RichDisplay(err, verbose=verbose)
     builder = build.Builder(docker_client(), say=display.say,
                             log_dir=Path(datasets.cache_root()).parent / "build-logs",

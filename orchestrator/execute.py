@@ -77,7 +77,7 @@ def execute(request: Request, display=None, say=print, campaign: Campaign | None
     campaign = campaign or plan(request)
     the_plan = campaign.plan
     if request.runtime == "docker":
-        sources.prepare_for(the_plan.frameworks, request.builder_options.get("sources_dir"))
+        sources.prepare_for(the_plan.images, request.builder_options.get("sources_dir"))
     results = store.results_dir(request.results)
     scheduler = request.scheduler or campaign.backend or "local"
     if scheduler == "local":

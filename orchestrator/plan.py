@@ -131,6 +131,11 @@ class Plan(BaseModel):
         return list(dict.fromkeys(j.framework for j in self.jobs))
 
     @property
+    def images(self) -> list[tuple[str, str]]:
+        """The (framework, variant) images the plan's jobs run in."""
+        return list(dict.fromkeys((j.framework, j.variant) for j in self.jobs))
+
+    @property
     def datasets(self) -> list[str]:
         return list(dict.fromkeys(j.dataset for j in self.jobs))
 

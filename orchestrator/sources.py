@@ -244,10 +244,10 @@ def prepare(repos: list[str], mirror: Path | None) -> dict[Source, Path]:
     return {source: verify(source, locate(source, mirror)) for source in map(lookup, repos)}
 
 
-def prepare_for(frameworks, sources_dir: str | os.PathLike | None) -> None:
-    """The frameworks' pinned source archives, verified (fetched if need be) before
-    Docker is asked anything."""
-    pinned = sorted({repo for fw in frameworks for repo in catalog.models(fw).get("sources", [])})
+def prepare_for(images, sources_dir: str | os.PathLike | None) -> None:
+    """The pinned source archives of the images, (framework, variant) pairs, verified
+    (fetched if need be) before Docker is asked anything."""
+    pinned = sorted({repo for fw, variant in images for repo in catalog.sources(fw, variant)})
     if pinned:
         prepare(pinned, mirror_dir(sources_dir))
 
