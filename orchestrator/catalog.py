@@ -43,6 +43,12 @@ def sources(framework: str, variant: str = "cpu") -> list[str]:
     return info.get("sources", []) + info.get("variants", {}).get(variant, {}).get("sources", [])
 
 
+def gpu_unsupported(framework: str, dataset: str) -> str | None:
+    """Why the framework's model of the data set cannot train on a GPU, or None."""
+    reason = models(framework)["models"].get(dataset, {}).get("gpu_unsupported")
+    return f"{framework}'s {dataset} model has no GPU version: {reason}" if reason else None
+
+
 def compiles_code(framework: str) -> bool:
     """Whether the framework compiles code at run time and loads it (its jobs then get
     an exec scratch directory, ``$DLBENCH_COMPILE_DIR``: their /tmp is noexec)."""

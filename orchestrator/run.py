@@ -19,7 +19,7 @@ import threading
 import uuid
 from pathlib import Path
 
-from . import datasets, hostinfo, jobdir, runtimes, store
+from . import catalog, datasets, hostinfo, jobdir, runtimes, store
 from .collect import collect, unsupported
 from .display import NullDisplay
 from .errors import DlbenchError, DockerUnavailable, StoreError
@@ -133,7 +133,8 @@ class _Loop:
         provenance = dict(self.provenance_host, image=target.name, image_id=target.id,
                           dataset_sha256=dataset.sha256,
                           **hostinfo.gpu_facts(gpu_device(job, backend.gpus)))
-        reason = backend.unsupported(target, job)
+        reason = backend.unsupported(target, job) or (
+            catalog.gpu_unsupported(job.framework, job.dataset) if job.gpu is not None else None)
         rescue, job_dir = _prepare(self.results, run_id, index, job_dir=reason is None)
         try:
             if reason is not None:

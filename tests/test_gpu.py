@@ -23,7 +23,7 @@ import pandas as pd
 import pytest
 
 from conftest import dlbench
-from orchestrator import build, hostinfo, interrupts, plan, run, store
+from orchestrator import build, hostinfo, interrupts, plan, run, runtimes, store
 from orchestrator.display import NullDisplay
 from orchestrator.options import Axes, RunOptions, merge
 from orchestrator.runtimes import docker as docker_runtime
@@ -86,6 +86,42 @@ def test_the_dry_run_shows_the_lanes_and_a_gpu_less_host_refuses_to_run(tmp_path
         assert proc.returncode == 1 and proc.stderr == \
             "dlbench: error: --gpu 0: this host has no NVIDIA GPU (no NVIDIA driver)\n"
         assert not (tmp_path / "r" / store.JOBS).exists() or not any((tmp_path / "r" / store.JOBS).iterdir())
+
+
+# -- a model without a GPU version ---------------------------------------------------------
+class GivenAGpu:
+    """A runtime stand-in for a host whose scheduler gave it a GPU (this one has none) and
+    whose framework images exist: any job it is asked to start fails the test."""
+    runtime, default_memory, gpus = "docker", None, ["0"]
+
+    def host_facts(self):
+        return hostinfo.host_facts(None)
+
+    def target(self, framework, variant):
+        return runtimes.Target(build.image_tag(framework, variant), "sha256:" + "0" * 64)
+
+    def unsupported(self, target, job):
+        return target.reason
+
+    def run(self, job, *args):
+        raise AssertionError(f"started {job.framework}/{job.dataset} on a GPU")
+
+    def cancel(self):
+        pass
+
+    def close(self):
+        pass
+
+
+def test_a_model_without_a_gpu_version_is_stored_unsupported_without_starting(tmp_path, data_root):
+    """Torch7's CIFAR-10 script is built of nn.SpatialConvolutionMap, which cunn lacks: its
+    GPU job is an unsupported row, decided before anything starts."""
+    axes = axes_of(dict(frameworks="torch", datasets="cifar10", profile="quick", gpu="0"))
+    records = run.run_plan(plan.expand(axes, 2), tmp_path / "r", data_root, backend=GivenAGpu())
+    assert [(r.status, r.device) for r in records] == [("unsupported", "cuda")]
+    assert records[0].error.startswith("torch's cifar10 model has no GPU version: ")
+    assert "SpatialConvolutionMap" in records[0].error
+    assert store.load(tmp_path / "r")["status"].tolist() == ["unsupported"]
 
 
 # -- side by side, for real -----------------------------------------------------------------

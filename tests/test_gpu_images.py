@@ -5,7 +5,7 @@ checks ask each framework what it was built with.  Where Docker sees a GPU, each
 on it.
 
 These images are large (several GB each; Caffe's compiles with nvcc for a quarter of an hour
-on two cores), so this module is skipped unless ``DLBENCH_GPU_IMAGES=1`` is set or Docker
+on two cores, Lua Torch7's cutorch and cunn for much longer), so this module is skipped unless ``DLBENCH_GPU_IMAGES=1`` is set or Docker
 sees a GPU (an NVIDIA driver on the host and Docker's ``nvidia`` runtime): a plain
 ``.ci/run`` does not build them.
 """
@@ -25,7 +25,7 @@ from orchestrator import build, hostinfo
 
 pytestmark = [pytest.mark.docker, pytest.mark.gpu_image]
 
-FRAMEWORKS = ["caffe", "mxnet", "theano", "pytorch", "tensorflow"]
+FRAMEWORKS = ["caffe", "mxnet", "theano", "torch", "pytorch", "tensorflow"]
 CUDA_STUB = "/opt/dlbench/cuda-stub"       # the MXNet image's stand-in libcuda.so.1
 
 
@@ -45,14 +45,15 @@ if os.environ.get("DLBENCH_GPU_IMAGES") != "1" and not GPU:
 
 
 @pytest.fixture(scope="module")
-def gpu_image():
-    """``gpu_image(framework)``: its GPU image, built (or found up to date) once a module."""
+def gpu_image(sources_root):
+    """``gpu_image(framework)``: its GPU image, built (or found up to date) once a module
+    (Lua Torch7's from the local source mirror, never GitHub)."""
     client, done = docker.from_env(), {}
 
     def image(framework: str):
         if framework not in done:
-            dlbench("build-images", "--frameworks", framework, "--variant", "gpu", check=True,
-                    timeout=3 * 3600)
+            dlbench("build-images", "--frameworks", framework, "--variant", "gpu",
+                    "--sources", sources_root, check=True, timeout=6 * 3600)
             done[framework] = client.images.get(build.image_tag(framework, "gpu"))
         return done[framework]
     return image
@@ -70,10 +71,10 @@ def last_json(out: str) -> dict:
     return json.loads(out.strip().splitlines()[-1])
 
 
-def quick_mnist(results, data_root, *device) -> pd.Series:
+def quick_mnist(results, data_root, sources_root, *device) -> pd.Series:
     """The framework's quick MNIST job through `dlbench run`; its row."""
     proc = dlbench("run", "--datasets", "mnist", "--profile", "quick", *device, "--results", results,
-                   "--data-dir", data_root, check=True)
+                   "--data-dir", data_root, "--sources", sources_root, check=True)
     row = pd.read_parquet(results / "runs").iloc[0]
     assert row["status"] == "ok", (row["error"], proc.stderr)
     return row
@@ -91,20 +92,23 @@ def test_the_gpu_image_is_labelled_with_its_cuda_and_cudnn(gpu_image, framework)
 
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)
-def test_the_quick_profile_trains_on_the_cpu_in_the_gpu_image(gpu_image, framework, data_root, tmp_path):
+def test_the_quick_profile_trains_on_the_cpu_in_the_gpu_image(gpu_image, framework, data_root,
+                                                              sources_root, tmp_path):
     image = gpu_image(framework)
-    row = quick_mnist(tmp_path / "results", data_root, "--frameworks", framework, "--variant", "gpu")
+    row = quick_mnist(tmp_path / "results", data_root, sources_root,
+                      "--frameworks", framework, "--variant", "gpu")
     assert row["device"] == "cpu" and row["image_id"] == image.id
     assert row["image"] == build.image_tag(framework, "gpu")
     assert row["accuracy"] > 0.85
 
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)
-def test_the_quick_profile_trains_on_the_gpu(gpu_image, framework, data_root, tmp_path):
+def test_the_quick_profile_trains_on_the_gpu(gpu_image, framework, data_root, sources_root, tmp_path):
     if not GPU:
         pytest.skip("needs an NVIDIA GPU that Docker can use")
     gpu_image(framework)
-    row = quick_mnist(tmp_path / "results", data_root, "--frameworks", framework, "--gpu", "0")
+    row = quick_mnist(tmp_path / "results", data_root, sources_root,
+                      "--frameworks", framework, "--gpu", "0")
     assert row["device"] == "cuda" and row["accuracy"] > 0.85
     assert row["gpu_name"] and row["gpu_driver"] and row["gpu_memory_total_bytes"] > 0
     assert pd.notna(row["gpu_util_mean"]) and row["gpu_memory_peak_bytes"] > 0
@@ -188,3 +192,32 @@ def test_theano_has_its_gpuarray_back_end_and_nvcc(gpu_image):
     # the host's driver is the only libcuda: Debian's libcuda1 is gone, and libgpuarray's
     # "libcuda.so" leads to the libcuda.so.1 a GPU job's container gets from the host
     assert found["libcuda"] == "libcuda.so.1" and found["libcuda1"] != "installed"
+
+
+def test_lua_torch7_has_cutorch_and_cunn_built_with_cuda(gpu_image):
+    out = run_in(gpu_image("torch"), """
+        import glob, json, subprocess
+        def run(*command):
+            return subprocess.run(command, capture_output=True, text=True)
+        libraries = sorted(glob.glob("/opt/torch/lib/libTHC*.so") + glob.glob("/opt/torch/lib/lua/5.1/lib*.so"))
+        cutorch, cunn = run("th", "-e", "require 'cutorch'"), run("th", "-e", "require 'cunn'")
+        print(json.dumps({
+            "libraries": [path.rsplit("/", 1)[1] for path in libraries],
+            "ldd": run("ldd", *libraries).stdout,
+            "rocks": sorted(glob.glob("/opt/torch/lib/luarocks/rocks/cu*/*")),
+            "cutorch": [cutorch.returncode, cutorch.stderr + cutorch.stdout],
+            "cunn": [cunn.returncode, cunn.stderr + cunn.stdout]}))
+    """)
+    found = last_json(out)
+    # cutorch's THC and Lua module, cunn's THCUNN (its Lua side binds it through the FFI)
+    assert {"libTHC.so", "libcutorch.so", "libTHCUNN.so"} <= set(found["libraries"])
+    for library in ("libcublas.so.11", "libcusparse.so.11"):   # the CUDA runtime is static
+        assert library in found["ldd"]
+    assert "not found" not in found["ldd"]
+    assert found["rocks"] == ["/opt/torch/lib/luarocks/rocks/cunn/scm-1",
+                              "/opt/torch/lib/luarocks/rocks/cutorch/scm-1"]
+    # loading cutorch (and so cunn) asks the CUDA runtime for the driver's devices: here,
+    # with no driver, it says so (error 35), after every library has loaded (th -e prints
+    # the error and exits 0)
+    for name in ("cutorch", "cunn"):
+        assert "cuda runtime error (35) : CUDA driver version is insufficient" in found[name][1]

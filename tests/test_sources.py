@@ -65,6 +65,15 @@ def test_the_torch_image_pins_registered_sources_and_the_build_order():
     assert order == [sources.lookup(repo).name for repo in pinned[1:-1]]   # luajit-rocks first, GTDLBench last
 
 
+def test_the_gpu_image_also_needs_cutorch_and_cunn(mirror):
+    cpu, gpu = catalog.sources("torch"), catalog.sources("torch", "gpu")
+    assert gpu == cpu + ["torch/cutorch", "torch/cunn"] and "torch/cunn" not in cpu
+    cunn = sources.lookup("torch/cunn")
+    (mirror / cunn.group / cunn.filename).unlink()
+    proc = dlbench("build-images", "--frameworks", "torch", "--variant", "gpu", "--sources", mirror)
+    one_error_line(proc, f"{mirror / cunn.group / cunn.filename}: missing from the sources mirror")
+
+
 def test_the_same_tree_in_other_bytes_verifies_and_a_changed_file_does_not(sources_root, tmp_path):
     """GitHub's archive of a commit differs in bytes from `git archive`'s; the tree does not."""
     original = sources_root / TORCH7.group / TORCH7.filename

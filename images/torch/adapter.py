@@ -15,6 +15,10 @@ timed by the same clock); ``test_time_s`` is the last epoch's test pass, the
 runner's one pass over the test set.  The script's own totals -- the "whole
 training time" and "whole test time" it prints, which GTDLBench published --
 are read from its globals and stored beside them.
+
+On a GPU (``cuda``/``cuda:N``, in the GPU image, whose Lua Torch7 has cutorch and
+cunn) the harness moves the script's model, criterion and batches there; see its
+header.  The GPU work is in ``th``, so the harness synchronises it before each event.
 """
 
 import json
@@ -52,6 +56,9 @@ class Adapter:
         arrays = self.ctx.load_data()
         files = (self._mnist_files if self.ctx.dataset == "mnist" else self._cifar_files)(arrays)
         config = {"files": files, "epochs": self.hp["epochs"]}
+        gpu = _gpu_index(self.ctx.device)
+        if gpu is not None:
+            config["gpu"] = gpu
         if self.hp["train_subset"]:     # absent, not null: cjson's null is true in Lua
             config["train_subset"] = self.hp["train_subset"]
             self.ctx.train_samples = min(self.hp["train_subset"], self.ctx.train_samples)
@@ -188,6 +195,7 @@ class Adapter:
         return {
             "framework_version": "torch7@%s %s" % (torch7, self.finish["jit"]),
             "param_count": self.finish["param_count"],
+            "device_name": self.finish.get("gpu_name"),
             "paper_train_time_s": self.finish["train_time"],
             "paper_test_time_s": self.finish["test_time"],
             "script": {"path": SCRIPTS[self.ctx.dataset], "options": self._script_options(),
@@ -198,6 +206,19 @@ class Adapter:
                           "tensor_type": self.finish["tensor_type"], "th_blas": self.finish["blas"],
                           "sources": _pins()},
         }
+
+
+def _gpu_index(device):
+    """None for ``cpu``; the GPU's index for ``cuda``/``cuda:N`` (checked by cutorch)."""
+    if device == "cpu":
+        return None
+    kind, _, index = device.partition(":")
+    if kind != "cuda" or not (index or "0").isdigit():
+        raise ValueError("device %r: use cpu, cuda or cuda:N" % device)
+    if not os.path.isdir("/opt/torch/share/lua/5.1/cunn"):
+        raise ValueError("device %r: this image's Lua Torch7 is a CPU build, without cutorch "
+                         "and cunn" % device)
+    return int(index or 0)
 
 
 def _number(value):

@@ -10,7 +10,14 @@
 --   (MNIST) and `trsize`/`tesize` (CIFAR-10) take the job's epoch count and subsets;
 --   `criterion` and `confusion` are observed for the epoch's loss and accuracy;
 -- * at the end, the script's own `trainTime` / `testTime` (what it prints as
---   "whole training time" / "whole test time") and getParameters()'s size.
+--   "whole training time" / "whole test time") and getParameters()'s size;
+-- * on a GPU (`gpu` in the config: the device's index from 0), what a Torch script
+--   written for one does: cunn loaded, the model and criterion converted to the CUDA
+--   twin of the script's default tensor type (torch.CudaTensor for float32,
+--   torch.CudaDoubleTensor for float64) when the script first flattens the model's
+--   parameters, modules added after that converted as they are added, and each batch
+--   the script passes to the model copied to the GPU; the GPU is synchronised before
+--   every event, so the runner's clock reads finished work.
 --
 -- Events are lines `:::DLBENCH-TH {json}` at the start of a fresh line.
 require 'torch'
@@ -21,7 +28,54 @@ local config = cjson.decode(io.open(config_path):read('*a'))
 local script_args = {[0] = script}
 for i = 3, #arg do script_args[#script_args + 1] = arg[i] end
 
+-- the GPU -----------------------------------------------------------------------------
+local gpu = config.gpu ~= nil
+local CUDA_TWIN = {['torch.FloatTensor'] = 'torch.CudaTensor',
+                   ['torch.DoubleTensor'] = 'torch.CudaDoubleTensor'}
+local cuda_type = nil
+if gpu then
+   require 'cunn'
+   cutorch.setDevice(config.gpu + 1)
+end
+
+local function synchronize()
+   if gpu then cutorch.synchronize() end
+end
+
+local function model_on_gpu(model)
+   local getParameters = model.getParameters
+   model.getParameters = function(self)
+      if cuda_type == nil then
+         local default = torch.getdefaulttensortype()
+         cuda_type = CUDA_TWIN[default] or error('dlbench harness: no CUDA tensor type for ' .. default)
+         self:type(cuda_type)
+         -- the batch the script built on the CPU, copied once for a forward and the backward after it
+         local forward, backward, add = self.forward, self.backward, self.add
+         local host_input, device_input = nil, nil
+         self.forward = function(m, input)
+            host_input = input
+            device_input = (device_input or torch.Tensor():type(cuda_type)):resize(input:size()):copy(input)
+            return forward(m, device_input)
+         end
+         self.backward = function(m, input, ...)
+            if input ~= host_input then return backward(m, input:type(cuda_type), ...) end
+            host_input = nil
+            return backward(m, device_input, ...)
+         end
+         self.add = function(m, module, ...) return add(m, module:type(cuda_type), ...) end
+      end
+      return getParameters(self)
+   end
+   return model
+end
+
+local function criterion_on_gpu(criterion)
+   -- nn's criteria move a CPU target to the GPU themselves
+   return cuda_type and criterion:type(cuda_type) or criterion
+end
+
 local function emit(event, fields)
+   synchronize()
    fields = fields or {}
    fields.event = event
    io.stdout:write('\n:::DLBENCH-TH ' .. cjson.encode(fields) .. '\n')
@@ -100,7 +154,8 @@ end
 local watch = {
    train = function(v) return wrap('train', v) end,
    test = function(v) return wrap('test', v) end,
-   criterion = observe_criterion,
+   criterion = function(v) return observe_criterion(gpu and criterion_on_gpu(v) or v) end,
+   model = function(v) return gpu and model_on_gpu(v) or v end,
    confusion = observe_confusion,
    numEpoch = function(v) return config.epochs or v end,
    nbTrainingPatches = function(v) return config.train_subset or v end,
@@ -142,7 +197,8 @@ for path in pairs(blas) do blas_list[#blas_list + 1] = path end
 table.sort(blas_list)
 emit('finish', {train_time = rawget(_G, 'trainTime'), test_time = rawget(_G, 'testTime'),
                 param_count = rawget(_G, 'parameters') and parameters:nElement() or nil,
-                threads = torch.getnumthreads(), tensor_type = torch.getdefaulttensortype(),
+                threads = torch.getnumthreads(), tensor_type = cuda_type or torch.getdefaulttensortype(),
+                gpu_name = gpu and cutorch.getDeviceProperties(config.gpu + 1).name or nil,
                 -- under th, Penlight's `config` module is a lazy global: train-on-cifar-10.lua's
                 -- `config = config or {learningRate = ...}` keeps it, so optim.sgd runs on its
                 -- defaults (rate 1e-3, no decay) -- as it did for GTDLBench
