@@ -52,13 +52,36 @@ def cluster(tmp_path_factory):
         assert up.returncode == 0, up.stderr
         yield Cluster(root)
     finally:         # also after a failed start: what did start is stopped
-        subprocess.run([SCRIPT, "down", root], check=True, capture_output=True, timeout=300)
-        # nothing left behind: no namespace, no daemon of this cluster, no job container
-        assert not [n for n in os.listdir("/run/netns") if n.startswith("dlbench-slurm-")] \
-            if os.path.isdir("/run/netns") else True
-        leftovers = subprocess.run(["pgrep", "-af", str(root)], capture_output=True, text=True).stdout
-        assert leftovers.strip() == "", leftovers
+        _down_and_gone(root)
         assert [c for c in _campaigns_of_running() if c.startswith("slurm-test-")] == []
+
+
+def _down_and_gone(root: Path) -> None:
+    """`down`, then nothing of the cluster is left: no namespace, no daemon, no slot."""
+    slot = (root / "slot").read_text().strip() if (root / "slot").exists() else None
+    subprocess.run([SCRIPT, "down", root], check=True, capture_output=True, timeout=300)
+    if slot is not None:
+        assert not [n for n in os.listdir("/run/netns") if n.startswith(f"dlbench-slurm-{slot}-")]
+        assert not Path(f"/run/dlbench-slurm/{slot}").exists()
+    leftovers = subprocess.run(["pgrep", "-af", str(root)], capture_output=True, text=True).stdout
+    assert leftovers.strip() == "", leftovers
+
+
+def test_a_second_cluster_runs_beside_the_first_and_goes_down_alone(cluster, tmp_path):
+    """Clusters of other directories (another test run's, one a killed run left up) do
+    not stand in each other's way: each has its own slot, bridge, subnet and namespaces."""
+    other = tmp_path / "other"
+    try:
+        up = subprocess.run([SCRIPT, "up", other], capture_output=True, text=True, timeout=600)
+        assert up.returncode == 0, up.stderr
+        slots = {(cluster.root / "slot").read_text(), (other / "slot").read_text()}
+        assert len(slots) == 2
+        nodes = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %T"], capture_output=True, text=True,
+                               env={**os.environ, "SLURM_CONF": str(other / "slurm.conf")})
+        assert sorted(nodes.stdout.split("\n")[:-1]) == ["n1 idle", "n2 idle"], nodes.stderr
+    finally:
+        _down_and_gone(other)
+    assert cluster.script("status").returncode == 0     # the first one is still up
 
 
 def _containers(*labels) -> list[str]:
