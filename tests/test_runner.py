@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from dlbench_runner import spec as specs
-from dlbench_runner.contract import EVENT_TAG, SCHEMA_VERSION
+from dlbench_runner.contract import EVENT_TAG, SCHEMA_VERSION, gpu_index
 from orchestrator.schema import RunnerResult
 
 FIXTURE = Path(__file__).parent / "fixtures" / "numpy_softmax"
@@ -70,6 +70,17 @@ def test_runner_rejects_an_unknown_hyperparameter(data_root, tmp_path):
     proc = run_runner(data_root, tmp_path, "--set", "momentum=0.9")
     assert proc.returncode == 2
     assert "no hyper-parameter 'momentum'" in proc.stderr
+    assert not (tmp_path / "result.json").exists()
+
+
+def test_the_device_is_read_once_by_the_contract_and_a_bad_one_refused(data_root, tmp_path):
+    assert [gpu_index(d) for d in ("cpu", "cuda", "cuda:0", "cuda:3")] == [None, 0, 0, 3]
+    for device in ("tpu", "cuda:", "cuda:x", "cuda0", "cuda:-1", "cuda:\u0661", "", None):
+        with pytest.raises(specs.SpecError, match="use cpu, cuda or cuda:N"):
+            gpu_index(device)
+    proc = run_runner(data_root, tmp_path, "--device", "cuda:x")
+    assert proc.returncode == 2
+    assert "device 'cuda:x': use cpu, cuda or cuda:N" in proc.stderr
     assert not (tmp_path / "result.json").exists()
 
 

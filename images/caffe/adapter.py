@@ -242,20 +242,17 @@ class Adapter:
             self.solver.share_weights(self.test_net)
 
     def _select_device(self):
-        """``cpu``, or ``cuda``/``cuda:N`` on a CUDA build; returns the GPU index or None.
+        """The CPU, or the job's GPU on a CUDA build; returns the GPU index or None.
         Caffe aborts the process (glog FATAL) when a CPU_ONLY build is asked for a GPU
         or a CUDA build for a GPU that does not exist, so both are checked first."""
-        caffe, device = self.caffe, self.ctx.device
-        if device == "cpu":
+        caffe, device, index = self.caffe, self.ctx.device, self.ctx.gpu
+        if index is None:
             caffe.set_mode_cpu()
             return None
-        kind, _, index = device.partition(":")
-        if kind != "cuda" or not (index or "0").isdigit():
-            raise ValueError("device %r: use cpu, cuda or cuda:N" % device)
         if self.cudart is None:
             raise ValueError("device %r: this image's caffe is a CPU_ONLY build (Debian's "
                              "python3-caffe), without CUDA" % device)
-        index, count = int(index or 0), self.cudart.device_count()
+        count = self.cudart.device_count()
         if index >= count:
             raise ValueError("device %r: CUDA sees %d GPU(s)" % (device, count))
         caffe.set_device(index)

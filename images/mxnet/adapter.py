@@ -507,16 +507,13 @@ class Adapter:
         import mxnet as mx
         self.np, self.mx = np, mx
         hp, ctx = self.hp, self.ctx
-        if ctx.device.startswith("cuda"):
-            if not mx.runtime.Features().is_enabled("CUDA"):
-                raise ValueError("this mxnet %s build has no CUDA; device %r is not available"
-                                 % (mx.__version__, ctx.device))
-            index = int(ctx.device.partition(":")[2] or 0)
-            self.context = mx.gpu(index)
-        elif ctx.device == "cpu":
+        if ctx.gpu is None:
             self.context = mx.cpu()
+        elif not mx.runtime.Features().is_enabled("CUDA"):
+            raise ValueError("this mxnet %s build has no CUDA; device %r is not available"
+                             % (mx.__version__, ctx.device))
         else:
-            raise ValueError("unknown device %r" % ctx.device)
+            self.context = mx.gpu(ctx.gpu)
         mx.random.seed(ctx.seed)
         np.random.seed(ctx.seed)
         self.rng = np.random.RandomState(ctx.seed)

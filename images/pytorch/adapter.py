@@ -135,7 +135,7 @@ class Adapter:
         if self.ctx.threads:
             torch.set_num_threads(self.ctx.threads)
         torch.manual_seed(self.ctx.seed)
-        self.device = torch.device("cuda" if self.ctx.device.startswith("cuda") else "cpu")
+        self.device = torch.device("cpu" if self.ctx.gpu is None else "cuda:%d" % self.ctx.gpu)
         arrays = self.ctx.load_data()
         if self.ctx.dataset == "mnist":
             self.train_x, self.test_x = self._mnist_inputs(arrays["train_images"], arrays["test_images"])

@@ -698,13 +698,12 @@ class Adapter:
             shutil.rmtree(self.scratch, ignore_errors=True)
 
     def _device(self):
-        tf, device = self.tf, self.ctx.device
-        if not device.startswith("cuda"):
+        tf, device, index = self.tf, self.ctx.device, self.ctx.gpu
+        if index is None:
             return "/CPU:0"
         if not tf.test.is_built_with_cuda():
             raise ValueError("device %r: this image's TensorFlow %s is a CPU-only build "
                              "(tensorflow-cpu), without CUDA" % (device, tf.__version__))
-        index = int(device.partition(":")[2] or 0)
         gpus = tf.config.list_physical_devices("GPU")
         if index >= len(gpus):
             raise ValueError("device %r: TensorFlow sees %d GPU(s)" % (device, len(gpus)))

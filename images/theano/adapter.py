@@ -171,23 +171,14 @@ RESLAB_PIXEL_MAX = 255.0   # load.py: byte / 255.0
 CIFAR_SIZE = 32
 
 
-def theano_device(device):
-    """The runner's device ("cpu", "cuda", "cuda:N") as Theano's device flag."""
-    if device == "cpu":
-        return "cpu"
-    kind, _, index = device.partition(":")
-    if kind != "cuda" or not (index == "" or index.isdigit()):
-        raise ValueError("unknown device %r" % device)
-    return "cuda" + index
-
-
-def theano_flags(threads, compiledir, floatx, device="cpu"):
+def theano_flags(threads, compiledir, floatx, gpu=None):
+    """THEANO_FLAGS for a job on the CPU (``gpu`` None) or on GPU ``gpu`` (device=cudaN)."""
     # on_opt_error, on_shape_error: by default Theano prints a warning and goes on
     # without the optimisation (or with a default shape); here that fails the job.
-    flags = ["device=%s" % theano_device(device), "floatX=%s" % floatx, "mode=FAST_RUN",
-             "base_compiledir=%s" % compiledir, "blas.ldflags=-lopenblas",
+    flags = ["device=%s" % ("cpu" if gpu is None else "cuda%d" % gpu), "floatX=%s" % floatx,
+             "mode=FAST_RUN", "base_compiledir=%s" % compiledir, "blas.ldflags=-lopenblas",
              "on_opt_error=raise", "on_shape_error=raise"]
-    if device != "cpu":
+    if gpu is not None:
         flags.append("dnn.enabled=False")
     if threads:
         flags.append("openmp=%s" % ("True" if threads > 1 else "False"))
@@ -224,7 +215,7 @@ class Adapter:
     # -- setup ---------------------------------------------------------------
     def setup(self):
         ctx = self.ctx
-        gpu = ctx.device != "cpu"
+        gpu = ctx.gpu is not None
         if gpu:
             try:
                 import pygpu  # noqa: F401  (the gpuarray back-end's library)
@@ -237,7 +228,7 @@ class Adapter:
         self.compiledir = tempfile.mkdtemp(prefix="dlbench-theano-",
                                            dir=os.environ.get("DLBENCH_COMPILE_DIR") or None)
         os.environ["THEANO_FLAGS"] = theano_flags(ctx.threads, self.compiledir, ctx.hp["dtype"],
-                                                  ctx.device)
+                                                  ctx.gpu)
         import numpy
         import theano
         self.np, self.theano = numpy, theano

@@ -56,9 +56,11 @@ class Adapter:
         arrays = self.ctx.load_data()
         files = (self._mnist_files if self.ctx.dataset == "mnist" else self._cifar_files)(arrays)
         config = {"files": files, "epochs": self.hp["epochs"]}
-        gpu = _gpu_index(self.ctx.device)
-        if gpu is not None:
-            config["gpu"] = gpu
+        if self.ctx.gpu is not None:
+            if not os.path.isdir("/opt/torch/share/lua/5.1/cunn"):
+                raise ValueError("device %r: this image's Lua Torch7 is a CPU build, without "
+                                 "cutorch and cunn" % self.ctx.device)
+            config["gpu"] = self.ctx.gpu    # checked by cutorch
         if self.hp["train_subset"]:     # absent, not null: cjson's null is true in Lua
             config["train_subset"] = self.hp["train_subset"]
             self.ctx.train_samples = min(self.hp["train_subset"], self.ctx.train_samples)
@@ -206,19 +208,6 @@ class Adapter:
                           "tensor_type": self.finish["tensor_type"], "th_blas": self.finish["blas"],
                           "sources": _pins()},
         }
-
-
-def _gpu_index(device):
-    """None for ``cpu``; the GPU's index for ``cuda``/``cuda:N`` (checked by cutorch)."""
-    if device == "cpu":
-        return None
-    kind, _, index = device.partition(":")
-    if kind != "cuda" or not (index or "0").isdigit():
-        raise ValueError("device %r: use cpu, cuda or cuda:N" % device)
-    if not os.path.isdir("/opt/torch/share/lua/5.1/cunn"):
-        raise ValueError("device %r: this image's Lua Torch7 is a CPU build, without cutorch "
-                         "and cunn" % device)
-    return int(index or 0)
 
 
 def _number(value):

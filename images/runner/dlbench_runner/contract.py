@@ -44,7 +44,7 @@ MAX_SEED = MAX_INT
 
 __all__ = ["SCHEMA_VERSION", "EVENT_TAG", "THREAD_VARIABLES", "PROFILES", "SpecError",
            "load_catalog", "resolve_hyperparameters", "check_value", "check_seed", "MAX_SEED",
-           "formats", "cpu_model"]
+           "formats", "cpu_model", "gpu_index"]
 
 
 class SpecError(Exception):
@@ -110,6 +110,17 @@ def check_value(key, value):
         raise SpecError("hyper-parameter %r must be at most %d, not %r" % (key, MAX_BATCH_SIZE, value))
     if isinstance(value, int) and value > MAX_INT:
         raise SpecError("hyper-parameter %r must be at most %d, not %r" % (key, MAX_INT, value))
+
+
+def gpu_index(device):
+    """The GPU a job's device names: None for ``cpu``, N for ``cuda:N``, 0 for ``cuda``.
+    Every adapter selects its GPU by this number, so the forms are parsed here alone."""
+    if device == "cpu":
+        return None
+    kind, colon, index = str(device).partition(":")
+    if kind != "cuda" or (colon and not (index.isascii() and index.isdigit())):
+        raise SpecError("device %r: use cpu, cuda or cuda:N" % (device,))
+    return int(index or 0)
 
 
 def check_seed(seed):

@@ -42,7 +42,7 @@ import time
 import traceback
 
 from . import data
-from .contract import EVENT_TAG, SCHEMA_VERSION, THREAD_VARIABLES, cpu_model
+from .contract import EVENT_TAG, SCHEMA_VERSION, THREAD_VARIABLES, cpu_model, gpu_index
 
 PROGRESS_INTERVAL_S = 1.0
 
@@ -93,6 +93,7 @@ class Context:
         self.hp = spec["hyperparameters"]
         self.dataset = spec["dataset"]
         self.device = spec["device"]
+        self.gpu = gpu_index(self.device)   # None on the CPU, else the GPU's index
         self.seed = spec["seed"]
         self.threads = spec["threads"]
         self.data_dir = data_dir

@@ -7,7 +7,7 @@ live in one place.
 """
 
 from .contract import (PROFILES, SpecError, check_seed, check_value,  # noqa: F401
-                       load_catalog, resolve_hyperparameters)
+                       gpu_index, load_catalog, resolve_hyperparameters)
 
 
 def complete(spec, catalog):
@@ -25,6 +25,7 @@ def complete(spec, catalog):
     spec.setdefault("device", "cpu")
     spec.setdefault("seed", 1)
     check_seed(spec["seed"])
+    gpu_index(spec["device"])
     spec["hyperparameters"] = resolve_hyperparameters(
         catalog, spec["dataset"], spec["profile"], spec["overrides"])
     spec["model"] = catalog["models"][spec["dataset"]]["model"]
