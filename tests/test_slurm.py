@@ -295,7 +295,8 @@ def test_a_node_without_the_image_loads_the_saved_copy_checked_by_id(tmp_path):
     context.mkdir()
     (context / "Dockerfile").write_text(
         f"FROM dlbench/root:bullseye\nLABEL org.dlbench.role=test\nRUN echo {tag} > /marker\n")
-    image, _ = client.images.build(path=str(context), tag=tag, labels={"org.dlbench.role": "test"})
+    image, _ = client.images.build(path=str(context), tag=tag, rm=True, forcerm=True,
+                                   labels={"org.dlbench.role": "test"})
     results = tmp_path / "results"
     try:
         archive = slurm.save_image(client, image, results, NullDisplay())
