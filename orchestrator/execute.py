@@ -1,4 +1,5 @@
-"""One ``dlbench run``, carried out: the plan, the sources it needs, then its scheduler.
+"""One ``dlbench run``, carried out: the plan, the GPUs it names, the sources it needs,
+then its scheduler.
 
 The command line turns its options into a ``Request`` (a plain value) and calls
 ``execute``; nothing else decides where a run goes.  The campaign file, if any,
@@ -18,6 +19,7 @@ from pathlib import Path
 from . import sources, store
 from .campaign import Campaign, read
 from .display import NullDisplay
+from .hostinfo import check_gpu
 from .options import RunOptions
 from .run import run_plan
 
@@ -76,10 +78,13 @@ def execute(request: Request, display=None, say=print, campaign: Campaign | None
     display = display or NullDisplay()
     campaign = campaign or plan(request)
     the_plan = campaign.plan
+    scheduler = request.scheduler or campaign.backend or "local"
+    if scheduler == "local":    # first: a GPU this host lacks is an error before any download
+        for gpu in the_plan.gpus:       # (a Slurm task uses the GPU its scheduler gave it)
+            check_gpu(gpu)
     if request.runtime == "docker":
         sources.prepare_for(the_plan.images, request.builder_options.get("sources_dir"))
     results = store.results_dir(request.results)
-    scheduler = request.scheduler or campaign.backend or "local"
     if scheduler == "local":
         return Executed(results, run_plan(
             the_plan, results, request.data_dir, request.builder_options, display,

@@ -23,7 +23,6 @@ from . import catalog, datasets, hostinfo, jobdir, runtimes, store
 from .collect import collect, unsupported
 from .display import NullDisplay
 from .errors import DlbenchError, DockerUnavailable, StoreError
-from .hostinfo import check_gpu
 from .plan import Plan
 from .runtimes import Outcome, gpu_device
 
@@ -36,12 +35,10 @@ def run_plan(plan: Plan, results: Path, data_dir=None, builder_options: dict | N
     Each job leaves exactly one row, whatever happened to it; a bad job never stops
     the campaign unless ``fail_fast``.  ``runtime`` is docker (containers) or native
     (processes of the ``python`` interpreter).  A Slurm task passes its own
-    ``backend`` (the image it was given) and ``row_fields`` (node, Slurm ids)."""
+    ``backend`` (the image it was given) and ``row_fields`` (node, Slurm ids).  The
+    GPUs the plan names were checked before (``execute``: before any download)."""
     display = display or NullDisplay()
     store.check_results(results)
-    if backend is None or not backend.gpus:    # else a scheduler gave the job its GPU
-        for gpu in plan.gpus:
-            check_gpu(gpu)
     if backend is None:
         backend = runtimes.make(runtime, builder_options, python, display)
     data = datasets.prepare(plan.datasets, data_dir, progress=display.download_progress())
