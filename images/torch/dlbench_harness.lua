@@ -10,7 +10,9 @@
 --   (MNIST) and `trsize`/`tesize` (CIFAR-10) take the job's epoch count and subsets;
 --   `criterion` and `confusion` are observed for the epoch's loss and accuracy;
 -- * at the end, the script's own `trainTime` / `testTime` (what it prints as
---   "whole training time" / "whole test time") and getParameters()'s size;
+--   "whole training time" / "whole test time"), its last epoch's test time (what
+--   it prints as "test time" after the last pass: `testTime` less its value when
+--   that pass began) and getParameters()'s size;
 -- * on a GPU (`gpu` in the config: the device's index from 0), what a Torch script
 --   written for one does: cunn loaded, the model and criterion converted to the CUDA
 --   twin of the script's default tensor type (torch.CudaTensor for float32,
@@ -113,10 +115,15 @@ end
 -- the script's globals -------------------------------------------------------------
 local phase, epoch = nil, 0
 local loss_sum, loss_count, last_valid = 0, 0, nil
+-- the script's testTime (the sum of its per-epoch test passes) when its last test pass began
+local test_time_before, test_passes = 0, 0
 
 local function wrap(name, fn)
    return function(...)
       if name == 'train' then epoch = epoch + 1 end
+      if name == 'test' then
+         test_time_before, test_passes = rawget(_G, 'testTime') or 0, test_passes + 1
+      end
       loss_sum, loss_count, last_valid = 0, 0, nil
       emit('begin', {phase = name, epoch = epoch})
       wait_for_go()
@@ -195,7 +202,9 @@ end
 local blas_list = {}
 for path in pairs(blas) do blas_list[#blas_list + 1] = path end
 table.sort(blas_list)
-emit('finish', {train_time = rawget(_G, 'trainTime'), test_time = rawget(_G, 'testTime'),
+local test_time = rawget(_G, 'testTime')
+emit('finish', {train_time = rawget(_G, 'trainTime'), test_time = test_time,
+                last_test_time = test_time and test_time - test_time_before, test_passes = test_passes,
                 param_count = rawget(_G, 'parameters') and parameters:nElement() or nil,
                 threads = torch.getnumthreads(), tensor_type = cuda_type or torch.getdefaulttensortype(),
                 gpu_name = gpu and cutorch.getDeviceProperties(config.gpu + 1).name or nil,
