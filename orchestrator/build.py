@@ -59,29 +59,6 @@ def image_tag(framework: str, variant: str = "cpu") -> str:
     return f"dlbench/{framework}:{variant}"
 
 
-def dockerfile(framework: str, variant: str) -> Path:
-    name = "Dockerfile" if variant == "cpu" else f"Dockerfile.{variant}"
-    return catalog.framework_dir(framework) / name
-
-
-def variant_info(framework: str, variant: str) -> dict:
-    """The variant's facts from models.json: version, source, cuda, cudnn; or ``unsupported``."""
-    info = catalog.models(framework)
-    if variant == "cpu":
-        return {"version": info["version"], "source": info.get("source"), "cuda": "none"}
-    return info.get("variants", {}).get(variant) or {"unsupported": f"{framework} has no {variant} image"}
-
-
-def variant_unsupported(framework: str, variant: str) -> str | None:
-    """Why the framework has no image of this variant, or None."""
-    info = variant_info(framework, variant)
-    if "unsupported" in info:
-        return f"{framework} has no {variant.upper()} image: {info['unsupported']}"
-    if not dockerfile(framework, variant).is_file():
-        return f"{framework} has no {variant.upper()} image ({dockerfile(framework, variant).name} is missing)"
-    return None
-
-
 def find_ca_bundle(explicit: str | None = None) -> Path:
     if explicit:
         path = Path(explicit).expanduser()
@@ -185,19 +162,19 @@ class Builder:
         return self._build(base_tag(self.suite), files, {"ROOT_IMAGE": root.id}, labels, rebuild)
 
     def framework(self, framework: str, rebuild: bool = False, variant: str = "cpu"):
-        reason = variant_unsupported(framework, variant)
+        reason = catalog.variant_unsupported(framework, variant)
         if reason is not None:
             raise UsageError(reason)
         base = self.base()
         images = catalog.images_dir()
         fw_dir = images / framework
-        files = {"Dockerfile": dockerfile(framework, variant)}
+        files = {"Dockerfile": catalog.dockerfile(framework, variant)}
         for path in sorted((images / "runner" / "dlbench_runner").glob("*.py")):
             files[f"runner/dlbench_runner/{path.name}"] = path
         for path in sorted(fw_dir.iterdir()):
             if path.is_file() and not path.name.startswith("Dockerfile"):
                 files[f"{framework}/{path.name}"] = path
-        info = variant_info(framework, variant)
+        info = catalog.variant_info(framework, variant)
         labels = {f"{LABEL}.role": "framework", f"{LABEL}.framework": framework,
                   f"{LABEL}.variant": variant, f"{LABEL}.framework-version": info["version"],
                   f"{LABEL}.debian-suite": self.suite, f"{LABEL}.cuda": info.get("cuda", "none"),

@@ -10,7 +10,7 @@ A campaign file is TOML::
     devices = ["cpu"]               # "cpu" or "gpu:N"
     variant = "gpu"                 # the images: cpu, gpu (default: each job's device's)
     repeats = 3
-    seed = 1
+    seed = 1                        # default: each model's own (1; Theano LeNet5: 23455)
     settings_from = ["own", "caffe"]    # GTDLBench's cross-settings: another framework's defaults
 
     [hyperparameters]               # every framework: a list is an axis, one value is fixed
@@ -131,7 +131,7 @@ class CampaignFile(BaseModel):
     devices: list[Annotated[Optional[int], PlainValidator(device)]] = Field([None], min_length=1)
     variant: Optional[str] = None           # checked with the merged axes (options.check_axes)
     repeats: StrictInt = Field(1, ge=1)
-    seed: StrictInt = 1
+    seed: Optional[StrictInt] = None        # None: each model's own (1 unless models.json says)
     settings_from: list[Annotated[Optional[str], PlainValidator(settings_source)]] = Field(
         [None], min_length=1)
     hyperparameters: Hyperparameters = Hyperparameters()

@@ -43,10 +43,40 @@ def sources(framework: str, variant: str = "cpu") -> list[str]:
     return info.get("sources", []) + info.get("variants", {}).get(variant, {}).get("sources", [])
 
 
+def dockerfile(framework: str, variant: str) -> Path:
+    name = "Dockerfile" if variant == "cpu" else f"Dockerfile.{variant}"
+    return framework_dir(framework) / name
+
+
+def variant_info(framework: str, variant: str) -> dict:
+    """The variant's facts from models.json: version, source, cuda, cudnn; or ``unsupported``."""
+    info = models(framework)
+    if variant == "cpu":
+        return {"version": info["version"], "source": info.get("source"), "cuda": "none"}
+    return info.get("variants", {}).get(variant) or {"unsupported": f"{framework} has no {variant} image"}
+
+
+def variant_unsupported(framework: str, variant: str) -> str | None:
+    """Why the framework has no image of this variant, or None."""
+    info = variant_info(framework, variant)
+    if "unsupported" in info:
+        return f"{framework} has no {variant.upper()} image: {info['unsupported']}"
+    if not dockerfile(framework, variant).is_file():
+        return f"{framework} has no {variant.upper()} image ({dockerfile(framework, variant).name} is missing)"
+    return None
+
+
 def gpu_unsupported(framework: str, dataset: str) -> str | None:
     """Why the framework's model of the data set cannot train on a GPU, or None."""
     reason = models(framework)["models"].get(dataset, {}).get("gpu_unsupported")
     return f"{framework}'s {dataset} model has no GPU version: {reason}" if reason else None
+
+
+def job_unsupported(framework: str, dataset: str, variant: str, gpu: int | None) -> str | None:
+    """Why a job cannot run whatever the runtime, decided while planning: its framework
+    has no image of that variant, or its model no GPU version; None where it can."""
+    return variant_unsupported(framework, variant) or (
+        gpu_unsupported(framework, dataset) if gpu is not None else None)
 
 
 def compiles_code(framework: str) -> bool:

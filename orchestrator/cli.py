@@ -127,7 +127,7 @@ def build_images(frameworks: Frameworks = None, base: BaseOpt = BaseSource.auto,
 
     variants = _choices(variant, Variant, "--variant") or []
     names = catalog.check_frameworks(_names(frameworks)) if frameworks else catalog.available()
-    todo = {(fw, v): build.variant_unsupported(fw, v) for v in variants for fw in names}
+    todo = {(fw, v): catalog.variant_unsupported(fw, v) for v in variants for fw in names}
     for reason in todo.values():
         if reason is not None and frameworks:
             raise UsageError(reason)      # asked for by name: say so before building anything

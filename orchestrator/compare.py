@@ -212,7 +212,7 @@ def _settings(row) -> tuple[str, str]:
     source = getattr(row, "settings_from", None)
     if isinstance(source, str) and source:
         return f"{source}'s defaults", "cross"
-    expected = defaults(row.framework, row.dataset, row.profile)
+    expected = defaults(row.framework, row.dataset, row.profile, getattr(row, "device", "cpu") or "cpu")
     if expected is None:
         return "own defaults", "own"
     try:
@@ -227,12 +227,14 @@ def _settings(row) -> tuple[str, str]:
 
 
 @functools.lru_cache(maxsize=None)
-def defaults(framework: str, dataset: str, profile: str) -> dict | None:
-    """This dlbench's defaults for a framework's model, or None when it does not know them."""
+def defaults(framework: str, dataset: str, profile: str, device: str = "cpu") -> dict | None:
+    """This dlbench's defaults for a framework's model on a device, or None when it does not
+    know them."""
     from dlbench_runner import contract
 
     try:
-        return contract.resolve_hyperparameters(catalog.models(framework), dataset, profile)
+        return contract.resolve_hyperparameters(catalog.models(framework), dataset, profile,
+                                                device=device)
     except (OSError, KeyError, ValueError, contract.SpecError):
         return None
 

@@ -99,7 +99,7 @@ def gpu_checks(client):
             "nvidia-container-toolkit and restart Docker)")
     for framework in catalog.available():
         tag = build.image_tag(framework, "gpu")
-        reason = build.variant_unsupported(framework, "gpu")
+        reason = catalog.variant_unsupported(framework, "gpu")
         image = None if reason else build.find_image(client, tag)
         if reason:
             yield f"image {tag}", NOTE, reason

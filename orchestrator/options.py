@@ -61,7 +61,7 @@ class Axes(BaseModel):
     variant: str | None = None                    # the image variant; None: each job's device's
     settings_from: list[str | None] = [None]      # None: each framework's own defaults
     repeats: int = 1
-    seed: int = 1
+    seed: int | None = None                       # None: each model's own (contract.default_seed)
     limits: Limits = Limits()
     framework_limits: dict[str, Limits] = {}
 
@@ -165,18 +165,24 @@ def check_axes(axes: Axes, host_cpus: int) -> None:
                         "both)", ("variant",))
     if axes.repeats < 1:
         raise PlanError("--repeats must be at least 1", ("repeats",))
-    last = axes.seed + axes.repeats - 1
-    for seed in (axes.seed, last):
-        try:
-            contract.check_seed(seed)
-        except contract.SpecError:
-            raise PlanError(f"--seed {axes.seed}" + (f" with {axes.repeats} repeats (the last seed is {last})"
-                                                    if seed != axes.seed else "")
-                            + f": a seed is a whole number from 0 to {contract.MAX_SEED}",
-                            ("seed",)) from None
+    if axes.seed is not None:
+        check_seeds(axes.seed, axes.repeats)
     for key, values in axes.hyperparameters.items():
         if not values:
             raise PlanError(f"hyper-parameter {key!r} has no values", ("hyperparameters", key))
+
+
+def check_seeds(first: int, repeats: int) -> None:
+    """The seeds of a job's repeats, first to last, are seeds every framework takes."""
+    last = first + repeats - 1
+    for seed in (first, last):
+        try:
+            contract.check_seed(seed)
+        except contract.SpecError:
+            raise PlanError(f"--seed {first}" + (f" with {repeats} repeats (the last seed is {last})"
+                                                if seed != first else "")
+                            + f": a seed is a whole number from 0 to {contract.MAX_SEED}",
+                            ("seed",)) from None
 
 
 def limits_for(axes: Axes, framework: str) -> dict:

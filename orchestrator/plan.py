@@ -23,7 +23,7 @@ from dlbench_runner import contract
 
 from . import catalog
 from .errors import UsageError
-from .options import Axes, PlanError, check_axes, limits_for, parse_memory
+from .options import Axes, PlanError, check_axes, check_seeds, limits_for, parse_memory
 from .options import parse_overrides  # noqa: F401  (re-exported: make_plan's callers read --set with it)
 
 MAX_JOBS = 100_000                  # a plan's size; DLBENCH_MAX_JOBS overrides it
@@ -62,13 +62,14 @@ class Job(BaseModel):
     seed: int = 1
     repeat: int = 0
     campaign: str | None = None    # the campaign's name, stored in the row
+    unsupported: str | None = None     # why it cannot run (decided while planning): stored as such
     memory: str | None = None      # memory limit, as given (e.g. "4g"); None: none
     timeout: float | None = None   # seconds; None: none
     settings_from: str | None = None   # trained with this framework's defaults (cross-settings)
 
     # Not part of the identity: how a job was asked for, and the limits it ran under.
     NOT_IDENTITY: ClassVar[frozenset] = frozenset({"overrides", "campaign", "memory", "timeout",
-                                                   "first_cpu"})
+                                                   "first_cpu", "unsupported"})
 
     @property
     def device(self) -> str:
@@ -132,8 +133,9 @@ class Plan(BaseModel):
 
     @property
     def images(self) -> list[tuple[str, str]]:
-        """The (framework, variant) images the plan's jobs run in."""
-        return list(dict.fromkeys((j.framework, j.variant) for j in self.jobs))
+        """The (framework, variant) images the plan's jobs run in (an unsupported job runs
+        in none)."""
+        return list(dict.fromkeys((j.framework, j.variant) for j in self.jobs if j.unsupported is None))
 
     @property
     def datasets(self) -> list[str]:
@@ -147,7 +149,7 @@ class Plan(BaseModel):
 
 def make_plan(frameworks: list[str] | None = None, datasets: list[str] | None = None,
               profile: str = "paper", cpus: int | None = None, gpu: int | None = None,
-              overrides: dict | None = None, repeats: int = 1, seed: int = 1,
+              overrides: dict | None = None, repeats: int = 1, seed: int | None = None,
               host_cpus: int | None = None) -> Plan:
     """One job per framework and data set (and repeat): the plain options of ``dlbench run``."""
     axes = Axes(frameworks=frameworks, datasets=datasets, profiles=[profile],
@@ -174,25 +176,34 @@ def expand(axes: Axes, host_cpus: int | None = None) -> Plan:
             if dataset not in models["models"]:
                 skipped.append(f"{framework} has no {dataset} model")
                 continue
+            seed = axes.seed if axes.seed is not None else contract.default_seed(models, dataset)
+            check_seeds(seed, axes.repeats)
             for profile, source, values in itertools.product(
                     axes.profiles, _sources(axes, framework), itertools.product(*grid.values())):
                 overrides = dict(zip(grid, values))
                 if source is not None:     # the other framework's settings, yours on top
                     overrides = {**cross_settings(source, framework, dataset, profile), **overrides}
-                params = _resolve(axes, models, framework, dataset, profile, overrides)
+                params = {}                # on the CPU, on a GPU (a model may differ there)
                 for threads, gpu in itertools.product(axes.threads, axes.devices):
+                    on_gpu = gpu is not None
+                    if on_gpu not in params:
+                        params[on_gpu] = _resolve(axes, models, framework, dataset, profile,
+                                                  overrides, "cuda" if on_gpu else "cpu")
+                    variant = axes.variant or ("gpu" if on_gpu else "cpu")
                     cells.append(dict(
                         framework=framework, dataset=dataset, profile=profile,
-                        model=models["models"][dataset]["model"], hyperparameters=params,
+                        model=models["models"][dataset]["model"], hyperparameters=params[on_gpu],
                         overrides=overrides, threads=threads or host_cpus, cpus=threads,
                         gpu=gpu, image_variant=axes.variant, campaign=axes.campaign,
-                        settings_from=source, **limits))
+                        settings_from=source, seed=seed,
+                        unsupported=catalog.job_unsupported(framework, dataset, variant, gpu),
+                        **limits))
     if not cells:
         raise UsageError("nothing to run: " + "; ".join(skipped) if skipped else "nothing to run")
     if axes.datasets and skipped:
         raise UsageError("; ".join(skipped))
     cells = share_cpus(cells, host_cpus)
-    jobs = [Job(**cell, seed=axes.seed + repeat, repeat=repeat)
+    jobs = [Job(**dict(cell, seed=cell["seed"] + repeat), repeat=repeat)
             for repeat in range(axes.repeats) for cell in cells]
     return Plan(jobs=jobs, skipped=skipped, campaign=axes.campaign)
 
@@ -288,12 +299,12 @@ def _check_size(axes: Axes, frameworks: list[str], datasets: list[str]) -> None:
 
 
 def _resolve(axes: Axes, models: dict, framework: str, dataset: str, profile: str,
-             overrides: dict) -> dict:
-    """The hyper-parameters of one cell; a key the model lacks, or a value of the wrong
-    type, is a PlanError naming framework/data set and the key."""
+             overrides: dict, device: str) -> dict:
+    """The hyper-parameters of one cell on its device; a key the model lacks, or a value
+    of the wrong type, is a PlanError naming framework/data set and the key."""
     for key, value in overrides.items():
         try:
-            contract.resolve_hyperparameters(models, dataset, profile, {key: value})
+            contract.resolve_hyperparameters(models, dataset, profile, {key: value}, device)
         except contract.SpecError as exc:
             own = key in axes.framework_hyperparameters.get(framework, {})
             where = ("hyperparameters",) + ((framework,) if own else ()) + (key,)
@@ -301,4 +312,4 @@ def _resolve(axes: Axes, models: dict, framework: str, dataset: str, profile: st
             if not message.startswith(f"{framework}/"):
                 message = f"{framework}/{dataset}: {message}"
             raise PlanError(message, where) from None
-    return contract.resolve_hyperparameters(models, dataset, profile, overrides)
+    return contract.resolve_hyperparameters(models, dataset, profile, overrides, device)

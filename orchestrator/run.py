@@ -1,8 +1,9 @@
 """The job loop: carry out a plan, one job after another, each job's row stored at once.
 
 Every job leaves exactly one row, whatever happens to it (``collect.py`` lists
-the statuses); a job its runtime cannot run is stored as ``unsupported`` without
-starting it.  Jobs run one after another, but for GPU jobs on several GPUs: each
+the statuses); a job that cannot run is stored as ``unsupported`` without starting
+it: one the plan marked so (no image of its variant, no GPU version of its model),
+before any image is resolved, or one its runtime refuses.  Jobs run one after another, but for GPU jobs on several GPUs: each
 GPU's jobs are a lane, and the lanes run side by side, one job on each GPU at a
 time (the plan gave each GPU's jobs CPUs of their own).  A bad job never stops the campaign unless ``fail_fast``.  Where a
 job runs is the runtime's business (``runtimes/``: Docker containers or host
@@ -19,7 +20,7 @@ import threading
 import uuid
 from pathlib import Path
 
-from . import catalog, datasets, hostinfo, jobdir, runtimes, store
+from . import build, datasets, hostinfo, jobdir, runtimes, store
 from .collect import collect, unsupported
 from .display import NullDisplay
 from .errors import DlbenchError, DockerUnavailable, StoreError
@@ -123,15 +124,14 @@ class _Loop:
         backend = self.backend
         if job.memory is None and backend.default_memory:
             job = job.model_copy(update={"memory": str(backend.default_memory)})
-        target = self.targets[job.framework, job.variant]
+        target = self.targets.get((job.framework, job.variant))   # none: planned unsupported
         dataset = self.data[job.dataset]
         run_id = uuid.uuid4().hex[:16]
         self.display.job_started(index, job)
-        provenance = dict(self.provenance_host, image=target.name, image_id=target.id,
-                          dataset_sha256=dataset.sha256,
+        provenance = dict(self.provenance_host, image=target.name if target else planned_image(job, backend),
+                          image_id=target and target.id, dataset_sha256=dataset.sha256,
                           **hostinfo.gpu_facts(gpu_device(job, backend.gpus)))
-        reason = backend.unsupported(target, job) or (
-            catalog.gpu_unsupported(job.framework, job.dataset) if job.gpu is not None else None)
+        reason = job.unsupported or backend.unsupported(target, job)
         rescue, job_dir = _prepare(self.results, run_id, index, job_dir=reason is None)
         try:
             if reason is not None:
@@ -167,15 +167,22 @@ class _Loop:
 
 
 def resolve(jobs: list, backend, data: dict) -> tuple[dict, list]:
-    """Each job's target (found or built once per framework and variant) and each job
-    with its id, which names what it runs: definition, image and data."""
+    """Each job's target (found or built once per framework and variant; none for a job
+    planned unsupported) and each job with its id, which names what it runs: definition,
+    image and data."""
     targets = {}
     for job in jobs:
         key = (job.framework, job.variant)
-        if key not in targets:
+        if key not in targets and job.unsupported is None:
             targets[key] = backend.target(*key)
-    return targets, [(job, job.job_id(targets[job.framework, job.variant].id,
-                                      data[job.dataset].sha256)) for job in jobs]
+    return targets, [(job, job.job_id(targets[job.framework, job.variant].id if job.unsupported is None
+                                      else None, data[job.dataset].sha256)) for job in jobs]
+
+
+def planned_image(job, backend) -> str | None:
+    """The image a job planned unsupported would have run in: a container image's tag;
+    None for a runtime without images."""
+    return build.image_tag(job.framework, job.variant) if backend.runtime == "docker" else None
 
 
 def not_stored(results: Path, campaign: str | None, todo: list, display) -> list:

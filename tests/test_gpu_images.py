@@ -21,7 +21,7 @@ import pandas as pd
 import pytest
 
 from conftest import dlbench
-from orchestrator import build, hostinfo
+from orchestrator import build, catalog, hostinfo
 
 pytestmark = [pytest.mark.docker, pytest.mark.gpu_image]
 
@@ -82,7 +82,7 @@ def quick_mnist(results, data_root, sources_root, *device) -> pd.Series:
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_the_gpu_image_is_labelled_with_its_cuda_and_cudnn(gpu_image, framework):
-    info = build.variant_info(framework, "gpu")
+    info = catalog.variant_info(framework, "gpu")
     labels = gpu_image(framework).labels
     assert labels["org.dlbench.variant"] == "gpu"
     assert labels["org.dlbench.framework"] == framework
@@ -153,7 +153,7 @@ def test_mxnet_is_a_cuda_build_with_cudnn_and_nccl(gpu_image):
                 if "not found" in line]}))
     """, {"LD_LIBRARY_PATH": CUDA_STUB})
     found = last_json(out)
-    assert found["version"] == build.variant_info("mxnet", "gpu")["version"]
+    assert found["version"] == catalog.variant_info("mxnet", "gpu")["version"]
     assert found["gpus"] == 0                   # no GPU here; the stand-in driver says so
     assert {"CUDA", "CUDNN", "NCCL"} <= set(found["enabled"])
     assert found["missing"] == []               # every CUDA library it links is in the image

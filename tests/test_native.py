@@ -16,7 +16,7 @@ import psutil
 import pytest
 
 from conftest import REPO, dlbench
-from orchestrator import build, catalog, store
+from orchestrator import catalog, store
 
 training = pytest.mark.training
 NATIVE_ENV = REPO / ".venv-native" / "tensorflow"
@@ -111,9 +111,9 @@ def test_bad_native_options_are_one_line_errors(tmp_path):
 
 def test_gpu_variants_are_declared_and_refused_where_there_is_no_cuda_build(monkeypatch):
     for framework in ("pytorch", "tensorflow", "caffe", "mxnet", "theano", "torch"):
-        assert build.variant_unsupported(framework, "gpu") is None
+        assert catalog.variant_unsupported(framework, "gpu") is None
     # every framework has a CUDA build today; one that declares none is refused by name
     monkeypatch.setitem(catalog.models("torch")["variants"], "gpu", {"unsupported": "no CUDA build"})
-    assert build.variant_unsupported("torch", "gpu") == "torch has no GPU image: no CUDA build"
+    assert catalog.variant_unsupported("torch", "gpu") == "torch has no GPU image: no CUDA build"
     proc = dlbench("build-images", "--variant", "tpu")
     assert proc.stderr.strip() == "dlbench: error: --variant 'tpu': choose from cpu, gpu"

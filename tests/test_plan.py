@@ -108,3 +108,44 @@ def test_settings_from_on_the_quick_profile_uses_the_sources_quick_settings():
     # 500 iterations of 64 = 0.533 passes over 60,000 images = 459 steps over 55,000.
     job = cross("caffe", "tensorflow", "mnist", "quick")
     assert job.hyperparameters["max_steps"] == 459 and job.profile == "quick"
+
+
+# -- what the originals ran, per device and seed ------------------------------------------------
+def test_theano_plans_float64_on_the_cpu_and_float32_on_a_gpu_unless_told():
+    """GTDLBench's Theano ran floatX=float64 on the CPU (Theano's default there) and, by its
+    GPU times, float32 on the GPU (Theano's GPU setting); --set dtype= still chooses."""
+    cpu, gpu = plan.make_plan(["theano"], ["mnist"], host_cpus=2).jobs + \
+        plan.make_plan(["theano"], ["mnist"], gpu=0, host_cpus=2).jobs
+    assert (cpu.hyperparameters["dtype"], gpu.hyperparameters["dtype"]) == ("float64", "float32")
+    told, = plan.make_plan(["theano"], ["cifar10"], gpu=0, overrides={"dtype": "float64"}, host_cpus=2).jobs
+    assert told.hyperparameters["dtype"] == "float64" and told.overrides == {"dtype": "float64"}
+
+
+def test_a_model_keeps_its_originals_seed_unless_one_is_given():
+    """The Theano tutorial's LeNet5 draws its weights from RandomState(23455): its default
+    seed, and its repeats' seeds follow it; every other model starts at 1."""
+    jobs = plan.make_plan(["caffe", "theano"], ["mnist"], "quick", repeats=2, host_cpus=2).jobs
+    assert [(j.framework, j.seed) for j in jobs] == [("caffe", 1), ("theano", 23455),
+                                                     ("caffe", 2), ("theano", 23456)]
+    given = plan.make_plan(["theano"], ["mnist"], "quick", seed=5, host_cpus=2).jobs
+    assert [j.seed for j in given] == [5]
+
+
+def test_the_pytorch_port_of_cifar10_trains_without_decay_as_the_lua_run_did():
+    """Under th, train-on-cifar-10.lua's config table never reached optim.sgd (Penlight's
+    module took its name), so the Lua run had no learning-rate decay; MNIST's sgdState had it."""
+    cifar, = plan.make_plan(["pytorch"], ["cifar10"], host_cpus=2).jobs
+    mnist, = plan.make_plan(["pytorch"], ["mnist"], host_cpus=2).jobs
+    assert cifar.hyperparameters["learning_rate_decay"] == 0.0
+    assert mnist.hyperparameters["learning_rate_decay"] == 5e-7
+
+
+def test_a_job_that_cannot_run_is_planned_unsupported_and_needs_no_image(monkeypatch):
+    from orchestrator import catalog
+    monkeypatch.setitem(catalog.models("caffe")["variants"], "gpu", {"unsupported": "no CUDA build"})
+    the_plan = plan.make_plan(["caffe", "pytorch"], ["mnist"], gpu=0, host_cpus=2)
+    caffe, pytorch = the_plan.jobs
+    assert caffe.unsupported == "caffe has no GPU image: no CUDA build" and pytorch.unsupported is None
+    assert the_plan.images == [("pytorch", "gpu")]
+    # not part of what defines the job: its id is the same either way
+    assert caffe.job_id("i", "d") == caffe.model_copy(update={"unsupported": None}).job_id("i", "d")

@@ -43,7 +43,7 @@ CHOICES = {"dtype": ("float64", "float32")}
 MAX_SEED = MAX_INT
 
 __all__ = ["SCHEMA_VERSION", "EVENT_TAG", "THREAD_VARIABLES", "PROFILES", "SpecError",
-           "load_catalog", "resolve_hyperparameters", "check_value", "check_seed", "MAX_SEED",
+           "load_catalog", "resolve_hyperparameters", "check_value", "check_seed", "default_seed", "MAX_SEED",
            "formats", "cpu_model", "gpu_index"]
 
 
@@ -57,8 +57,10 @@ def load_catalog(framework_dir):
         return json.load(f)
 
 
-def resolve_hyperparameters(catalog, dataset, profile, overrides=None):
-    """The paper defaults, then the profile's changes, then the user's overrides."""
+def resolve_hyperparameters(catalog, dataset, profile, overrides=None, device="cpu"):
+    """The paper defaults (with the model's ``gpu_hyperparameters`` on top for a job on a
+    GPU: what the original ran there, e.g. Theano's float32), then the profile's changes,
+    then the user's overrides."""
     models = catalog["models"]
     if dataset not in models:
         raise SpecError("%s has no model for data set %r (it has: %s)"
@@ -67,6 +69,8 @@ def resolve_hyperparameters(catalog, dataset, profile, overrides=None):
     if profile not in PROFILES:
         raise SpecError("unknown profile %r (choose from %s)" % (profile, ", ".join(PROFILES)))
     params = dict(entry["hyperparameters"])
+    if gpu_index(device) is not None:
+        params.update(entry.get("gpu_hyperparameters", {}))
     params.update(entry.get("profiles", {}).get(profile, {}))
     for key, value in (overrides or {}).items():
         if key not in params:
@@ -121,6 +125,12 @@ def gpu_index(device):
     if kind != "cuda" or (colon and not (index.isascii() and index.isdigit())):
         raise SpecError("device %r: use cpu, cuda or cuda:N" % (device,))
     return int(index or 0)
+
+
+def default_seed(catalog, dataset):
+    """The seed a model's first run takes when none is given: the original's where
+    models.json names it (``seed``), else 1."""
+    return catalog["models"].get(dataset, {}).get("seed", 1)
 
 
 def check_seed(seed):

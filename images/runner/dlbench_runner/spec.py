@@ -7,7 +7,7 @@ live in one place.
 """
 
 from .contract import (PROFILES, SpecError, check_seed, check_value,  # noqa: F401
-                       gpu_index, load_catalog, resolve_hyperparameters)
+                       default_seed, gpu_index, load_catalog, resolve_hyperparameters)
 
 
 def complete(spec, catalog):
@@ -23,10 +23,9 @@ def complete(spec, catalog):
     spec.setdefault("overrides", {})
     spec.setdefault("threads", None)
     spec.setdefault("device", "cpu")
-    spec.setdefault("seed", 1)
+    spec.setdefault("seed", default_seed(catalog, spec["dataset"]))
     check_seed(spec["seed"])
-    gpu_index(spec["device"])
     spec["hyperparameters"] = resolve_hyperparameters(
-        catalog, spec["dataset"], spec["profile"], spec["overrides"])
+        catalog, spec["dataset"], spec["profile"], spec["overrides"], spec["device"])
     spec["model"] = catalog["models"][spec["dataset"]]["model"]
     return spec
