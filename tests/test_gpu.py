@@ -23,7 +23,7 @@ import pandas as pd
 import pytest
 
 from conftest import dlbench
-from orchestrator import build, hostinfo, interrupts, plan, run, runtimes, store
+from orchestrator import build, catalog, compare, hostinfo, interrupts, plan, run, runtimes, store
 from orchestrator.display import NullDisplay
 from orchestrator.options import Axes, RunOptions, merge
 from orchestrator.runtimes import docker as docker_runtime
@@ -117,15 +117,37 @@ class GivenAGpu:
         pass
 
 
-def test_a_model_without_a_gpu_version_is_stored_unsupported_without_starting(tmp_path, data_root):
-    """Torch7's CIFAR-10 script is built of nn.SpatialConvolutionMap, which cunn lacks: its
-    GPU job is an unsupported row, decided before anything starts."""
+class NoImages(GivenAGpu):
+    """... and that must not be asked for any image."""
+
+    def target(self, framework, variant):
+        raise AssertionError(f"resolved the image of {framework}:{variant}")
+
+
+def test_a_model_without_a_gpu_version_is_stored_unsupported_without_any_image(
+        tmp_path, data_root, monkeypatch):
+    """A model that declares no GPU version (``gpu_unsupported`` in models.json) has its GPU
+    jobs planned unsupported: each is a row, stored without resolving or building an image."""
+    monkeypatch.setitem(catalog.models("torch")["models"]["cifar10"], "gpu_unsupported",
+                        "a layer the GPU library lacks")
     axes = axes_of(dict(frameworks="torch", datasets="cifar10", profile="quick", gpu="0"))
-    records = run.run_plan(plan.expand(axes, 2), tmp_path / "r", data_root, backend=GivenAGpu())
+    the_plan = plan.expand(axes, 2)
+    assert the_plan.images == []
+    records = run.run_plan(the_plan, tmp_path / "r", data_root, backend=NoImages())
     assert [(r.status, r.device) for r in records] == [("unsupported", "cuda")]
-    assert records[0].error.startswith("torch's cifar10 model has no GPU version: ")
-    assert "SpatialConvolutionMap" in records[0].error
+    assert records[0].error == "torch's cifar10 model has no GPU version: a layer the GPU library lacks"
+    assert (records[0].image, records[0].image_id) == ("dlbench/torch:gpu", None)
     assert store.load(tmp_path / "r")["status"].tolist() == ["unsupported"]
+
+
+def test_torch7s_cifar10_script_runs_on_a_gpu_as_a_reconstruction():
+    """cunn has no SpatialConvolutionMap: the harness computes the script's Maps as masked
+    full convolutions on a GPU (tested in test_torch7.py), so its GPU job is planned to run
+    and the paper's cell says its program is a reconstruction."""
+    job, = plan.expand(axes_of(dict(frameworks="torch", datasets="cifar10", gpu="0")), 2).jobs
+    assert job.unsupported is None and job.variant == "gpu"
+    note = compare.reference().cell("torch", "cifar10", "cuda")["note"]
+    assert "reconstruction" in note and "masked" in note
 
 
 # -- side by side, for real -----------------------------------------------------------------

@@ -93,3 +93,82 @@ def test_two_epochs_test_after_each_and_the_paper_test_time_is_the_last_pass(
     periodic = result["periodic"]
     assert periodic["test_passes"] == 2
     assert periodic["test_time_sum_s"] > 1.5 * row.paper_test_time_s
+
+
+# -- the CIFAR-10 script on a GPU: SpatialConvolutionMap as a masked full convolution ----------
+MASKED_MAP_CHECK = r"""
+require 'nn'
+local cjson = require 'cjson'
+package.path = '/opt/dlbench/framework/?.lua;' .. package.path
+local maps = require 'dlbench_maps'
+local found = {}
+-- the script's two Maps, at the shapes they see (one CIFAR-10 image, then stage 2's input)
+for _, case in ipairs({{3, 16, 1, 32}, {16, 256, 4, 14}}) do
+   local nin, nout, nto, size = unpack(case)
+   torch.manualSeed(11)
+   local map = nn.SpatialConvolutionMap(nn.tables.random(nin, nout, nto), 5, 5)
+   local after_map = torch.uniform()          -- the random stream after the script's Map
+   torch.manualSeed(11)
+   local conv = maps.masked(nn.SpatialConvolutionMap(nn.tables.random(nin, nout, nto), 5, 5))
+   local after_masked = torch.uniform()
+   local input = torch.randn(nin, size, size)
+   local out_map, out_conv = map:forward(input), conv:forward(input)
+   local gradOutput = torch.randn(out_map:size())
+   map:zeroGradParameters(); conv:zeroGradParameters()
+   local gin_map = map:backward(input, gradOutput):clone()
+   local gin_conv = conv:backward(input, gradOutput):clone()
+   -- the Map's kernel k is the full convolution's kernel [output][input] of table row k
+   local kernel_diff, inside = 0, 0
+   for k = 1, map.connTable:size(1) do
+      local i, o = map.connTable[k][1], map.connTable[k][2]
+      kernel_diff = math.max(kernel_diff, (map.gradWeight[k] - conv.gradWeight[o][i]):abs():max())
+      inside = inside + conv.gradWeight[o][i]:abs():sum()
+   end
+   local outside = conv.gradWeight:clone():cmul(1 - conv.mask):abs():sum()
+   -- without the mask the full convolution's gradient reaches kernels outside the table
+   local plain = nn.SpatialConvolution(nin, nout, 5, 5)
+   plain.weight:copy(conv.weight); plain.bias:copy(conv.bias); plain:zeroGradParameters()
+   plain:forward(input); plain:backward(input, gradOutput)
+   local plain_outside = plain.gradWeight:clone():cmul(1 - conv.mask):abs():sum()
+   conv:updateParameters(0.5)                 -- an SGD step keeps the zeros at zero
+   found[#found + 1] = {
+      output = (out_map - out_conv):abs():max(), output_scale = out_map:abs():max(),
+      grad_input = (gin_map - gin_conv):abs():max(), grad_weight = kernel_diff,
+      grad_bias = (map.gradBias - conv.gradBias):abs():max(), inside = inside,
+      outside = outside, plain_outside = plain_outside,
+      weight_outside = conv.weight:clone():cmul(1 - conv.mask):abs():max(),
+      same_stream = after_map == after_masked,
+      trainable = maps.trainable(conv), map_parameters = map.weight:nElement() + map.bias:nElement(),
+      type = torch.type(conv)}
+end
+-- what the harness does on a GPU: the script's constructor gives the masked twin
+local made = {}
+maps.replace(made)
+local model = nn.Sequential():add(nn.SpatialConvolutionMap(nn.tables.random(3, 16, 1), 5, 5))
+found[#found + 1] = {made = #made, first = torch.type(model:get(1))}
+print(cjson.encode(found))
+"""
+
+
+def test_a_masked_full_convolution_computes_the_scripts_spatial_convolution_map(built, tmp_path):
+    """The reconstruction of the CIFAR-10 script for the GPU (cunn has no SpatialConvolutionMap)
+    checked on the CPU, in float64 as the script trains: for the same weights and input, the
+    masked full convolution gives the Map's output, input gradient, kernel and bias gradients;
+    its gradient outside the table is zero (a plain full convolution's is not), so an update
+    keeps those kernels at zero; it has the Map's trainable parameters and leaves the script's
+    random stream as the Map left it."""
+    (tmp_path / "check.lua").write_text(MASKED_MAP_CHECK)
+    out = docker.from_env().containers.run(
+        "dlbench/torch:cpu", entrypoint=["th", "/check/check.lua"], remove=True, network_mode="none",
+        volumes={str(tmp_path): {"bind": "/check", "mode": "ro"}}).decode()
+    *cases, replaced = json.loads(out.strip().splitlines()[-1])
+    for case in cases:
+        assert case["type"] == "nn.DlbenchMaskedConvolution"
+        assert case["output"] <= 1e-12 * case["output_scale"], case
+        assert case["grad_input"] < 1e-10 and case["grad_weight"] < 1e-10 and case["grad_bias"] < 1e-12
+        assert case["inside"] > 0 and case["outside"] == 0 and case["plain_outside"] > 0
+        assert case["weight_outside"] == 0
+        assert case["trainable"] == case["map_parameters"]
+        assert case["same_stream"] is True
+    assert [c["trainable"] for c in cases] == [16 * 25 + 16, 1024 * 25 + 256]   # CIFAR_PARAMS' convolutions
+    assert replaced == {"made": 1, "first": "nn.DlbenchMaskedConvolution"}

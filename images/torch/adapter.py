@@ -24,6 +24,10 @@ epoch's pass, stays in result.json under ``periodic``.
 On a GPU (``cuda``/``cuda:N``, in the GPU image, whose Lua Torch7 has cutorch and
 cunn) the harness moves the script's model, criterion and batches there; see its
 header.  The GPU work is in ``th``, so the harness synchronises it before each event.
+The CIFAR-10 script's ``nn.SpatialConvolutionMap`` layers, which cunn lacks, run
+there as masked full convolutions (``dlbench_maps.lua``): a reconstruction of the
+program behind GTDLBench's Torch CIFAR-10 GPU cell, which its repository lacks
+(``script.masked_maps`` in result.json counts them).
 """
 
 import json
@@ -208,7 +212,8 @@ class Adapter:
             "periodic": {"test_passes": self.finish["test_passes"],
                          "test_time_sum_s": self.finish["test_time"]},
             "script": {"path": SCRIPTS[self.ctx.dataset], "options": self._script_options(),
-                       "sgd_config_is_penlight": self.finish.get("sgd_config_is_penlight")},
+                       "sgd_config_is_penlight": self.finish.get("sgd_config_is_penlight"),
+                       "masked_maps": self.finish.get("masked_maps")},
             "threads": {"requested": self.ctx.threads,
                         "framework": {"torch.getnumthreads": self.finish["threads"]}},
             "libraries": {"numpy": numpy.__version__, "luajit": self.finish["jit"],

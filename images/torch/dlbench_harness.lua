@@ -19,7 +19,10 @@
 --   torch.CudaDoubleTensor for float64) when the script first flattens the model's
 --   parameters, modules added after that converted as they are added, and each batch
 --   the script passes to the model copied to the GPU; the GPU is synchronised before
---   every event, so the runner's clock reads finished work.
+--   every event, so the runner's clock reads finished work;
+-- * on a GPU too, each nn.SpatialConvolutionMap the script builds (CIFAR-10's; cunn has
+--   none) is replaced by its masked full-convolution twin (dlbench_maps.lua): the same
+--   function and trainable parameters, built from the Map the script made.
 --
 -- Events are lines `:::DLBENCH-TH {json}` at the start of a fresh line.
 require 'torch'
@@ -42,6 +45,13 @@ end
 
 local function synchronize()
    if gpu then cutorch.synchronize() end
+end
+
+local masked = {}       -- the masked twins of the script's SpatialConvolutionMaps, on a GPU
+if gpu then
+   local here = paths.dirname(debug.getinfo(1, 'S').source:sub(2))
+   package.path = here .. '/?.lua;' .. package.path
+   require('dlbench_maps').replace(masked)
 end
 
 local function model_on_gpu(model)
@@ -203,9 +213,15 @@ local blas_list = {}
 for path in pairs(blas) do blas_list[#blas_list + 1] = path end
 table.sort(blas_list)
 local test_time = rawget(_G, 'testTime')
+-- trainable parameters: a masked twin's zeros outside its table are not parameters
+local param_count = rawget(_G, 'parameters') and parameters:nElement() or nil
+for _, conv in ipairs(masked) do
+   param_count = param_count - conv.weight:nElement() - conv.bias:nElement()
+                 + require('dlbench_maps').trainable(conv)
+end
 emit('finish', {train_time = rawget(_G, 'trainTime'), test_time = test_time,
                 last_test_time = test_time and test_time - test_time_before, test_passes = test_passes,
-                param_count = rawget(_G, 'parameters') and parameters:nElement() or nil,
+                param_count = param_count, masked_maps = #masked,
                 threads = torch.getnumthreads(), tensor_type = cuda_type or torch.getdefaulttensortype(),
                 gpu_name = gpu and cutorch.getDeviceProperties(config.gpu + 1).name or nil,
                 -- under th, Penlight's `config` module is a lazy global: train-on-cifar-10.lua's
