@@ -13,7 +13,7 @@ import typer
 from typer.exceptions import TyperException
 from rich.console import Console
 
-from . import __version__, build, catalog, datasets, execute, sources, store
+from . import __version__, build, catalog, datasets, execute, store
 from . import options as options_
 from .options import RunOptions, names as _names
 from .interrupts import interrupted, received
@@ -131,11 +131,11 @@ def build_images(frameworks: Frameworks = None, base: BaseOpt = BaseSource.auto,
     for reason in todo.values():
         if reason is not None and frameworks:
             raise UsageError(reason)      # asked for by name: say so before building anything
-    sources.prepare_for([image for image, reason in todo.items() if reason is None], sources_dir)
     display = RichDisplay(err, verbose=verbose)
     builder = build.Builder(docker_client(), say=display.say,
                             log_dir=Path(datasets.cache_root()).parent / "build-logs",
                             **_builder_options(base, mirror, ca_bundle, build_network, sources_dir))
+    builder.prepare_sources(list(todo), rebuild)    # those to build, before any build starts
     builder.base(rebuild=rebuild)
     for (name, v), reason in todo.items():
         if reason is not None:

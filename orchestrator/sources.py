@@ -245,11 +245,13 @@ def prepare(repos: list[str], mirror: Path | None) -> dict[Source, Path]:
 
 
 def prepare_for(images, sources_dir: str | os.PathLike | None) -> None:
-    """The pinned source archives of the images, (framework, variant) pairs, verified
-    (fetched if need be) before Docker is asked anything."""
+    """The pinned source archives of the images to build, (framework, variant) pairs,
+    verified (fetched if need be) before any build; a mirror named is checked even
+    when none of them has sources."""
+    mirror = mirror_dir(sources_dir)
     pinned = sorted({repo for fw, variant in images for repo in catalog.sources(fw, variant)})
     if pinned:
-        prepare(pinned, mirror_dir(sources_dir))
+        prepare(pinned, mirror)
 
 
 def status(mirror: Path | None):

@@ -1,6 +1,9 @@
-"""The source registry: pinned archives verified by their trees, from a local mirror.
+"""The source registry: pinned archives verified by their trees, from a local mirror, and
+needed only to build.
 
-Nothing here needs Docker or the network: every error is found before either is asked.
+Nothing here uses the network.  The command-line errors ask Docker which images must be
+built (a present image needs no archive), so they need a daemon, but they build nothing:
+the archives are checked before any build starts.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, dlbench
-from orchestrator import catalog, sources
+from orchestrator import build, catalog, sources
 
 TORCH7 = sources.lookup("torch/torch7")
 
@@ -43,6 +46,17 @@ def stored(tmp_path):
     return results
 
 
+def must_build(command: str, tmp_path: Path, *run_args) -> list:
+    """``command`` for the torch image, such that the image must be built whatever this host
+    has: build-images --rebuild; a run with another CA bundle (so its base image, and every
+    image on it, is out of date)."""
+    if command == "build-images":
+        return ["build-images", "--frameworks", "torch", "--rebuild"]
+    bundle = tmp_path / "another-ca.crt"
+    bundle.write_bytes(build.find_ca_bundle().read_bytes() + b"\n# another bundle\n")
+    return ["run", "--frameworks", "torch", "--datasets", "mnist", "--ca-bundle", bundle, *run_args]
+
+
 def one_error_line(proc, *fragments):
     assert proc.returncode != 0
     lines = proc.stderr.strip().splitlines()
@@ -65,12 +79,14 @@ def test_the_torch_image_pins_registered_sources_and_the_build_order():
     assert order == [sources.lookup(repo).name for repo in pinned[1:-1]]   # luajit-rocks first, GTDLBench last
 
 
+@pytest.mark.docker
 def test_the_gpu_image_also_needs_cutorch_and_cunn(mirror):
     cpu, gpu = catalog.sources("torch"), catalog.sources("torch", "gpu")
     assert gpu == cpu + ["torch/cutorch", "torch/cunn"] and "torch/cunn" not in cpu
     cunn = sources.lookup("torch/cunn")
     (mirror / cunn.group / cunn.filename).unlink()
-    proc = dlbench("build-images", "--frameworks", "torch", "--variant", "gpu", "--sources", mirror)
+    proc = dlbench("build-images", "--frameworks", "torch", "--variant", "gpu", "--rebuild",
+                   "--sources", mirror)
     one_error_line(proc, f"{mirror / cunn.group / cunn.filename}: missing from the sources mirror")
 
 
@@ -94,19 +110,22 @@ def test_the_same_tree_in_other_bytes_verifies_and_a_changed_file_does_not(sourc
         sources.verify(TORCH7, altered)
 
 
+@pytest.mark.docker
 @pytest.mark.parametrize("command", ["build-images", "run"])
-def test_a_damaged_archive_is_one_line_naming_it(command, mirror, stored, data_root):
+def test_a_damaged_archive_is_one_line_naming_it(command, mirror, stored, data_root, tmp_path):
     archive = mirror / TORCH7.group / TORCH7.filename
     raw = gzip.decompress(archive.read_bytes())
     archive.write_bytes(gzip.compress(raw[: len(raw) // 2]))        # a truncated download
     before = snapshot(stored)
-    extra = ["--results", stored, "--data-dir", data_root, "--datasets", "mnist"] if command == "run" else []
-    proc = dlbench(command, "--frameworks", "torch", "--sources", mirror, *extra)
+    proc = dlbench(*must_build(command, tmp_path, "--results", stored, "--data-dir", data_root),
+                   "--sources", mirror)
     one_error_line(proc, str(archive), "damaged archive")
     assert snapshot(stored) == before
 
 
+@pytest.mark.docker
 def test_a_missing_mirror_directory_is_one_line(tmp_path, stored, data_root):
+    """A mirror named is checked even where no image must be built."""
     before = snapshot(stored)
     proc = dlbench("run", "--frameworks", "torch", "--datasets", "mnist", "--results", stored,
                    "--data-dir", data_root, env={"DLBENCH_SOURCES_DIR": str(tmp_path / "nowhere")})
@@ -116,22 +135,25 @@ def test_a_missing_mirror_directory_is_one_line(tmp_path, stored, data_root):
     assert snapshot(stored) == before
 
 
-def test_an_archive_of_an_unknown_commit_is_one_line_naming_it(mirror, stored, data_root):
+@pytest.mark.docker
+def test_an_archive_of_an_unknown_commit_is_one_line_naming_it(mirror, stored, data_root, tmp_path):
     folder = mirror / TORCH7.group
     stranger = folder / f"torch7-{'0' * 40}.tar.gz"
     (folder / TORCH7.filename).rename(stranger)
     before = snapshot(stored)
-    proc = dlbench("run", "--frameworks", "torch", "--datasets", "mnist", "--results", stored,
-                   "--data-dir", data_root, "--sources", mirror)
+    proc = dlbench(*must_build("run", tmp_path, "--results", stored, "--data-dir", data_root),
+                   "--sources", mirror)
     one_error_line(proc, f"{folder / TORCH7.filename}: missing", f"{stranger} is an unknown commit",
                    TORCH7.commit)
     assert snapshot(stored) == before
 
 
-def test_a_missing_archive_and_doctor(mirror):
+@pytest.mark.docker
+def test_a_missing_archive_and_doctor(mirror, tmp_path):
     (mirror / TORCH7.group / TORCH7.filename).unlink()
-    proc = dlbench("build-images", "--frameworks", "torch", "--sources", mirror)
+    proc = dlbench(*must_build("build-images", tmp_path), "--sources", mirror)
     one_error_line(proc, f"{mirror / TORCH7.group / TORCH7.filename}: missing from the sources mirror")
     report = dlbench("doctor", "--sources", mirror).stdout
     assert f"source torch/torch7@{TORCH7.commit[:12]}: not in {mirror / 'torch7'}" in report
     assert "ok   source torch/nn@" in report and f"mirror {mirror}" in report
+
