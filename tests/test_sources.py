@@ -1,26 +1,31 @@
-"""The source registry: pinned archives verified by their trees, from a local mirror, and
-needed only to build.
+"""The source registry: pinned archives verified by their trees, from a local mirror or
+GitHub, and needed only to build.
 
-Nothing here uses the network.  The command-line errors ask Docker which images must be
-built (a present image needs no archive), so they need a daemon, but they build nothing:
-the archives are checked before any build starts.
+Nothing here uses the network: GitHub is played by a local HTTP server.  The command-line
+errors ask Docker which images must be built (a present image needs no archive), so they
+need a daemon, but they build nothing: the archives are checked before any build starts.
 """
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import hashlib
+import http.server
 import io
 import shutil
+import socket
 import tarfile
+import threading
 from pathlib import Path
 
 import pytest
 
-from conftest import REPO, dlbench
+from conftest import NO_ROUTE, REPO, dlbench
 from orchestrator import build, catalog, sources
 
 TORCH7 = sources.lookup("torch/torch7")
+MOSES = sources.lookup("Yonaba/Moses")      # the first archive fetched, in sorted order
 
 
 def snapshot(results: Path) -> dict:
@@ -157,3 +162,87 @@ def test_a_missing_archive_and_doctor(mirror, tmp_path):
     assert f"source torch/torch7@{TORCH7.commit[:12]}: not in {mirror / 'torch7'}" in report
     assert "ok   source torch/nn@" in report and f"mirror {mirror}" in report
 
+
+# -- fetching from GitHub ----------------------------------------------------------------
+@contextlib.contextmanager
+def github(answer):
+    """A local stand-in for GitHub's archive downloads: ``answer(path)`` gives (status, body)."""
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            status, body = answer(self.path)
+            self.send_response(status)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def closed_port() -> str:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{sock.getsockname()[1]}"
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    """An empty user cache."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    return tmp_path / "cache" / "dlbench" / "sources"
+
+
+def test_an_archive_is_fetched_into_the_cache_and_verified(sources_root, cache, monkeypatch):
+    archive = (sources_root / MOSES.group / MOSES.filename).read_bytes()
+    wanted = f"/{MOSES.repo}/archive/{MOSES.commit}.tar.gz"
+    with github(lambda path: (200, archive) if path == wanted else (404, b"")) as url:
+        monkeypatch.setattr(sources, "GITHUB", url)
+        found = sources.prepare([MOSES.repo], None)
+    assert found == {MOSES: cache / MOSES.group / MOSES.filename}
+    assert sorted(p.name for p in (cache / MOSES.group).iterdir()) == [MOSES.filename]
+
+
+@pytest.mark.parametrize("case", ["no network", "404", "checksum"])
+def test_a_failed_fetch_is_one_line_naming_the_archive_and_the_way_around(
+        case, sources_root, cache, monkeypatch):
+    other = (sources_root / TORCH7.group / TORCH7.filename).read_bytes()    # another tree
+    answers = {"404": lambda path: (404, b"Not Found"), "checksum": lambda path: (200, other)}
+    with contextlib.ExitStack() as stack:
+        url = closed_port() if case == "no network" else stack.enter_context(github(answers[case]))
+        monkeypatch.setattr(sources, "GITHUB", url)
+        with pytest.raises(sources.SourceError) as caught:
+            sources.prepare([MOSES.repo], None)
+    message = str(caught.value)
+    assert "\n" not in message and url not in message
+    assert message.startswith(f"cannot fetch the source archive torch7/{MOSES.filename} "
+                              f"(Yonaba/Moses@{MOSES.commit[:12]}): ")
+    assert {"no network": "no network (127.0.0.1:", "404": "GitHub answered HTTP 404 Not Found",
+            "checksum": "the download fails its tree checksum (damaged or altered)"}[case] in message
+    assert message.endswith("; give a local mirror of the pinned archives with --sources DIR "
+                            "or DLBENCH_SOURCES_DIR")
+    assert caught.value.detail.startswith(f"GET {url}/{MOSES.repo}/archive/{MOSES.commit}.tar.gz: ")
+    assert list(cache.rglob("*.tar.gz*")) == []        # nothing half-fetched is left
+
+
+@pytest.mark.docker
+def test_a_build_without_a_mirror_or_a_network_says_so_in_one_line(tmp_path):
+    """As on a machine without GitHub: the fix, in one line; the URL and the exception
+    with --verbose."""
+    env = {**NO_ROUTE, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    proc = dlbench(*must_build("build-images", tmp_path), env=env)
+    one_error_line(proc, f"cannot fetch the source archive torch7/{MOSES.filename} (Yonaba/Moses@"
+                         f"{MOSES.commit[:12]}): no network (the proxy: connection refused); give a "
+                         "local mirror of the pinned archives with --sources DIR or DLBENCH_SOURCES_DIR")
+    verbose = dlbench(*must_build("build-images", tmp_path), "--verbose", env=env)
+    error, detail = verbose.stderr.strip().splitlines()
+    assert error == proc.stderr.strip()
+    assert detail.startswith(f"dlbench: detail: GET {MOSES.url}: ProxyError: ")

@@ -3,7 +3,7 @@ trained on the real data sets (quick profile), counted by Torch7 itself.
 
 The image needs its source archives to be built, not to run (a run without them is
 tested here); the source registry's errors (damaged archive, missing mirror, unknown
-commit) are tested in test_sources.py.
+commit, a failed download) are tested in test_sources.py.
 """
 
 from __future__ import annotations
