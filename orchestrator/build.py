@@ -11,9 +11,12 @@
 
 A framework whose models.json lists ``sources`` (GitHub repositories in the
 registry of ``sources.py``) gets their verified archives in its build context
-under ``sources/<group>/``; their pins and tree checksums are a build argument,
-``SOURCE_PINS``, so they are part of the context hash, and each pinned commit is
-an image label ``org.dlbench.sources.<owner>/<repo>``.
+under ``sources/<group>/``; their pins and tree checksums, the registry's, are a
+build argument, ``SOURCE_PINS``, so they are part of the context hash, and each
+pinned commit is an image label ``org.dlbench.sources.<owner>/<repo>``.  The
+archives themselves are needed only to build: an image present with the same
+context hash runs without them (``prepare_sources`` checks, before any build,
+the archives of those images that must be built).
 
 Each build's inputs (files, build arguments, parent image) are hashed; an image
 already labelled with the same hash is reused as it is, so a build with
@@ -155,17 +158,39 @@ class Builder:
 
     # -- stages 2 and 3 ----------------------------------------------------------------
     def base(self, rebuild: bool = False):
-        root = self.root()
-        files = {"Dockerfile": catalog.images_dir() / "base" / "Dockerfile",
-                 "ca-bundle.crt": self.ca_bundle}
-        labels = {f"{LABEL}.role": "base", f"{LABEL}.debian-suite": self.suite}
-        return self._build(base_tag(self.suite), files, {"ROOT_IMAGE": root.id}, labels, rebuild)
+        return self._build(*self._base_inputs(self.root()), rebuild)
 
     def framework(self, framework: str, rebuild: bool = False, variant: str = "cpu"):
         reason = catalog.variant_unsupported(framework, variant)
         if reason is not None:
             raise UsageError(reason)
-        base = self.base()
+        return self._build(*self._framework_inputs(framework, variant, self.base()), rebuild,
+                           catalog.sources(framework, variant))
+
+    def to_build(self, images, rebuild: bool = False) -> list[tuple[str, str]]:
+        """Those of the images, (framework, variant) pairs, that ``framework`` would build
+        (all of them with ``rebuild``); variants without an image are left out.  Asks
+        Docker which images are present; builds nothing."""
+        images = [(fw, v) for fw, v in images if variant_unsupported(fw, v) is None]
+        if rebuild:
+            return images
+        root = find_image(self.client, root_tag(self.suite))
+        base = root and self._present(*self._base_inputs(root))
+        return [(fw, v) for fw, v in images
+                if base is None or self._present(*self._framework_inputs(fw, v, base)) is None]
+
+    def prepare_sources(self, images, rebuild: bool = False) -> None:
+        """Before any build: the pinned source archives of those of the images that must be
+        built, verified (fetched if need be); a present image of the same pins needs none."""
+        sources.prepare_for(self.to_build(images, rebuild), self.sources_dir)
+
+    def _base_inputs(self, root):
+        files = {"Dockerfile": catalog.images_dir() / "base" / "Dockerfile",
+                 "ca-bundle.crt": self.ca_bundle}
+        labels = {f"{LABEL}.role": "base", f"{LABEL}.debian-suite": self.suite}
+        return base_tag(self.suite), files, {"ROOT_IMAGE": root.id}, labels
+
+    def _framework_inputs(self, framework: str, variant: str, base):
         images = catalog.images_dir()
         fw_dir = images / framework
         files = {"Dockerfile": catalog.dockerfile(framework, variant)}
@@ -180,38 +205,44 @@ class Builder:
                   f"{LABEL}.debian-suite": self.suite, f"{LABEL}.cuda": info.get("cuda", "none"),
                   f"{LABEL}.cudnn": info.get("cudnn", "none")}
         args = {"BASE_IMAGE": base.id, "FRAMEWORK_VERSION": info["version"]}
+        pinned = [sources.lookup(repo) for repo in catalog.sources(framework, variant)]
+        if pinned:      # the registry's pins: no archive is needed to know them
+            args["SOURCE_PINS"] = " ".join(f"{s.repo}@{s.commit}:{s.tree_sha256}" for s in pinned)
+            labels.update({f"{LABEL}.sources.{s.repo}": s.commit for s in pinned})
+        return image_tag(framework, variant), files, args, labels
+
+    def _present(self, tag, files: dict[str, Path], buildargs: dict, labels: dict):
+        """The image of that tag if it was built from these very inputs, else None."""
+        if tag in self._built:
+            return self._built[tag]
+        existing = find_image(self.client, tag)
+        if existing is not None and existing.labels.get(f"{LABEL}.context-hash") == \
+                _context_hash(files, buildargs):
+            return existing
+        return None
+
+    def _build(self, tag, files: dict[str, Path], buildargs: dict, labels: dict, rebuild: bool,
+               pinned: list[str] = ()):
+        """``pinned``: the source repositories whose archives go into the context, under
+        ``sources/<group>/`` (their identity is a build argument already)."""
+        if not rebuild:
+            existing = self._present(tag, files, buildargs, labels)
+            if existing is not None:
+                if tag not in self._built:
+                    self.say(f"{tag}: up to date")
+                    self._built[tag] = existing
+                return existing
+        context_hash = _context_hash(files, buildargs)
         archives = {}
-        pinned = catalog.sources(framework, variant)
         if pinned:
             found = sources.prepare(pinned, sources.mirror_dir(self.sources_dir))
             archives = {f"sources/{s.group}/{s.filename}": path for s, path in found.items()}
-            args["SOURCE_PINS"] = " ".join(f"{s.repo}@{s.commit}:{s.tree_sha256}" for s in found)
-            labels.update({f"{LABEL}.sources.{s.repo}": s.commit for s in found})
-        return self._build(image_tag(framework, variant), files, args, labels, rebuild, archives)
-
-    def _build(self, tag, files: dict[str, Path], buildargs: dict, labels: dict, rebuild: bool,
-               unhashed: dict[str, Path] | None = None):
-        """``unhashed``: context files whose identity a build argument already holds."""
-        digest = hashlib.sha256()
-        for name in sorted(files):
-            digest.update(name.encode() + b"\0" + files[name].read_bytes() + b"\0")
-        for key in sorted(buildargs):
-            digest.update(f"{key}={buildargs[key]}\0".encode())
-        context_hash = digest.hexdigest()[:32]
-        if tag in self._built and not rebuild:
-            return self._built[tag]
-        existing = find_image(self.client, tag)
-        if existing is not None and not rebuild and \
-                existing.labels.get(f"{LABEL}.context-hash") == context_hash:
-            self.say(f"{tag}: up to date")
-            self._built[tag] = existing
-            return existing
         labels = {**labels, f"{LABEL}.version": __version__, f"{LABEL}.build-date": _now(),
                   f"{LABEL}.context-hash": context_hash}
         proxies = {k: os.environ[k] for k in PROXY_VARIABLES if k in os.environ}
         self.say(f"{tag}: building")
         with tempfile.TemporaryDirectory(prefix="dlbench-context-") as tmp:
-            for name, source in {**files, **(unhashed or {})}.items():
+            for name, source in {**files, **archives}.items():
                 (Path(tmp) / name).parent.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(source, Path(tmp) / name)
             log, tail = [], deque(maxlen=30)
@@ -238,6 +269,16 @@ class Builder:
         if self.log_dir:
             self.log_dir.mkdir(parents=True, exist_ok=True)
             (self.log_dir / (tag.replace("/", "_").replace(":", "_") + ".log")).write_text("\n".join(lines))
+
+
+def _context_hash(files: dict[str, Path], buildargs: dict) -> str:
+    """A build's inputs, hashed: the context's files (name and bytes) and the build arguments."""
+    digest = hashlib.sha256()
+    for name in sorted(files):
+        digest.update(name.encode() + b"\0" + files[name].read_bytes() + b"\0")
+    for key in sorted(buildargs):
+        digest.update(f"{key}={buildargs[key]}\0".encode())
+    return digest.hexdigest()[:32]
 
 
 def _now() -> str:

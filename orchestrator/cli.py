@@ -13,7 +13,7 @@ import typer
 from typer.exceptions import TyperException
 from rich.console import Console
 
-from . import __version__, build, catalog, datasets, execute, sources, store
+from . import __version__, build, catalog, datasets, execute, store
 from . import options as options_
 from .options import RunOptions, names as _names
 from .interrupts import interrupted, received
@@ -87,6 +87,20 @@ DataOpt = Annotated[Optional[Path], typer.Option(
                        "(default: $DLBENCH_DATA_DIR, else the user cache, downloading as needed).")]
 
 
+_details = False        # --verbose: an error's detail follows its line
+
+
+def _show_details(value: bool) -> bool:
+    global _details
+    _details = _details or value
+    return value
+
+
+Verbose = Annotated[bool, typer.Option(
+    "--verbose", "-v", callback=_show_details,
+    help="Show every line of the builds, and an error's details (an URL, the exception).")]
+
+
 def _print_version(value: bool):
     if value:
         out.print(__version__)
@@ -120,7 +134,7 @@ def build_images(frameworks: Frameworks = None, base: BaseOpt = BaseSource.auto,
                  variant: Annotated[str, typer.Option(
                      metavar=f"[{_one_of(Variant)}],...",
                      help="cpu, gpu (CUDA builds, where a framework has one) or cpu,gpu.")] = "cpu",
-                 verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False):
+                 verbose: Verbose = False):
     """Build the root, base and framework images (no registry needed)."""
     from .display import RichDisplay
     from .runtimes.docker import docker_client
@@ -131,11 +145,11 @@ def build_images(frameworks: Frameworks = None, base: BaseOpt = BaseSource.auto,
     for reason in todo.values():
         if reason is not None and frameworks:
             raise UsageError(reason)      # asked for by name: say so before building anything
-    sources.prepare_for([image for image, reason in todo.items() if reason is None], sources_dir)
     display = RichDisplay(err, verbose=verbose)
     builder = build.Builder(docker_client(), say=display.say,
                             log_dir=Path(datasets.cache_root()).parent / "build-logs",
                             **_builder_options(base, mirror, ca_bundle, build_network, sources_dir))
+    builder.prepare_sources(list(todo), rebuild)    # those to build, before any build starts
     builder.base(rebuild=rebuild)
     for (name, v), reason in todo.items():
         if reason is not None:
@@ -230,7 +244,7 @@ def run(frameworks: Frameworks = None,
             help="With --backend slurm: submit, print the array id and return.")] = False,
         plan_file: Annotated[Optional[Path], typer.Option(hidden=True)] = None,
         plan_index: Annotated[Optional[int], typer.Option(hidden=True)] = None,
-        verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False):
+        verbose: Verbose = False):
     """Run the benchmark jobs, building missing images first; rows go to the results directory."""
     from .display import RichDisplay
 
@@ -434,7 +448,7 @@ def main():
     except TyperException as exc:   # option parsing: typer's usage errors
         _fail(exc.format_message(), exc.exit_code)
     except DlbenchError as exc:
-        _fail(str(exc), exc.exit_code)
+        _fail(str(exc), exc.exit_code, exc.detail)
     except (KeyboardInterrupt, typer.Abort):
         code = 130
     if code == 130 or received:         # typer returns 130 for a KeyboardInterrupt
@@ -450,10 +464,13 @@ def _warning(message, category, filename, lineno, file=None, line=None, _shown=w
               soft_wrap=True)
 
 
-def _fail(message: str, code: int):
-    """Every error the user can act on ends here: one line, non-zero exit."""
+def _fail(message: str, code: int, detail: str | None = None):
+    """Every error the user can act on ends here: one line (with --verbose, its detail
+    after it), non-zero exit."""
     err.print(f"dlbench: error: {' '.join(message.split())}", markup=False, highlight=False,
               soft_wrap=True)
+    if detail and _details:
+        err.print(f"dlbench: detail: {detail}", markup=False, highlight=False, soft_wrap=True)
     sys.exit(code)
 
 

@@ -1,16 +1,25 @@
 """The project's own errors, and the one place where Docker's are translated.
 
-The CLI prints a DlbenchError's message on one line and exits non-zero; any
-other exception is a bug and keeps its traceback.
+The CLI prints a DlbenchError's message on one line and exits non-zero (with
+``--verbose``, its ``detail`` too: the library's exception, an URL); any other
+exception is a bug and keeps its traceback.
 """
 
 import contextlib
+import os
+
+DEFAULT_DOCKER_HOST = "unix:///var/run/docker.sock"     # the Docker SDK's, without DOCKER_HOST
 
 
 class DlbenchError(Exception):
-    """An error the user can act on; the message is shown as it is."""
+    """An error the user can act on; the message is shown as it is, and ``detail``
+    (what a library said, in full) only when asked for."""
 
     exit_code = 1
+
+    def __init__(self, message: str = "", detail: str | None = None):
+        super().__init__(message)
+        self.detail = detail
 
 
 class UsageError(DlbenchError):
@@ -56,11 +65,24 @@ def docker_errors(action):
     except docker.errors.APIError as exc:
         raise DlbenchError(f"{action}: Docker said: {exc.explanation or exc}") from None
     except (docker.errors.DockerException, requests.exceptions.ConnectionError) as exc:
+        host = os.environ.get("DOCKER_HOST")
+        where = f"{host} (DOCKER_HOST)" if host else DEFAULT_DOCKER_HOST
         raise DockerUnavailable(
-            f"cannot reach the Docker daemon ({_first_line(exc)}); "
-            "is it running, and may this user use it?") from None
+            f"cannot reach the Docker daemon at {where}: {reason(exc)}; is it running, and may "
+            "this user use it? (dlbench run --runtime native runs the jobs without Docker)",
+            detail=f"{action}: {type(exc).__name__}: {exc}") from None
 
 
-def _first_line(exc):
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
+def reason(exc: BaseException) -> str:
+    """Why a library's call failed, in a few words: the innermost system error's text
+    ("connection refused"), else the exception's first line."""
+    inner, seen, found = exc, set(), None
+    while inner is not None and id(inner) not in seen:
+        seen.add(id(inner))
+        if isinstance(inner, OSError) and inner.strerror:
+            found = inner.strerror
+        inner = inner.__cause__ or inner.__context__
+    if found:
+        return found[:1].lower() + found[1:]
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__

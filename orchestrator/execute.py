@@ -1,5 +1,5 @@
-"""One ``dlbench run``, carried out: the plan, the GPUs it names, the sources it needs,
-then its scheduler.
+"""One ``dlbench run``, carried out: the plan, the GPUs it names, the runtime (Docker
+reached), the source archives of the images it must build, then its scheduler.
 
 The command line turns its options into a ``Request`` (a plain value) and calls
 ``execute``; nothing else decides where a run goes.  The campaign file, if any,
@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import sources, store
+from . import runtimes, store
 from .campaign import Campaign, read
 from .display import NullDisplay
 from .hostinfo import check_gpu
@@ -82,14 +82,15 @@ def execute(request: Request, display=None, say=print, campaign: Campaign | None
     if scheduler == "local":    # first: a GPU this host lacks is an error before any download
         for gpu in the_plan.gpus:       # (a Slurm task uses the GPU its scheduler gave it)
             check_gpu(gpu)
-    if request.runtime == "docker":
-        sources.prepare_for(the_plan.images, request.builder_options.get("sources_dir"))
+    # then the runtime: no Docker daemon is an error before anything is written
+    backend = runtimes.make(request.runtime, request.builder_options, request.python, display)
+    if request.runtime == "docker":     # the archives of the images to build, before any build
+        backend.builder.prepare_sources(the_plan.images)
     results = store.results_dir(request.results)
     if scheduler == "local":
         return Executed(results, run_plan(
-            the_plan, results, request.data_dir, request.builder_options, display,
-            resume=request.resume, fail_fast=request.fail_fast, runtime=request.runtime,
-            python=request.python))
+            the_plan, results, request.data_dir, display=display, resume=request.resume,
+            fail_fast=request.fail_fast, backend=backend))
     from .schedulers import slurm
 
     given, table = request.slurm, campaign.slurm
@@ -98,6 +99,5 @@ def execute(request: Request, display=None, say=print, campaign: Campaign | None
         qos=given.qos or table.qos, sbatch_options=[*table.sbatch_options, *given.sbatch_options])
     array_id, records = slurm.run_array(
         the_plan, results, options, given.detach, say, display, data_dir=request.data_dir,
-        resume=request.resume, runtime=request.runtime, python=request.python,
-        builder_options=request.builder_options)
+        resume=request.resume, runtime=request.runtime, python=request.python, backend=backend)
     return Executed(results, records, array_id)

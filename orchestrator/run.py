@@ -35,13 +35,14 @@ def run_plan(plan: Plan, results: Path, data_dir=None, builder_options: dict | N
 
     Each job leaves exactly one row, whatever happened to it; a bad job never stops
     the campaign unless ``fail_fast``.  ``runtime`` is docker (containers) or native
-    (processes of the ``python`` interpreter).  A Slurm task passes its own
-    ``backend`` (the image it was given) and ``row_fields`` (node, Slurm ids).  The
-    GPUs the plan names were checked before (``execute``: before any download)."""
+    (processes of the ``python`` interpreter), unless the caller made the ``backend``
+    (``execute``; a Slurm task: the image it was given), and passes ``row_fields``
+    (node, Slurm ids).  The GPUs the plan names were checked before (``execute``:
+    before any download)."""
     display = display or NullDisplay()
-    store.check_results(results)
-    if backend is None:
+    if backend is None:     # first: no Docker daemon is an error before anything is written
         backend = runtimes.make(runtime, builder_options, python, display)
+    store.check_results(results)
     data = datasets.prepare(plan.datasets, data_dir, progress=display.download_progress())
     targets, todo = resolve(plan.jobs, backend, data)
     provenance_host = dict(backend.host_facts(), runtime=backend.runtime, **(row_fields or {}))

@@ -15,6 +15,7 @@ those folders only, and only those are used.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
@@ -22,14 +23,16 @@ import tarfile
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import platformdirs
 
 from . import catalog
-from .errors import DlbenchError
+from .errors import DlbenchError, reason
 
 MIRROR_VARIABLE = "DLBENCH_SOURCES_DIR"
 GITHUB = "https://github.com"
+FETCH_TIMEOUT_S = 60
 
 
 class SourceError(DlbenchError):
@@ -218,25 +221,46 @@ def locate(source: Source, mirror: Path | None) -> Path:
 
 
 def _fetch(source: Source, target: Path) -> None:
+    """The source's archive from GitHub into ``target``, verified; else one line saying
+    which archive, why, and that a local mirror does without GitHub (the URL and the
+    library's exception are the error's detail)."""
     import requests
 
-    target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_name(target.name + ".part")
     try:
-        with requests.get(source.url, stream=True, timeout=60) as response:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with requests.get(source.url, stream=True, timeout=FETCH_TIMEOUT_S) as response:
             response.raise_for_status()
             with open(partial, "wb") as f:
                 for chunk in response.iter_content(1 << 20):
                     f.write(chunk)
         verify(source, partial)
         partial.replace(target)
-    except (requests.RequestException, OSError) as exc:
-        partial.unlink(missing_ok=True)
-        raise SourceError(f"cannot download {source.url} into {target}: {exc} "
-                          f"(no network? use --sources DIR with a local mirror)") from None
-    except SourceError:
-        partial.unlink(missing_ok=True)
-        raise
+        return
+    except requests.HTTPError as exc:
+        why, failure = f"GitHub answered HTTP {exc.response.status_code} {exc.response.reason}", exc
+    except requests.Timeout as exc:
+        why, failure = f"no network (no answer in {FETCH_TIMEOUT_S} s)", exc
+    except requests.exceptions.ProxyError as exc:
+        why, failure = f"no network (the proxy: {reason(exc)})", exc
+    except requests.ConnectionError as exc:
+        why, failure = f"no network ({urlsplit(source.url).netloc}: {reason(exc)})", exc
+    except requests.RequestException as exc:
+        why, failure = f"the download broke off ({reason(exc)})", exc
+    except SourceError as exc:
+        why, failure = "the download fails its tree checksum (damaged or altered)", exc
+    except OSError as exc:
+        raise SourceError(f"{target.parent}: cannot write the source cache ({exc.strerror}); give "
+                          f"a local mirror with --sources DIR or {MIRROR_VARIABLE}",
+                          detail=f"{type(exc).__name__}: {exc}") from None
+    finally:
+        with contextlib.suppress(OSError):
+            partial.unlink(missing_ok=True)     # gone already once the download is in place
+    raise SourceError(
+        f"cannot fetch the source archive {source.group}/{source.filename} ({source.repo}@"
+        f"{source.commit[:12]}): {why}; give a local mirror of the pinned archives with "
+        f"--sources DIR or {MIRROR_VARIABLE}",
+        detail=f"GET {source.url}: {type(failure).__name__}: {failure}") from None
 
 
 def prepare(repos: list[str], mirror: Path | None) -> dict[Source, Path]:
@@ -245,11 +269,13 @@ def prepare(repos: list[str], mirror: Path | None) -> dict[Source, Path]:
 
 
 def prepare_for(images, sources_dir: str | os.PathLike | None) -> None:
-    """The pinned source archives of the images, (framework, variant) pairs, verified
-    (fetched if need be) before Docker is asked anything."""
+    """The pinned source archives of the images to build, (framework, variant) pairs,
+    verified (fetched if need be) before any build; a mirror named is checked even
+    when none of them has sources."""
+    mirror = mirror_dir(sources_dir)
     pinned = sorted({repo for fw, variant in images for repo in catalog.sources(fw, variant)})
     if pinned:
-        prepare(pinned, mirror_dir(sources_dir))
+        prepare(pinned, mirror)
 
 
 def status(mirror: Path | None):

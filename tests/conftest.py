@@ -48,6 +48,11 @@ def sources_root() -> Path:
     return shared_sources()
 
 
+# GitHub, and any other HTTPS server, only through a proxy that is not there: no network route.
+NO_ROUTE = {"HTTPS_PROXY": "http://127.0.0.1:9", "https_proxy": "http://127.0.0.1:9",
+            "NO_PROXY": "", "no_proxy": ""}
+
+
 def dlbench(*args, env=None, check=False, timeout=1800) -> subprocess.CompletedProcess:
     """Run the installed CLI in a subprocess, as a user would."""
     full_env = dict(os.environ)

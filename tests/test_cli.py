@@ -7,8 +7,12 @@ from __future__ import annotations
 import json
 import shutil
 
+import pytest
+import requests
+
 from conftest import REPO, dlbench
 from orchestrator import __version__
+from orchestrator.errors import DockerUnavailable, docker_errors
 
 NO_DOCKER = {"DOCKER_HOST": "unix:///nonexistent/docker.sock"}
 
@@ -73,3 +77,30 @@ def test_results_in_a_pipe_keep_every_column_whole(tmp_path):
         "train s", "test s", "img/s", "params", "run"]
     assert "v1okrun0" in text and "v1badrun" in text and "failed" in text
 
+
+
+def test_without_docker_the_error_names_the_daemon_tried_and_nothing_is_made(tmp_path):
+    results, cache = tmp_path / "results", tmp_path / "cache"
+    env = {**NO_DOCKER, "XDG_CACHE_HOME": str(cache)}
+    said = ("cannot reach the Docker daemon at unix:///nonexistent/docker.sock (DOCKER_HOST): no "
+            "such file or directory; is it running, and may this user use it? (dlbench run "
+            "--runtime native runs the jobs without Docker)")
+    run = ["run", "--frameworks", "caffe,torch", "--datasets", "mnist", "--results", results]
+    one_line_error(dlbench(*run, env=env), 1, said)
+    one_line_error(dlbench("build-images", "--frameworks", "torch", env=env), 1, said)
+    verbose = dlbench(*run, "--verbose", env=env)
+    assert verbose.returncode == 1
+    assert verbose.stderr.splitlines()[1].startswith(
+        "dlbench: detail: connecting to Docker: DockerException: ")
+    assert not results.exists() and not cache.exists()     # no results, no source archives
+
+
+def test_without_docker_host_the_default_socket_is_named(monkeypatch):
+    monkeypatch.delenv("DOCKER_HOST", raising=False)
+    with pytest.raises(DockerUnavailable) as caught, docker_errors("connecting to Docker"):
+        try:
+            raise PermissionError(13, "Permission denied")
+        except PermissionError as exc:
+            raise requests.ConnectionError(f"('Connection aborted.', {exc!r})") from exc
+    assert str(caught.value).startswith("cannot reach the Docker daemon at "
+                                        "unix:///var/run/docker.sock: permission denied; ")

@@ -1,8 +1,9 @@
 """Lua Torch7 running GTDLBench's own scripts: built from the shared source mirror,
 trained on the real data sets (quick profile), counted by Torch7 itself.
 
-The source registry's errors (damaged archive, missing mirror, unknown commit) are
-tested without Docker in test_sources.py.
+The image needs its source archives to be built, not to run (a run without them is
+tested here); the source registry's errors (damaged archive, missing mirror, unknown
+commit, a failed download) are tested in test_sources.py.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import docker
 import pandas as pd
 import pytest
 
-from conftest import dlbench
+from conftest import NO_ROUTE, dlbench
 from orchestrator import catalog, sources
 
 pytestmark = pytest.mark.docker
@@ -45,6 +46,19 @@ def test_the_image_records_every_pinned_commit(built, sources_root):
         assert labels[f"org.dlbench.sources.{repo}"] == sources.lookup(repo).commit
     again = dlbench("build-images", "--frameworks", "torch", "--sources", sources_root, check=True)
     assert "dlbench/torch:cpu: up to date" in again.stderr
+
+
+def test_a_built_image_runs_without_its_sources(built, data_root, tmp_path):
+    """Sources are needed to build, not to run: the image built (from the mirror), a run
+    with no mirror, an empty user cache and no route to GitHub stores an ok row."""
+    results, cache = tmp_path / "results", tmp_path / "cache"
+    proc = dlbench("run", "--frameworks", "torch", "--datasets", "mnist", "--profile", "quick",
+                   "--set", "train_subset=1000", "--set", "test_subset=1000", "--results", results,
+                   "--data-dir", data_root, env={**NO_ROUTE, "XDG_CACHE_HOME": str(cache)}, check=True)
+    assert "dlbench/torch:cpu: up to date" in proc.stderr
+    rows = pd.read_parquet(results / "runs")
+    assert rows["status"].tolist() == ["ok"], rows["error"].tolist()
+    assert not (cache / "dlbench" / "sources").exists()
 
 
 def test_quick_mnist_and_cifar10_are_ok_rows_of_torch7(quick_rows):

@@ -244,9 +244,9 @@ def _indices(text: str) -> list[int]:
 # -- submitting ------------------------------------------------------------------------------
 def submit(plan: Plan, results: Path, options: SlurmOptions, data_dir=None,
            builder_options: dict | None = None, display=None, resume: bool = False, runtime: str = "docker",
-           python: str | None = None) -> tuple[str | None, ArrayFile | None]:
+           python: str | None = None, backend=None) -> tuple[str | None, ArrayFile | None]:
     """Submit the plan as one job array; returns (array id, its file), or (None, None)
-    when nothing is left to run."""
+    when nothing is left to run.  ``backend``: the runtime, if the caller made it."""
     from ..display import NullDisplay
     from ..runtimes import make
 
@@ -267,7 +267,7 @@ def submit(plan: Plan, results: Path, options: SlurmOptions, data_dir=None,
         probe = [Task(job=j, job_id="0" * 16) for j in plan.jobs]
         _command(sbatch_args(probe, options, results, name) + ["--test-only", "--wrap=true"],
                  "sbatch", check=True)
-    backend = make(runtime, builder_options, python, display)
+    backend = backend or make(runtime, builder_options, python, display)
     data = datasets.prepare(plan.datasets, data_dir, progress=display.download_progress())
     targets, todo = resolve(plan.jobs, backend, data)
     if resume:
