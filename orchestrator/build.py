@@ -171,7 +171,7 @@ class Builder:
         """Those of the images, (framework, variant) pairs, that ``framework`` would build
         (all of them with ``rebuild``); variants without an image are left out.  Asks
         Docker which images are present; builds nothing."""
-        images = [(fw, v) for fw, v in images if variant_unsupported(fw, v) is None]
+        images = [(fw, v) for fw, v in images if catalog.variant_unsupported(fw, v) is None]
         if rebuild:
             return images
         root = find_image(self.client, root_tag(self.suite))
