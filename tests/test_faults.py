@@ -183,7 +183,8 @@ def test_a_runner_that_prints_garbage_is_a_no_result_row(results, data_root, tmp
 def test_a_gpu_job_of_a_framework_without_a_cuda_build_is_an_unsupported_row(
         results, data_root, sources_root, tmp_path, monkeypatch):
     # This host may have no GPU at all: the host check (``execute``, before the job loop)
-    # is not reached from run_plan, so the image check is.
+    # is not reached from run_plan; the plan marks the GPU job unsupported, so no image of
+    # it is resolved or built.
     # Every framework has a CUDA build today: Lua Torch7's catalog declares none for this
     # test (its GPU image would take hours to build here); its CPU job trains on 1,000 images.
     monkeypatch.setitem(catalog.models("torch")["variants"], "gpu",
