@@ -8,6 +8,7 @@ sets, by data set); ``build_image`` and ``quick_run`` serve any other framework 
 
 from __future__ import annotations
 
+import collections
 import os
 import subprocess
 import sys
@@ -17,6 +18,27 @@ import pandas as pd
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+CI_STAGES = "DLBENCH_CI_STAGES"     # set by .ci/run: "name=seconds;..." of the stages before pytest
+_file_seconds: collections.Counter = collections.Counter()
+
+
+def pytest_runtest_logreport(report):
+    """Each test file's time: its tests' setup, call and teardown (a module's shared image
+    build or training counts in the setup of its first test)."""
+    _file_seconds[report.nodeid.split("::")[0]] += report.duration
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Under .ci/run: the time of every stage, pytest's test files one by one."""
+    if CI_STAGES not in os.environ:
+        return
+    stages = [item.split("=", 1) for item in os.environ[CI_STAGES].split(";") if "=" in item]
+    rows = [(name, float(seconds)) for name, seconds in stages]
+    rows += sorted(_file_seconds.items(), key=lambda item: -item[1])
+    total = sum(seconds for _, seconds in rows)
+    terminalreporter.write_sep("-", "CI stage times")
+    for name, seconds in rows + [("total", total)]:
+        terminalreporter.write_line(f"{seconds:8.1f} s  {seconds / 60:5.1f} min  {name}")
 
 
 def _shared(name: str, variable: str, marker: str, what: str) -> Path:
