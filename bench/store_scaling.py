@@ -68,7 +68,8 @@ SPEED = {"caffe": 1.0, "tensorflow": 1.6, "torch": 2.2, "pytorch": 2.2, "mxnet":
 
 def make_job(rng: random.Random, index: int, samples: int):
     """One job's row (a RunRecord) and its trace samples, shaped like real ones."""
-    from orchestrator import __version__, catalog, compare, hostinfo
+    from orchestrator import __version__, catalog, hostinfo
+    from orchestrator.report import compare
     from orchestrator.schema import RunRecord, dumps
 
     fw, ds = rng.choice(catalog.FRAMEWORKS), rng.choice(catalog.DATASETS)
@@ -123,7 +124,8 @@ def make_job(rng: random.Random, index: int, samples: int):
 # -- the phases, each run in a fresh child process ------------------------------------------
 def phase(name: str, results: str, rows: int, rows_per_file: int, samples: int, seed: int):
     """Run one phase; return (seconds, details, peak RSS bytes, RSS after imports)."""
-    from orchestrator import compare, report, store, text
+    from orchestrator import report, store
+    from orchestrator.report import compare, text
     imported = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024   # Linux: KiB
     folder, details = Path(results), {}
     start = time.perf_counter()
@@ -154,7 +156,7 @@ def phase(name: str, results: str, rows: int, rows_per_file: int, samples: int, 
             _time_calls(module, attr, details)
         page = Path(results) / "_html" if name == "report html" else None
         if page:              # imported here: the HTML page alone needs matplotlib
-            from orchestrator import html
+            from orchestrator.report import html
             _time_calls(html, "write_page", details)
         report.make_report(folder, None if page else "md", page, 1.0)
     if name != "append":

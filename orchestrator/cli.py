@@ -292,7 +292,7 @@ def run(frameworks: Frameworks = None,
 def results(results: ResultsOpt = None,
             format: Annotated[Format, typer.Option("--format", help="table, csv or json.")] = Format.table):
     """Show the stored runs."""
-    from .text import results_text      # pandas: loaded by the commands that show rows only
+    from .report.text import results_text      # pandas: loaded by the commands that show rows only
 
     _write(results_text(store.load(store.results_dir(results)), format.value, out.width,
                               out.color_system, whole=not out.is_terminal))

@@ -23,7 +23,8 @@ import pandas as pd
 import pytest
 
 from conftest import dlbench
-from orchestrator import build, catalog, compare, hostinfo, interrupts, plan, run, runtimes, store
+from orchestrator import build, catalog, hostinfo, interrupts, plan, run, runtimes, store
+from orchestrator.report import compare
 from orchestrator.display import NullDisplay
 from orchestrator.options import Axes, RunOptions, merge
 from orchestrator.runtimes import docker as docker_runtime

@@ -35,9 +35,10 @@ import pytest
 from markdown_it import MarkdownIt
 
 from conftest import dlbench
-from orchestrator import compare, plan, store, views
+from orchestrator import plan, store
+from orchestrator.report import compare, views
 from orchestrator.collect import Outcome, collect
-from orchestrator.text import report_markdown
+from orchestrator.report.text import report_markdown
 from orchestrator.schema import ADDED_IN, ARROW_SCHEMA, RENAMED_IN, SCHEMA_VERSION, RunRecord, dumps
 
 docker = pytest.mark.docker

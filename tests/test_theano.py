@@ -19,7 +19,8 @@ import pytest
 
 from conftest import REPO, dlbench
 from dlbench_runner.runner import adapter_module
-from orchestrator import catalog, compare, plan, store
+from orchestrator import catalog, plan, store
+from orchestrator.report import compare
 from orchestrator.collect import Outcome, collect
 from orchestrator.errors import UsageError
 

@@ -14,8 +14,9 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from . import __version__, catalog, compare
-from .errors import DlbenchError
+from .. import __version__, catalog
+from ..errors import DlbenchError
+from . import compare
 from .views import View, section_views
 
 PAGE = "index.html"

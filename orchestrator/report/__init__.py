@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import compare, store, text
-from .errors import StoreError, UsageError
+from .. import store
+from ..errors import StoreError, UsageError
+from . import compare, text
 
 
 def make_report(results: Path, fmt: str | None, html_dir: Path | None, tolerance: float | None = None,

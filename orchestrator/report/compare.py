@@ -37,7 +37,7 @@ import types
 
 import pandas as pd
 
-from . import catalog
+from .. import catalog
 
 TOLERANCE_POINTS = 1.0
 # A training-time ratio is reproduced when dlbench's is within this factor of the paper's,
@@ -99,7 +99,7 @@ class Reference:
 
 @functools.lru_cache(maxsize=None)
 def reference() -> Reference:
-    text = importlib.resources.files("orchestrator").joinpath("reference/gtdlbench.json").read_text()
+    text = importlib.resources.files(__package__).joinpath("reference/gtdlbench.json").read_text()
     data = json.loads(text)
     cells = {(c["framework"], c["dataset"], c["device"]): c for c in data.pop("cells")}
     return Reference(meta=data, cells=cells)
