@@ -34,7 +34,7 @@ metadata.  History of the row schema:
        prints, its logs' spans), with the periodic work its programs did inside them,
        beside dlbench's uniform ``train_time_s`` (training steps only) and
        ``test_time_s`` (one pass over the test set).  Each framework's definition is in
-       the README; empty where a job did not run the original's periodic work (for all
+       the documentation (docs/results.md); empty where a job did not run the original's periodic work (for all
        but Lua Torch7, every profile but ``paper``) or GTDLBench published no time.  Version-4 rows keep
        their values under the new names (only Lua Torch7 filled them).
     6  ``gpu_name``, ``gpu_driver``, ``gpu_memory_total_bytes``: the GPU a GPU job ran on,

@@ -62,7 +62,7 @@ tutorial (10 February 2015)" (benanne/theano-tutorial).  That tutorial's
 CIFAR-10 convnets are 6_convnet.py (grey: load.cifar10's default averages the
 three channels), 6_convnet_color.py (colour) and 6_convnet_dropout.py (grey,
 dropout 0.5); dlbench rebuilds the colour one, CIFAR-10 as the other
-frameworks take it (the README gives the evidence; ``grayscale`` true gives
+frameworks take it (docs/frameworks/theano.md gives the evidence; ``grayscale`` true gives
 6_convnet.py's input):
 
 * load.py's data: byte / 255.0 (0 to 1, nothing subtracted), one-hot labels,

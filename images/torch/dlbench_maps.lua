@@ -3,7 +3,7 @@
 -- function and the same trainable parameters, with more arithmetic (every input plane
 -- is convolved into every output plane).  cunn has no CUDA version of the Map, but one of
 -- the full convolution, so this is how the harness runs GTDLBench's CIFAR-10 script on a
--- GPU.  See the README (Lua Torch7, "On a GPU") for what it changes and what not.
+-- GPU.  See docs/frameworks/torch.md ("On a GPU") for what it changes and what not.
 --
 --   local maps = require 'dlbench_maps'
 --   local conv = maps.masked(map)     -- map: an nn.SpatialConvolutionMap, weights and all

@@ -140,7 +140,7 @@ def _md_row(cells) -> str:
 CSV_DROP = ["settings_kind"]
 LISTS = ["framework_versions", "accuracy_caveats", "ratio_caveats"]   # "; "-joined in the CSV
 
-# The JSON report's shape (`dlbench report --format json`), documented in the README:
+# The JSON report's shape (`dlbench report --format json`), documented in docs/reports.md:
 #   1  (no "format_version" key) tolerance_points, reference, notes, machines, groups; a
 #      group's published cell as paper_accuracy_pct / paper_train_time_s / paper_test_time_s,
 #      one "verdict" on accuracy, paper_train_time_ratio.

@@ -1,0 +1,65 @@
+"""MkDocs hooks: the pages that are generated, never typed by hand.
+
+A page marks where generated Markdown goes with an HTML comment:
+
+    <!-- dlbench: schema -->                 the row schema, from orchestrator/schema.py
+    <!-- dlbench: report measurements/DIR --> `dlbench report --format md` of the rows
+                                             committed under docs/measurements/DIR/runs/
+
+A marked results directory without rows is an error, so a table whose rows are missing
+fails the build (``mkdocs build --strict``).
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from pathlib import Path
+
+MARKER = re.compile(r"<!-- dlbench: (schema|report (\S+)) -->")
+
+
+def on_page_markdown(markdown, page, config, files):
+    def replace(match):
+        if match.group(1) == "schema":
+            return schema_markdown()
+        return report_markdown(Path(config["docs_dir"]) / match.group(2))
+    return MARKER.sub(replace, markdown)
+
+
+def report_markdown(results: Path) -> str:
+    """The report of committed rows, as ``dlbench report --format md`` prints it."""
+    from orchestrator import report, store
+
+    if not (results / store.RUNS).is_dir():
+        raise RuntimeError(f"{results}: the rows behind this table are missing "
+                           f"(expected {results / store.RUNS})")
+    text, _ = report.make_report(results, "md", None)
+    # the report's own headings below the page's "### Rows: ..." heading
+    return re.sub(r"^(#+) ", lambda m: "###" + m.group(1) + " ", text, flags=re.M)
+
+
+def schema_markdown() -> str:
+    """Every column of a row: its Parquet type, the schema version that added it and the
+    comment it has in schema.py; then the history of versions, as schema.py keeps it."""
+    from orchestrator import schema
+
+    comments = {}
+    for line in inspect.getsource(schema.RunRecord).splitlines():
+        found = re.match(r"\s+(\w+):[^#]*#\s*(.*)$", line)
+        if found:
+            comments[found.group(1)] = found.group(2)
+    added = {column: version for version, columns in schema.ADDED_IN.items() for column in columns}
+    for version, renames in schema.RENAMED_IN.items():
+        added.update({new: version for new in renames.values()})
+    rows = ["| column | type | since version | note |", "|---|---|---:|---|"]
+    for field in schema.ARROW_SCHEMA:
+        note = comments.get(field.name, "").replace("|", "\\|")
+        rows.append(f"| `{field.name}` | {field.type} | {added.get(field.name, 1)} | {note} |")
+    doc = schema.__doc__ or ""
+    start = doc.find("History of the row schema:")
+    end = doc.find("Readers refuse")
+    history = doc[start:end] if start >= 0 and end > start else doc
+    return (f"Schema version **{schema.SCHEMA_VERSION}** "
+            f"({len(schema.ARROW_SCHEMA)} columns; traces: version {schema.TRACE_SCHEMA_VERSION}).\n\n"
+            + "\n".join(rows) + "\n\n## Versions\n\n```text\n" + history.strip("\n") + "\n```\n")

@@ -1,0 +1,45 @@
+"""The documentation site: it builds strictly (no broken link or anchor, no missing page), and
+its generated pages are generated: the schema from schema.py, each table of measured figures
+from the rows committed beside it, so a table whose rows are missing fails the build."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+from conftest import REPO
+
+from orchestrator import schema
+
+
+def mkdocs(config, site):
+    env = dict(os.environ, NO_MKDOCS_2_WARNING="1")
+    return subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(config),
+                           "-d", str(site)], capture_output=True, text=True, env=env, timeout=300)
+
+
+def test_the_site_builds_strictly_with_its_generated_pages(tmp_path):
+    proc = mkdocs(REPO / "mkdocs.yml", tmp_path / "site")
+    assert proc.returncode == 0, proc.stderr
+    page = (tmp_path / "site" / "schema" / "index.html").read_text()
+    for name in schema.RunRecord.model_fields:       # every column, from the code
+        assert f"<code>{name}</code>" in page, name
+    assert f"Schema version <strong>{schema.SCHEMA_VERSION}</strong>" in page
+    measured = (tmp_path / "site" / "measurements" / "index.html").read_text()
+    assert "Against the paper" in measured and "56.52" in measured     # from the committed rows
+    assert "dlbench: report" not in measured                           # every marker replaced
+    readme = (REPO / "README.md").read_text()
+    assert len(readme.splitlines()) <= 150
+
+
+def test_a_table_whose_rows_are_missing_fails_the_build(tmp_path):
+    shutil.copy(REPO / "mkdocs.yml", tmp_path / "mkdocs.yml")
+    shutil.copytree(REPO / "docs", tmp_path / "docs")
+    measurements = sorted((tmp_path / "docs" / "measurements").iterdir())
+    assert measurements
+    shutil.rmtree(measurements[0] / "runs")
+    proc = mkdocs(tmp_path / "mkdocs.yml", tmp_path / "site")
+    assert proc.returncode != 0
+    assert "the rows behind this table are missing" in proc.stderr
