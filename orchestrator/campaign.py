@@ -36,14 +36,15 @@ import datetime as dt
 import json
 import re
 import sys
+import warnings
 from pathlib import Path
 from typing import Annotated, Literal, NamedTuple, Optional
 
 from pydantic import (BaseModel, ConfigDict, Field, PlainValidator, StrictInt, ValidationError,
-                      field_validator)
+                      field_validator, model_validator)
 
 from . import catalog
-from .errors import UsageError
+from .errors import DeprecatedName, UsageError
 from .options import (MAX_TIMEOUT_S, NAME_PATTERN, Axes, Limits, PlanError, RunOptions, device,
                       from_file, merge, parse_memory, settings_source)
 from .plan import Plan, expand
@@ -109,7 +110,7 @@ class Hyperparameters(BaseModel):
 
 
 class SlurmTable(BaseModel):
-    """``[slurm]``: how ``backend = "slurm"`` submits the campaign's job array."""
+    """``[slurm]``: how ``scheduler = "slurm"`` submits the campaign's job array."""
 
     model_config = ConfigDict(extra="forbid")
     partition: Optional[str] = None
@@ -136,8 +137,20 @@ class CampaignFile(BaseModel):
         [None], min_length=1)
     hyperparameters: Hyperparameters = Hyperparameters()
     limits: CampaignLimits = CampaignLimits()
-    backend: Optional[Literal["local", "slurm"]] = None     # where it runs (default: local)
+    scheduler: Optional[Literal["local", "slurm"]] = None   # where it runs (default: local)
     slurm: SlurmTable = SlurmTable()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _old_names(cls, data):
+        """``backend``, the old name of ``scheduler``, still read for one more release."""
+        if isinstance(data, dict) and "backend" in data:
+            if "scheduler" in data:
+                raise ValueError("give scheduler, not backend as well (its old name)")
+            warnings.warn("the campaign key backend is deprecated: it is now scheduler (the old "
+                          "name goes in the next release)", DeprecatedName)
+            data = {("scheduler" if k == "backend" else k): v for k, v in data.items()}
+        return data
 
     @field_validator("frameworks", "datasets")
     @classmethod
@@ -365,7 +378,7 @@ class Campaign(NamedTuple):
     """What a campaign file and the command line ask for: the plan, and where it runs."""
 
     plan: Plan
-    backend: str | None = None          # the file's ``backend`` (None: not written)
+    scheduler: str | None = None        # the file's ``scheduler`` (None: not written)
     slurm: SlurmTable = SlurmTable()    # the file's ``[slurm]`` table
 
 
@@ -386,7 +399,7 @@ def read(path: Path | None, options: RunOptions, host_cpus: int | None = None) -
         raise source.error(exc.key, str(exc)) from None
     if document is None:
         return Campaign(plan)
-    return Campaign(plan, document.backend, document.slurm)
+    return Campaign(plan, document.scheduler, document.slurm)
 
 
 def make_plan(path: Path | None, options: RunOptions, host_cpus: int | None = None) -> Plan:

@@ -17,7 +17,7 @@ from . import __version__, build, catalog, datasets, execute, store
 from . import options as options_
 from .options import RunOptions, names as _names
 from .interrupts import interrupted, received
-from .errors import DatasetError, DlbenchError, StoreWarning, UsageError, docker_errors
+from .errors import DatasetError, DeprecatedName, DlbenchError, StoreWarning, UsageError, docker_errors
 
 EXIT_CODES = ("Exit status: 0 ok; 1 an error (one line on stderr); 2 a usage error; 3 some jobs "
               "not ok (their rows are stored); 128 + the signal's number when stopped by one: 130 "
@@ -160,7 +160,7 @@ def build_images(frameworks: Frameworks = None, base: BaseOpt = BaseSource.auto,
                   f"{image.labels.get(build.LABEL + '.framework-version', '')}")
 
 
-Backend = enum.Enum("Backend", {s: s for s in execute.SCHEDULERS}, type=str)
+Scheduler = enum.Enum("Scheduler", {s: s for s in execute.SCHEDULERS}, type=str)
 
 
 def _slurm_task(plan_file, plan_index, results, verbose):
@@ -231,9 +231,12 @@ def run(frameworks: Frameworks = None,
                  "(default: the one running dlbench).")] = None,
         base: BaseOpt = BaseSource.auto, mirror: MirrorOpt = build.DEFAULT_MIRROR,
         ca_bundle: CaOpt = None, build_network: NetworkOpt = None, sources_dir: SourcesOpt = None,
-        backend: Annotated[Optional[Backend], typer.Option(
-            help="local (one job after another on this host; the default) or slurm (one Slurm "
-                 "job array; the results directory must be shared with the nodes).")] = None,
+        scheduler: Annotated[Optional[Scheduler], typer.Option(
+            help="Where and when the jobs run: local (one job after another on this host; the "
+                 "default) or slurm (one Slurm job array; the results directory must be shared "
+                 "with the nodes).")] = None,
+        backend: Annotated[Optional[Scheduler], typer.Option(
+            hidden=True, help="Deprecated name of --scheduler.")] = None,
         partition: Annotated[Optional[str], typer.Option(help="Slurm partition.")] = None,
         account: Annotated[Optional[str], typer.Option(help="Slurm account.")] = None,
         qos: Annotated[Optional[str], typer.Option(help="Slurm QOS.")] = None,
@@ -241,7 +244,7 @@ def run(frameworks: Frameworks = None,
             "--sbatch-option", help="Another sbatch option, e.g. --sbatch-option=--time=30 "
                                     "(repeatable; given last, so it wins).")] = [],
         detach: Annotated[bool, typer.Option(
-            help="With --backend slurm: submit, print the array id and return.")] = False,
+            help="With --scheduler slurm: submit, print the array id and return.")] = False,
         plan_file: Annotated[Optional[Path], typer.Option(hidden=True)] = None,
         plan_index: Annotated[Optional[int], typer.Option(hidden=True)] = None,
         verbose: Verbose = False):
@@ -253,6 +256,12 @@ def run(frameworks: Frameworks = None,
         return
     if python is not None and runtime is not Runtime.native:
         raise UsageError("--python goes with --runtime native")
+    if backend is not None:
+        if scheduler is not None:
+            raise UsageError("give --scheduler, not --backend as well (its old name)")
+        warnings.warn("--backend is deprecated: it is now --scheduler (the old name goes in "
+                      "the next release)", DeprecatedName)
+        scheduler = backend
     request = execute.Request(
         options=RunOptions.from_command_line(
             name=name, frameworks=frameworks, datasets=datasets_, profile=profile, cpus=cpus,
@@ -262,7 +271,7 @@ def run(frameworks: Frameworks = None,
         campaign=campaign, results=results, data_dir=data_dir,
         builder_options=_builder_options(base, mirror, ca_bundle, build_network, sources_dir),
         runtime=runtime.value, python=python, resume=resume, fail_fast=fail_fast,
-        scheduler=backend.value if backend else None,
+        scheduler=scheduler.value if scheduler else None,
         slurm=execute.SlurmRequest(partition, account, qos, tuple(sbatch_option), detach))
     planned = execute.plan(request)
     for note in planned.plan.skipped:
@@ -457,8 +466,9 @@ def main():
 
 
 def _warning(message, category, filename, lineno, file=None, line=None, _shown=warnings.showwarning):
-    """A file the store left out, on one line; other warnings as Python shows them."""
-    if not issubclass(category, StoreWarning):
+    """A file the store left out, or a deprecated name, on one line; other warnings as
+    Python shows them."""
+    if not issubclass(category, (StoreWarning, DeprecatedName)):
         return _shown(message, category, filename, lineno, file, line)
     err.print(f"dlbench: warning: {' '.join(str(message).split())}", markup=False, highlight=False,
               soft_wrap=True)

@@ -50,6 +50,11 @@ class StoreWarning(UserWarning):
     """A result file that could not be read and was left out; the CLI shows it on one line."""
 
 
+class DeprecatedName(UserWarning):
+    """An option or campaign key given by a name that is going away; the CLI shows it on one
+    line, and the old name still works for one more release."""
+
+
 @contextlib.contextmanager
 def docker_errors(action):
     """Translate the Docker SDK's exceptions raised while doing ``action``."""

@@ -3,8 +3,9 @@ reached), the source archives of the images it must build, then its scheduler.
 
 The command line turns its options into a ``Request`` (a plain value) and calls
 ``execute``; nothing else decides where a run goes.  The campaign file, if any,
-is read once here (``campaign.read``): the plan, and the file's ``backend`` and
-``[slurm]`` table, which options given on the command line replace.
+is read once here (``campaign.read``): the plan, and the file's ``scheduler`` and
+``[slurm]`` table, which options given on the command line replace.  A *scheduler*
+says where and when the jobs run; a *runtime* (``runtimes/``) how each job executes.
 
     local   the job loop (``run.run_plan``) on this host, one job after another
     slurm   one Slurm job array (``schedulers/slurm.py``); each of its tasks runs
@@ -78,19 +79,19 @@ def execute(request: Request, display=None, say=print, campaign: Campaign | None
     display = display or NullDisplay()
     campaign = campaign or plan(request)
     the_plan = campaign.plan
-    scheduler = request.scheduler or campaign.backend or "local"
+    scheduler = request.scheduler or campaign.scheduler or "local"
     if scheduler == "local":    # first: a GPU this host lacks is an error before any download
         for gpu in the_plan.gpus:       # (a Slurm task uses the GPU its scheduler gave it)
             check_gpu(gpu)
     # then the runtime: no Docker daemon is an error before anything is written
-    backend = runtimes.make(request.runtime, request.builder_options, request.python, display)
-    if request.runtime == "docker":     # the archives of the images to build, before any build
-        backend.builder.prepare_sources(the_plan.images)
+    runtime = runtimes.make(request.runtime, request.builder_options, request.python, display)
+    if runtime.name == "docker":     # the archives of the images to build, before any build
+        runtime.builder.prepare_sources(the_plan.images)
     results = store.results_dir(request.results)
     if scheduler == "local":
         return Executed(results, run_plan(
             the_plan, results, request.data_dir, display=display, resume=request.resume,
-            fail_fast=request.fail_fast, backend=backend))
+            fail_fast=request.fail_fast, runtime=runtime))
     from .schedulers import slurm
 
     given, table = request.slurm, campaign.slurm
@@ -99,5 +100,5 @@ def execute(request: Request, display=None, say=print, campaign: Campaign | None
         qos=given.qos or table.qos, sbatch_options=[*table.sbatch_options, *given.sbatch_options])
     array_id, records = slurm.run_array(
         the_plan, results, options, given.detach, say, display, data_dir=request.data_dir,
-        resume=request.resume, runtime=request.runtime, python=request.python, backend=backend)
+        resume=request.resume, runtime=runtime, python=request.python)
     return Executed(results, records, array_id)

@@ -29,27 +29,28 @@ from .runtimes import Outcome, gpu_device
 
 
 def run_plan(plan: Plan, results: Path, data_dir=None, builder_options: dict | None = None,
-             display=None, resume: bool = False, fail_fast: bool = False, runtime: str = "docker",
-             python: str | None = None, backend=None, row_fields: dict | None = None) -> list:
+             display=None, resume: bool = False, fail_fast: bool = False,
+             runtime: str | runtimes.Runtime = "docker", python: str | None = None,
+             row_fields: dict | None = None) -> list:
     """Run every job of the plan; returns the stored rows.
 
     Each job leaves exactly one row, whatever happened to it; a bad job never stops
-    the campaign unless ``fail_fast``.  ``runtime`` is docker (containers) or native
-    (processes of the ``python`` interpreter), unless the caller made the ``backend``
-    (``execute``; a Slurm task: the image it was given), and passes ``row_fields``
-    (node, Slurm ids).  The GPUs the plan names were checked before (``execute``:
-    before any download)."""
+    the campaign unless ``fail_fast``.  ``runtime``: how each job executes, a runtime the
+    caller made (``execute``; a Slurm task: one that runs the image it was given), or the
+    name of one to make here, docker (containers) or native (processes of the ``python``
+    interpreter).  A Slurm task passes ``row_fields`` (node, Slurm ids).  The GPUs the
+    plan names were checked before (``execute``: before any download)."""
     display = display or NullDisplay()
-    if backend is None:     # first: no Docker daemon is an error before anything is written
-        backend = runtimes.make(runtime, builder_options, python, display)
+    if isinstance(runtime, str):    # first: no Docker daemon is an error before anything is written
+        runtime = runtimes.make(runtime, builder_options, python, display)
     store.check_results(results)
     data = datasets.prepare(plan.datasets, data_dir, progress=display.download_progress())
-    targets, todo = resolve(plan.jobs, backend, data)
-    provenance_host = dict(backend.host_facts(), runtime=backend.runtime, **(row_fields or {}))
+    targets, todo = resolve(plan.jobs, runtime, data)
+    provenance_host = dict(runtime.host_facts(), runtime=runtime.name, **(row_fields or {}))
     if resume:
         todo = not_stored(results, plan.campaign, todo, display)
     display.start(len(todo))
-    loop = _Loop(results, backend, targets, data, provenance_host, display, fail_fast, len(todo))
+    loop = _Loop(results, runtime, targets, data, provenance_host, display, fail_fast, len(todo))
     try:
         alone, lanes = _lanes(todo)
         loop.lane(alone)
@@ -79,8 +80,8 @@ def _lanes(todo: list) -> tuple[list, list[list]]:
 class _Loop:
     """Carries out lanes of jobs, storing each job's row as it ends."""
 
-    def __init__(self, results, backend, targets, data, provenance_host, display, fail_fast, total):
-        self.results, self.backend, self.targets, self.data = results, backend, targets, data
+    def __init__(self, results, runtime, targets, data, provenance_host, display, fail_fast, total):
+        self.results, self.runtime, self.targets, self.data = results, runtime, targets, data
         self.provenance_host, self.display, self.fail_fast = provenance_host, display, fail_fast
         self.total = total
         self.records = []
@@ -99,7 +100,7 @@ class _Loop:
                     future.result()
             except BaseException:
                 self.cancelled.set()
-                self.backend.cancel()
+                self.runtime.cancel()
                 concurrent.futures.wait(futures)
                 raise
 
@@ -122,24 +123,24 @@ class _Loop:
 
     def one(self, index: int, job, job_id: str):
         """One job, to its stored row; None when the run was interrupted meanwhile."""
-        backend = self.backend
-        if job.memory is None and backend.default_memory:
-            job = job.model_copy(update={"memory": str(backend.default_memory)})
+        runtime = self.runtime
+        if job.memory is None and runtime.default_memory:
+            job = job.model_copy(update={"memory": str(runtime.default_memory)})
         target = self.targets.get((job.framework, job.variant))   # none: planned unsupported
         dataset = self.data[job.dataset]
         run_id = uuid.uuid4().hex[:16]
         self.display.job_started(index, job)
-        provenance = dict(self.provenance_host, image=target.name if target else planned_image(job, backend),
+        provenance = dict(self.provenance_host, image=target.name if target else planned_image(job, runtime),
                           image_id=target and target.id, dataset_sha256=dataset.sha256,
-                          **hostinfo.gpu_facts(gpu_device(job, backend.gpus)))
-        reason = job.unsupported or backend.unsupported(target, job)
+                          **hostinfo.gpu_facts(gpu_device(job, runtime.gpus)))
+        reason = job.unsupported or runtime.unsupported(target, job)
         rescue, job_dir = _prepare(self.results, run_id, index, job_dir=reason is None)
         try:
             if reason is not None:
                 record, samples = unsupported(job, run_id, job_id, reason, provenance), []
             else:
                 try:
-                    outcome = backend.run(job, target, run_id, job_id, job_dir, dataset.path, self.display)
+                    outcome = runtime.run(job, target, run_id, job_id, job_dir, dataset.path, self.display)
                 except DockerUnavailable:
                     jobdir.remove(job_dir)
                     raise
@@ -167,7 +168,7 @@ class _Loop:
         return record
 
 
-def resolve(jobs: list, backend, data: dict) -> tuple[dict, list]:
+def resolve(jobs: list, runtime, data: dict) -> tuple[dict, list]:
     """Each job's target (found or built once per framework and variant; none for a job
     planned unsupported) and each job with its id, which names what it runs: definition,
     image and data."""
@@ -175,15 +176,15 @@ def resolve(jobs: list, backend, data: dict) -> tuple[dict, list]:
     for job in jobs:
         key = (job.framework, job.variant)
         if key not in targets and job.unsupported is None:
-            targets[key] = backend.target(*key)
+            targets[key] = runtime.target(*key)
     return targets, [(job, job.job_id(targets[job.framework, job.variant].id if job.unsupported is None
                                       else None, data[job.dataset].sha256)) for job in jobs]
 
 
-def planned_image(job, backend) -> str | None:
+def planned_image(job, runtime) -> str | None:
     """The image a job planned unsupported would have run in: a container image's tag;
     None for a runtime without images."""
-    return build.image_tag(job.framework, job.variant) if backend.runtime == "docker" else None
+    return build.image_tag(job.framework, job.variant) if runtime.name == "docker" else None
 
 
 def not_stored(results: Path, campaign: str | None, todo: list, display) -> list:

@@ -17,7 +17,7 @@ import pytest
 
 from conftest import dlbench
 from orchestrator import campaign, store
-from orchestrator.errors import UsageError
+from orchestrator.errors import DeprecatedName, UsageError
 
 EXAMPLE = """\
 name = "lenet-sweep"
@@ -51,6 +51,31 @@ def write(tmp_path, text, name="campaign.toml") -> Path:
 
 def plan_of(path, host_cpus=2, **options):
     return campaign.make_plan(path, campaign.Options(**options), host_cpus=host_cpus)
+
+
+# -- where it runs: scheduler, and its old name backend -------------------------------------------
+def test_the_campaign_key_scheduler_and_its_deprecated_name_backend(tmp_path):
+    assert campaign.read(write(tmp_path, 'name = "s"\nscheduler = "slurm"\n'), campaign.Options(),
+                         host_cpus=2).scheduler == "slurm"
+    with pytest.warns(DeprecatedName, match="backend is deprecated: it is now scheduler"):
+        old = campaign.read(write(tmp_path, 'name = "s"\nbackend = "slurm"\n'), campaign.Options(),
+                            host_cpus=2)
+    assert old.scheduler == "slurm"
+    with pytest.raises(UsageError, match="give scheduler, not backend as well"):
+        campaign.read(write(tmp_path, 'name = "s"\nbackend = "local"\nscheduler = "slurm"\n'),
+                      campaign.Options(), host_cpus=2)
+
+
+def test_the_option_scheduler_and_its_deprecated_name_backend():
+    proc = dlbench("run", "--frameworks", "caffe", "--datasets", "mnist", "--backend", "local",
+                   "--dry-run")
+    assert proc.returncode == 0, proc.stderr
+    warning, = [line for line in proc.stderr.splitlines() if "deprecated" in line]
+    assert warning == ("dlbench: warning: --backend is deprecated: it is now --scheduler (the old "
+                       "name goes in the next release)")
+    both = dlbench("run", "--backend", "local", "--scheduler", "local", "--dry-run")
+    assert both.returncode == 2 and "give --scheduler, not --backend" in both.stderr
+    assert "--scheduler" in dlbench("run", "--help", env={"COLUMNS": "200"}).stdout
 
 
 # -- the matrix, without Docker ----------------------------------------------------------------

@@ -97,7 +97,7 @@ def test_the_dry_run_shows_the_lanes_and_a_gpu_less_host_refuses_to_run(tmp_path
 class GivenAGpu:
     """A runtime stand-in for a host whose scheduler gave it a GPU (this one has none) and
     whose framework images exist: any job it is asked to start fails the test."""
-    runtime, default_memory, gpus = "docker", None, ["0"]
+    name, default_memory, gpus = "docker", None, ["0"]
 
     def host_facts(self):
         return hostinfo.host_facts(None)
@@ -134,7 +134,7 @@ def test_a_model_without_a_gpu_version_is_stored_unsupported_without_any_image(
     axes = axes_of(dict(frameworks="torch", datasets="cifar10", profile="quick", gpu="0"))
     the_plan = plan.expand(axes, 2)
     assert the_plan.images == []
-    records = run.run_plan(the_plan, tmp_path / "r", data_root, backend=NoImages())
+    records = run.run_plan(the_plan, tmp_path / "r", data_root, runtime=NoImages())
     assert [(r.status, r.device) for r in records] == [("unsupported", "cuda")]
     assert records[0].error == "torch's cifar10 model has no GPU version: a layer the GPU library lacks"
     assert (records[0].image, records[0].image_id) == ("dlbench/torch:gpu", None)
@@ -155,7 +155,7 @@ def test_torch7s_cifar10_script_runs_on_a_gpu_as_a_reconstruction():
 QUICK = {"max_iter": 200, "test_batch_size": 500}
 
 
-class WithoutTheGpu(docker_runtime.DockerBackend):
+class WithoutTheGpu(docker_runtime.DockerRuntime):
     """The real Docker runtime, but a GPU job runs in the CPU image on the CPU (its CPU set
     and everything else as planned): the stand-in for a GPU this host does not have."""
 
@@ -200,11 +200,11 @@ class Watch:
 @pytest.mark.docker
 def test_gpu_lanes_run_side_by_side_on_disjoint_cpus(tmp_path, data_root, build_image):
     build_image("caffe")
-    backend = WithoutTheGpu(None, NullDisplay())
-    watch = Watch(backend.client, backend.owner.token)
+    runtime = WithoutTheGpu(None, NullDisplay())
+    watch = Watch(runtime.client, runtime.owner.token)
     started = time.perf_counter()
     try:
-        records = run.run_plan(two_gpu_plan(repeats=2), tmp_path / "r", data_root, backend=backend)
+        records = run.run_plan(two_gpu_plan(repeats=2), tmp_path / "r", data_root, runtime=runtime)
     finally:
         watch.stop()
     wall = time.perf_counter() - started
@@ -222,9 +222,9 @@ def test_gpu_lanes_run_side_by_side_on_disjoint_cpus(tmp_path, data_root, build_
 @pytest.mark.docker
 def test_an_interrupt_stops_every_lane_and_keeps_what_was_stored(tmp_path, data_root, build_image):
     build_image("caffe")
-    backend = WithoutTheGpu(None, NullDisplay())
+    runtime = WithoutTheGpu(None, NullDisplay())
     client = docker.from_env()
-    owner = backend.owner.token
+    owner = runtime.owner.token
 
     def interrupt_when_both_run():
         deadline = time.monotonic() + 300
@@ -242,7 +242,7 @@ def test_an_interrupt_stops_every_lane_and_keeps_what_was_stored(tmp_path, data_
     threading.Thread(target=interrupt_when_both_run, daemon=True).start()
     try:
         with pytest.raises(interrupts.Interrupted):
-            run.run_plan(two_gpu_plan(), tmp_path / "r", data_root, backend=backend)
+            run.run_plan(two_gpu_plan(), tmp_path / "r", data_root, runtime=runtime)
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)

@@ -198,7 +198,7 @@ def hostile_image(arena):
 def run_hostile(monkeypatch, image, results, data_root, seed, repeats=1, during=None):
     """Run the hostile image as the jobs of a small plan, in a thread (a hang fails the test)."""
     tag, found = image
-    monkeypatch.setattr(docker_runtime.DockerBackend, "target",
+    monkeypatch.setattr(docker_runtime.DockerRuntime, "target",
                         lambda self, framework, variant: docker_runtime.Target(tag, found.id, None, found))
     plan = campaign.make_plan(None, campaign.Options(
         frameworks=["caffe"], datasets=["mnist"], profiles=["quick"], threads=[1],

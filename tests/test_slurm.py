@@ -118,7 +118,7 @@ def _one_line_error(proc):
 
 def test_a_campaign_runs_as_one_array_over_both_nodes(cluster, data_root, tmp_path):
     results, name = tmp_path / "results", _campaign()
-    proc = dlbench("run", "--backend", "slurm", "--frameworks", "mxnet,caffe", "--datasets", "mnist",
+    proc = dlbench("run", "--scheduler", "slurm", "--frameworks", "mxnet,caffe", "--datasets", "mnist",
                    "--profile", "quick", "--repeats", "2", "--name", name, "--results", results,
                    "--data-dir", data_root, env=cluster.env, check=True)
     array_id = proc.stdout.strip()
@@ -173,7 +173,7 @@ def _task_containers(array_file: Path, campaign: str) -> dict[int, str]:
 
 def test_tasks_that_slurm_ends_leave_one_row_each_and_resume_reruns_them(cluster, data_root, tmp_path):
     results, name = tmp_path / "results", _campaign()
-    args = ["run", "--backend", "slurm", "--frameworks", "mxnet", "--datasets", "mnist",
+    args = ["run", "--scheduler", "slurm", "--frameworks", "mxnet", "--datasets", "mnist",
             "--profile", "quick", "--repeats", "4", "--name", name, "--results", results,
             "--data-dir", data_root]
     env = {**os.environ, **cluster.env, "PYTHONUNBUFFERED": "1"}
@@ -253,9 +253,9 @@ def test_bad_submissions_are_one_line_errors_before_anything_is_submitted(
         env["PATH"] = str(empty)
     elif case == "unknown partition":
         extra = ["--partition", "no-such-partition"]
-    elif case == "campaign's unknown partition":     # backend and [slurm] from a campaign file
+    elif case == "campaign's unknown partition":     # scheduler and [slurm] from a campaign file
         campaign = tmp_path / "c.toml"
-        campaign.write_text('name = "slurm-test-file"\nbackend = "slurm"\n'
+        campaign.write_text('name = "slurm-test-file"\nscheduler = "slurm"\n'
                             '[slurm]\npartition = "no-such-partition"\n')
         extra = ["--campaign", campaign]
     else:
@@ -263,10 +263,10 @@ def test_bad_submissions_are_one_line_errors_before_anything_is_submitted(
         mounted.mkdir()
         subprocess.run(["mount", "--bind", "-o", "ro", mounted, mounted], check=True)
         results = mounted / "results"
-    backend = [] if case.startswith("campaign") else ["--backend", "slurm"]
+    scheduler = [] if case.startswith("campaign") else ["--scheduler", "slurm"]
     try:
         before = cluster.run("squeue", "-h", "-o", "%i").stdout
-        proc = dlbench("run", *backend, "--frameworks", "mxnet", "--datasets", "mnist",
+        proc = dlbench("run", *scheduler, "--frameworks", "mxnet", "--datasets", "mnist",
                        "--profile", "quick", "--results", results, "--data-dir", data_root,
                        *extra, env=env)
         line = _one_line_error(proc)

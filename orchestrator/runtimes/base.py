@@ -1,9 +1,9 @@
 """What every runtime shares: the target a framework's jobs run on, what the host saw of a
-job (``Outcome``), following a job's output, and the ``Backend`` protocol a runtime
+job (``Outcome``), following a job's output, and the ``Runtime`` protocol a runtime
 implements.  The job loop (``run.py``) sees runtimes only through this protocol.
 
-    class Backend(Protocol):
-        runtime: str                     # its name, stored in every row (``runtime``)
+    class Runtime(Protocol):
+        name: str                        # docker or native, stored in every row (``runtime``)
         default_memory: int | None       # the memory limit a job gets without --memory
         def host_facts(self) -> dict     # the host's provenance, on every row
         def target(framework, variant) -> Target          # build or find what jobs run on
@@ -129,8 +129,8 @@ class Running:
             self._stop(item)
 
 
-class Backend(Protocol):
-    runtime: str
+class Runtime(Protocol):
+    name: str
     default_memory: int | None
     gpus: list[str] | None          # the GPUs a scheduler assigned; None: the host's own
 

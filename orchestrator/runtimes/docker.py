@@ -65,12 +65,16 @@ def image_unsupported(image, tag: str) -> str | None:
     return None
 
 
-class DockerBackend:
-    """Jobs in hardened containers of the framework images, built when missing."""
+class DockerRuntime:
+    """Jobs in hardened containers of the framework images, built when missing, or given:
+    ``given(client, framework, variant)`` returns the image a job of that framework and
+    variant runs in, or None where it has none (a Slurm task: the submitter's images,
+    loaded when the node lacks them), and nothing is built."""
 
-    runtime = "docker"
+    name = "docker"
 
-    def __init__(self, builder_options: dict | None, display):
+    def __init__(self, builder_options: dict | None, display, given=None):
+        self.given = given
         self.client = docker_client()
         for short_id in remove_stale(self.client):
             display.say(f"removed container {short_id} left by an interrupted run")
@@ -84,8 +88,13 @@ class DockerBackend:
 
     def target(self, framework: str, variant: str) -> Target:
         # a variant the framework lacks never gets here: its jobs were planned unsupported
-        image = self.builder.framework(framework, variant=variant)   # reused when nothing changed
         tag = build.image_tag(framework, variant)
+        if self.given is None:
+            image = self.builder.framework(framework, variant=variant)   # reused when nothing changed
+        else:
+            image = self.given(self.client, framework, variant)
+            if image is None:
+                return Target(tag, None, f"no image {tag} for this job")
         return Target(tag, image.id, image_unsupported(image, tag), image)
 
     def unsupported(self, target: Target, job: Job) -> str | None:
@@ -179,7 +188,7 @@ def run_container(client, job: Job, tag: str, run_id: str, job_id: str, job_dir:
                   running: Running | None = None) -> Outcome:
     """Run the job's container to its end, following its output and sampling its
     resources; the container is removed whatever happens.  ``running``: where the
-    backend keeps its running containers, for ``cancel``."""
+    runtime keeps its running containers, for ``cancel``."""
     kwargs = container_options(job, tag, run_id, job_id, job_dir, dataset_path, owner, device)
     timeout = job.timeout
     started = time.perf_counter()

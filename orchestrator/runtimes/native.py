@@ -114,7 +114,7 @@ def run_process(job: Job, target: Interpreter, run_id: str, job_id: str, job_dir
                 dataset_path: Path, display, device: str | None = None,
                 running: Running | None = None) -> Outcome:
     """Run one job as a child process; what it left behind becomes the row as for a
-    container.  ``running``: where the backend keeps its running processes, for ``cancel``."""
+    container.  ``running``: where the runtime keeps its running processes, for ``cancel``."""
     log = jobdir.prepare(job_dir, job.spec(run_id, job_id))
     env = {**_quiet_env(), **job.thread_environment, "PYTHONUNBUFFERED": "1",
            **({"CUDA_VISIBLE_DEVICES": device} if device is not None else {}),
@@ -232,10 +232,10 @@ class ProcessSampler:
 __all__ = ["Target", "check_python", "run_process", "unsupported"]
 
 
-class NativeBackend:
+class NativeRuntime:
     """Jobs as processes of a Python on the host."""
 
-    runtime = "native"
+    name = "native"
     default_memory = None
 
     def __init__(self, python: str | None):

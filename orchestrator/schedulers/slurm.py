@@ -137,7 +137,7 @@ def _slurm_message(done: subprocess.CompletedProcess) -> str:
 def check_commands() -> None:
     for name in COMMANDS:
         if shutil.which(name) is None:
-            raise SlurmError(f"--backend slurm: {name} is not on PATH; "
+            raise SlurmError(f"--scheduler slurm: {name} is not on PATH; "
                              "run from a Slurm submit host (or put Slurm's commands on PATH)")
 
 
@@ -243,10 +243,11 @@ def _indices(text: str) -> list[int]:
 
 # -- submitting ------------------------------------------------------------------------------
 def submit(plan: Plan, results: Path, options: SlurmOptions, data_dir=None,
-           builder_options: dict | None = None, display=None, resume: bool = False, runtime: str = "docker",
-           python: str | None = None, backend=None) -> tuple[str | None, ArrayFile | None]:
+           builder_options: dict | None = None, display=None, resume: bool = False,
+           runtime="docker", python: str | None = None) -> tuple[str | None, ArrayFile | None]:
     """Submit the plan as one job array; returns (array id, its file), or (None, None)
-    when nothing is left to run.  ``backend``: the runtime, if the caller made it."""
+    when nothing is left to run.  ``runtime``: the runtime the caller made, or the name
+    of one to make here (docker or native, with ``python``)."""
     from ..display import NullDisplay
     from ..runtimes import make
 
@@ -267,24 +268,25 @@ def submit(plan: Plan, results: Path, options: SlurmOptions, data_dir=None,
         probe = [Task(job=j, job_id="0" * 16) for j in plan.jobs]
         _command(sbatch_args(probe, options, results, name) + ["--test-only", "--wrap=true"],
                  "sbatch", check=True)
-    backend = backend or make(runtime, builder_options, python, display)
+    if isinstance(runtime, str):
+        runtime = make(runtime, builder_options, python, display)
     data = datasets.prepare(plan.datasets, data_dir, progress=display.download_progress())
-    targets, todo = resolve(plan.jobs, backend, data)
+    targets, todo = resolve(plan.jobs, runtime, data)
     if resume:
         todo = not_stored(results, plan.campaign, todo, display)
     if not todo:
         return None, None
     images = {f"{fw}:{variant}": Image(tag=target.name, id=target.id)
               for (fw, variant), target in targets.items()}
-    if runtime == "docker":
+    if runtime.name == "docker":
         for (fw, variant), target in targets.items():
             if target.reason is None and any((j.framework, j.variant) == (fw, variant) for j, _ in todo):
-                images[f"{fw}:{variant}"].archive = save_image(backend.client, target.image,
+                images[f"{fw}:{variant}"].archive = save_image(runtime.client, target.image,
                                                               results, display)
     tasks = [Task(job=job, job_id=job_id) for job, job_id in todo]
     array = ArrayFile(submission=submission, campaign=plan.campaign, tasks=tasks, images=images,
                       data_dir=str(Path(data_dir).resolve()) if data_dir else None,
-                      runtime=runtime, python=python)
+                      runtime=runtime.name, python=python)
     plan_file = _dir(results) / "plans" / f"{submission}.json"
     _write_json(plan_file, array.model_dump_json(indent=1))
     args = sbatch_args(tasks, options, results, name)
@@ -356,9 +358,7 @@ def task_fields() -> dict:
 
 def run_task(plan_file: Path, index: int, results: Path, display=None, builder_options=None) -> list:
     """Run one job of an array's plan on this node, exactly as a local run does."""
-    from ..runtimes import Target
-    from ..runtimes.docker import DockerBackend, image_unsupported
-    from ..runtimes.native import NativeBackend
+    from ..runtimes import make
 
     try:
         array = ArrayFile.model_validate_json(plan_file.read_text())
@@ -373,27 +373,20 @@ def run_task(plan_file: Path, index: int, results: Path, display=None, builder_o
              "started_at": dt.datetime.now(dt.timezone.utc).isoformat()}))
     task = array.tasks[index]
 
-    if array.runtime == "docker":
-        class Preloaded(DockerBackend):
-            """The image the submitter resolved, by id (loaded here when missing); never built."""
+    def given(client, framework, variant):
+        """The image the submitter resolved, by id (loaded here when missing); never built."""
+        ref = array.images[f"{framework}:{variant}"]
+        return None if ref.id is None else ensure_image(client, ref, results,
+                                                        display.say if display else print)
 
-            def target(self, framework, variant):
-                ref = array.images[f"{framework}:{variant}"]
-                if ref.id is None:
-                    return Target(ref.tag, None, f"no image {ref.tag} for this job")
-                image = ensure_image(self.client, ref, results, display.say if display else print)
-                return Target(ref.tag, image.id, image_unsupported(image, ref.tag), image)
-
-        backend = Preloaded(builder_options, display or _Quiet())
-    else:
-        backend = NativeBackend(array.python)
+    runtime = make(array.runtime, builder_options, array.python, display or _Quiet(), given)
     if os.environ.get("SLURM_JOB_GPUS"):        # a GPU job: the GPU Slurm gave it, not GPU N
-        backend.gpus = os.environ["SLURM_JOB_GPUS"].split(",")
+        runtime.gpus = os.environ["SLURM_JOB_GPUS"].split(",")
     # The node runs this one job: its CPUs are the ones Slurm gave the task, never a
     # side-by-side share of a single host's (``plan.share_cpus``).
     one = Plan(jobs=[task.job.model_copy(update={"first_cpu": 0})], campaign=array.campaign)
-    return run_plan(one, results, array.data_dir, display=display, runtime=array.runtime,
-                    python=array.python, backend=backend, row_fields=fields)
+    return run_plan(one, results, array.data_dir, display=display, runtime=runtime,
+                    row_fields=fields)
 
 
 class _Quiet:
@@ -534,7 +527,7 @@ def status(results: Path) -> list[dict]:
 
 def run_array(plan: Plan, results: Path, options: SlurmOptions, detach: bool, say, display,
               **kwargs) -> tuple[str | None, list | None]:
-    """``dlbench run --backend slurm``: submit the plan as one job array, then follow it
+    """``dlbench run --scheduler slurm``: submit the plan as one job array, then follow it
     until it ends and store a row for every task Slurm ended without one; returns
     (the array id, its rows), the rows None when detached, (None, None) when nothing is
     left to run."""
