@@ -271,6 +271,30 @@ class Builder:
             (self.log_dir / (tag.replace("/", "_").replace(":", "_") + ".log")).write_text("\n".join(lines))
 
 
+def images_to_build(frameworks: list[str], variants: list[str], named: bool = False) -> dict:
+    """``dlbench build-images``' plan: (framework, variant) -> why it has no such image, or
+    None; a framework asked for by name (``named``) without the variant is a UsageError,
+    said before anything is built."""
+    todo = {(fw, v): catalog.variant_unsupported(fw, v) for v in variants for fw in frameworks}
+    for reason in todo.values():
+        if reason is not None and named:
+            raise UsageError(reason)
+    return todo
+
+
+def build_images(builder: Builder, todo: dict, rebuild: bool = False, skip=lambda reason: None):
+    """Carry out ``images_to_build``' plan: the source archives of the images to build checked
+    first, then the base, then each image in turn, yielded as (tag, image); a variant a
+    framework lacks is passed to ``skip``."""
+    builder.prepare_sources([key for key, reason in todo.items() if reason is None], rebuild)
+    builder.base(rebuild=rebuild)
+    for (framework, variant), reason in todo.items():
+        if reason is not None:
+            skip(reason)
+            continue
+        yield image_tag(framework, variant), builder.framework(framework, rebuild=rebuild, variant=variant)
+
+
 def _context_hash(files: dict[str, Path], buildargs: dict) -> str:
     """A build's inputs, hashed: the context's files (name and bytes) and the build arguments."""
     digest = hashlib.sha256()

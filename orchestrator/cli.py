@@ -126,6 +126,10 @@ def _builder_options(base, mirror, ca_bundle, network, sources_dir=None):
             "sources_dir": str(sources_dir) if sources_dir else None}
 
 
+def _skipped(reason: str) -> None:
+    err.print(f"[yellow]skipped:[/yellow] {reason}", highlight=False)
+
+
 @app.command("build-images")
 def build_images(frameworks: Frameworks = None, base: BaseOpt = BaseSource.auto,
                  mirror: MirrorOpt = build.DEFAULT_MIRROR, ca_bundle: CaOpt = None,
@@ -141,23 +145,13 @@ def build_images(frameworks: Frameworks = None, base: BaseOpt = BaseSource.auto,
 
     variants = _choices(variant, Variant, "--variant") or []
     names = catalog.check_frameworks(_names(frameworks)) if frameworks else catalog.available()
-    todo = {(fw, v): catalog.variant_unsupported(fw, v) for v in variants for fw in names}
-    for reason in todo.values():
-        if reason is not None and frameworks:
-            raise UsageError(reason)      # asked for by name: say so before building anything
+    todo = build.images_to_build(names, variants, named=bool(frameworks))
     display = RichDisplay(err, verbose=verbose)
     builder = build.Builder(docker_client(), say=display.say,
                             log_dir=Path(datasets.cache_root()).parent / "build-logs",
                             **_builder_options(base, mirror, ca_bundle, build_network, sources_dir))
-    builder.prepare_sources(list(todo), rebuild)    # those to build, before any build starts
-    builder.base(rebuild=rebuild)
-    for (name, v), reason in todo.items():
-        if reason is not None:
-            err.print(f"[yellow]skipped:[/yellow] {reason}", highlight=False)
-            continue
-        image = builder.framework(name, rebuild=rebuild, variant=v)
-        out.print(f"{build.image_tag(name, v)}  {image.short_id}  "
-                  f"{image.labels.get(build.LABEL + '.framework-version', '')}")
+    for tag, image in build.build_images(builder, todo, rebuild, skip=_skipped):
+        out.print(f"{tag}  {image.short_id}  {image.labels.get(build.LABEL + '.framework-version', '')}")
 
 
 Scheduler = enum.Enum("Scheduler", {s: s for s in execute.SCHEDULERS}, type=str)
