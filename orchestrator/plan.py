@@ -10,6 +10,7 @@ rounds.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import json
@@ -189,22 +190,23 @@ def expand(axes: Axes, host_cpus: int | None = None) -> Plan:
                     if on_gpu not in params:
                         params[on_gpu] = _resolve(axes, models, framework, dataset, profile,
                                                   overrides, "cuda" if on_gpu else "cpu")
-                    variant = axes.variant or ("gpu" if on_gpu else "cpu")
                     cells.append(dict(
                         framework=framework, dataset=dataset, profile=profile,
                         model=models["models"][dataset]["model"], hyperparameters=params[on_gpu],
                         overrides=overrides, threads=threads or host_cpus, cpus=threads,
                         gpu=gpu, image_variant=axes.variant, campaign=axes.campaign,
-                        settings_from=source, seed=seed,
-                        unsupported=catalog.job_unsupported(framework, dataset, variant, gpu),
-                        **limits))
+                        settings_from=source, seed=seed, **limits))
     if not cells:
         raise UsageError("nothing to run: " + "; ".join(skipped) if skipped else "nothing to run")
     if axes.datasets and skipped:
         raise UsageError("; ".join(skipped))
     cells = share_cpus(cells, host_cpus)
-    jobs = [Job(**dict(cell, seed=cell["seed"] + repeat), repeat=repeat)
-            for repeat in range(axes.repeats) for cell in cells]
+    cells = [Job(**cell) for cell in cells]
+    why = functools.cache(catalog.job_unsupported)      # decided while planning, once a kind of job
+    cells = [job.model_copy(update={"unsupported": why(job.framework, job.dataset, job.variant, job.gpu)})
+             for job in cells]
+    jobs = [job.model_copy(update={"seed": job.seed + repeat, "repeat": repeat})
+            for repeat in range(axes.repeats) for job in cells]
     return Plan(jobs=jobs, skipped=skipped, campaign=axes.campaign)
 
 
