@@ -156,6 +156,85 @@ def test_keys_after_multi_line_strings_and_inline_tables_are_found_on_their_line
     assert __import__("re").search(expected, str(raised.value)), str(raised.value)
 
 
+DEEP = 600                  # past the standard library's TOML reader's recursion
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("a = " + "[" * DEEP + "]" * DEEP, r"campaign.toml:2: arrays and inline tables nested more than 32 deep"),
+    ("a = " + "{b = " * DEEP + "1" + "}" * DEEP,
+     r"campaign.toml:2: arrays and inline tables nested more than 32 deep"),
+    ("a = [" + "{b = [" * DEEP, r"campaign.toml:2: arrays and inline tables nested more than 32 deep"),
+    (".".join(["a"] * 20_000) + " = 1", r"campaign.toml:2: a dotted key of more than 32 parts"),
+    ("[" + ".".join(['"a"'] * 20_000) + "]", r"campaign.toml:2: a dotted key of more than 32 parts"),
+    ("a = 1" + "0" * 5000, r"campaign.toml: not valid TOML: Exceeds the limit \(4300 digits\)"),
+])
+def test_deep_nesting_long_keys_and_huge_numbers_are_one_line_and_quick(tmp_path, text, expected):
+    """The standard library's reader recurses into arrays and tables (a RecursionError past
+    about 500 levels) and takes time quadratic in a key's parts (20,000: 6 s)."""
+    with pytest.raises(UsageError) as raised:
+        plan_of(write(tmp_path, 'name = "deep"\n' + text + "\n"))
+    assert "\n" not in str(raised.value)
+    assert __import__("re").search(expected, str(raised.value)), str(raised.value)
+
+
+def test_brackets_and_dots_in_strings_and_comments_are_not_nesting(tmp_path):
+    text = ('name = "x"\ndescription = """' + "[{" * DEEP + '"""  # ' + "[" * DEEP + "\n"
+            "frameworks = ['caffe'] # " + "a." * 100 + "\n[hyperparameters]\n"
+            + "\n".join(f"k{i} = '{'x.' * 100}'" for i in range(3)) + "\n")
+    path = write(tmp_path, text)
+    assert campaign.load(path)[0].description == "[{" * DEEP
+    nested = "x = " + "[" * 32 + "]" * 32 + "\n" + ".".join(["k"] * 32) + " = 1\n"
+    assert campaign.too_deep(nested) is None
+    assert campaign.too_deep("[" + nested) == (1, "arrays and inline tables nested more than 32 deep")
+
+
+def dry_run(campaign_file, timeout=60) -> subprocess.CompletedProcess:
+    """``dlbench run --campaign FILE --dry-run`` with at most 3 GiB of address space: a reader
+    that takes the file whole fails fast instead of taking the machine's memory."""
+    import resource
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
+
+    return subprocess.run([sys.executable, "-m", "orchestrator", "run", "--campaign", str(campaign_file),
+                           "--dry-run"], capture_output=True, text=True, timeout=timeout,
+                          preexec_fn=limit)
+
+
+def test_a_campaign_file_is_a_regular_file_of_at_most_1_mib_checked_before_it_is_read(tmp_path):
+    big = write(tmp_path, 'name = "big"\ndescription = "' + "x" * (50 << 20) + '"\n', "big.toml")
+    fifo = tmp_path / "fifo.toml"
+    os.mkfifo(fifo)
+    for path, why in [("/dev/zero", "not a regular file (a character device)"),
+                      (fifo, "not a regular file (a FIFO)"), (tmp_path, "not a regular file (a directory)"),
+                      (big, f"{big.stat().st_size} bytes (limit {campaign.MAX_BYTES})")]:
+        proc = dry_run(path)
+        assert proc.returncode == 2 and proc.stdout == ""
+        assert proc.stderr == (f"dlbench: error: --campaign {path}: {why}: a campaign file is a "
+                               "regular file of at most 1 MiB\n")
+
+
+def test_a_campaign_of_1_mib_of_keys_is_read_in_a_few_seconds(tmp_path):
+    """Each key's line was found by counting the line ends before it: 200,000 keys, 89 s."""
+    import itertools
+    import string
+    import time
+
+    names = ("".join(t) for n in (1, 2, 3) for t in itertools.product(string.ascii_letters, repeat=n))
+    lines = ['name = "keys"']
+    for name in names:
+        lines.append(f"{name}=1")
+        if len(lines) * 6 > campaign.MAX_BYTES:
+            break
+    path = write(tmp_path, "\n".join(lines[:-1]) + "\n")
+    assert path.stat().st_size <= campaign.MAX_BYTES
+    started = time.monotonic()
+    proc = dry_run(path)
+    assert time.monotonic() - started < 30
+    assert proc.returncode == 2
+    assert proc.stderr.startswith(f"dlbench: error: {path}:2: a: unknown key (and ")
+
+
 def test_an_axis_value_a_model_lacks_is_an_error_on_the_command_line_too():
     proc = dlbench("run", "--frameworks", "caffe", "--datasets", "mnist", "--sweep", "epochs=1,2",
                    "--dry-run")
