@@ -456,11 +456,22 @@ def main():
     sys.exit(code)
 
 
+_warned: set[str] = set()
+
+
 def _warning(message, category, filename, lineno, file=None, line=None, _shown=warnings.showwarning):
-    """A file the store left out, on one line; other warnings as Python shows them."""
+    """A file the store left out, on one line, once (compaction meets a file at each of its
+    steps); other warnings as Python shows them."""
     if not issubclass(category, StoreWarning):
         return _shown(message, category, filename, lineno, file, line)
-    err.print(f"dlbench: warning: {' '.join(str(message).split())}", markup=False, highlight=False,
+    text = " ".join(str(message).split())
+    if text not in _warned:
+        _warned.add(text)
+        _warn_line(text)
+
+
+def _warn_line(text: str) -> None:
+    err.print(f"dlbench: warning: {' '.join(text.split())}", markup=False, highlight=False,
               soft_wrap=True)
 
 

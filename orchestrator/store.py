@@ -44,6 +44,7 @@ import fcntl
 import json
 import os
 import re
+import stat
 import tempfile
 import uuid
 import warnings
@@ -54,6 +55,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from . import files
 from .errors import StoreError, StoreWarning
 from .schema import (ADDED_IN, ARROW_SCHEMA, RENAMED_IN, SCHEMA_VERSION, TRACE_SCHEMA, TRACE_SCHEMA_VERSION,
                      RunRecord)
@@ -90,12 +92,51 @@ def job_dir(results: Path, run_id: str) -> Path:
 
 
 def row_files(results: Path) -> list[Path]:
-    """The row files: those of an old layout first, then ``runs/``'s."""
-    return sorted(results.glob(OLD_ROWS)) + sorted((results / RUNS).glob("*.parquet"))
+    """The row files a reader may open (``_openable``): those of an old layout first, then
+    ``runs/``'s."""
+    return _openable(results, sorted(results.glob(OLD_ROWS)) + sorted((results / RUNS).glob("*.parquet")))
 
 
 def trace_files(results: Path) -> list[Path]:
-    return sorted((results / OLD_TRACES).glob("*.parquet")) + sorted((results / TRACES).glob("*.parquet"))
+    return _openable(results, sorted((results / OLD_TRACES).glob("*.parquet"))
+                     + sorted((results / TRACES).glob("*.parquet")))
+
+
+def _openable(results: Path, paths: list[Path]) -> list[Path]:
+    """The files of ``paths`` a reader may open: regular files, or links to one inside the
+    results directory, and none that Parquet readers ignore (a name starting with ``.`` or
+    ``_``).  Each other one is left out with a StoreWarning: a FIFO blocked every reader
+    for good, deaf to signals, and a dangling link looked like a file that a compaction
+    removed, read again and again.  (Someone who can write the results directory can still
+    swap a file for a FIFO after this look: that is not a job, which never reaches it.)"""
+    kept, top = [], None
+    for path in paths:
+        if path.name.startswith((".", "_")):
+            continue
+        try:
+            info = path.lstat()
+        except FileNotFoundError:
+            continue                    # compacted meanwhile
+        why = None
+        if stat.S_ISLNK(info.st_mode):
+            top = top or results.resolve()
+            if not path.resolve().is_relative_to(top):
+                why = "a symbolic link out of the results directory"
+            else:
+                try:
+                    info = path.stat()
+                except OSError:
+                    why = "a symbolic link that leads nowhere"
+                else:
+                    if not stat.S_ISREG(info.st_mode):
+                        why = f"a symbolic link to {files.kind(info.st_mode)}"
+        elif not stat.S_ISREG(info.st_mode):
+            why = f"not a regular file ({files.kind(info.st_mode)})"
+        if why is None:
+            kept.append(path)
+        else:
+            _warn(f"{path}: {why}; ignored")
+    return kept
 
 
 def row_file_count(results: Path) -> int:
@@ -537,8 +578,8 @@ def check_results(results: Path) -> Path:
         os.unlink(probe)
     except OSError as exc:
         raise StoreError(f"{results}: cannot write in the results directory: {exc.strerror}") from None
-    stat = os.statvfs(results)
-    free, needed = stat.f_bavail * stat.f_frsize, min_free_bytes()
+    disk = os.statvfs(results)
+    free, needed = disk.f_bavail * disk.f_frsize, min_free_bytes()
     if free < needed:
         raise StoreError(f"{results}: {free / 2**20:.0f} MB free, a run needs at least "
                          f"{needed / 2**20:.0f} MB ({MIN_FREE_VARIABLE} sets it)")

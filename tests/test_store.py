@@ -407,6 +407,71 @@ def test_unreadable_row_files_are_skipped_with_a_warning_naming_each(tmp_path):
         assert sorted(store.load(results)["run_id"]) == ["a", "b"]
 
 
+def warnings_in(proc) -> list[str]:
+    lines = proc.stderr.splitlines()
+    assert all(line.startswith("dlbench: warning: ") for line in lines), proc.stderr
+    return [line.removeprefix("dlbench: warning: ") for line in lines]
+
+
+def test_a_fifo_among_the_row_and_trace_files_is_ignored_with_one_warning(tmp_path):
+    """pyarrow opens a file with a plain open(): a FIFO with no writer held every reader for
+    good, deaf to Ctrl-C and SIGTERM."""
+    from conftest import dlbench
+
+    results = tmp_path / "results"
+    fill(results, tmp_path, ["a", "b"])
+    fifos = [results / store.RUNS / "x.parquet", results / store.TRACES / "y.parquet"]
+    for fifo in fifos:
+        os.mkfifo(fifo)
+    said = sorted(f"{fifo}: not a regular file (a FIFO); ignored" for fifo in fifos)
+    for command in (["results", "--format", "json"], ["report", "--format", "json"], ["compact"],
+                    ["upgrade"]):
+        proc = dlbench(*command, "--results", results, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        expected = said if command[0] in ("compact", "upgrade") else said[:1]   # the others read rows
+        assert sorted(warnings_in(proc)) == expected
+    with pytest.warns(StoreWarning):
+        assert sorted(store.load(results)["run_id"]) == ["a", "b"]
+    assert all(fifo.exists() for fifo in fifos)
+
+
+def test_links_among_the_row_files_are_read_only_to_a_regular_file_inside_the_results(tmp_path):
+    """A dangling link looked like a file compacted away, read again and again: `results`,
+    `report` and `--resume` failed for good ("the row files kept changing") and `compact`
+    and `upgrade` with a traceback."""
+    from conftest import dlbench
+
+    results = tmp_path / "results"
+    fill(results, tmp_path, ["a", "b"])
+    elsewhere = tmp_path / "elsewhere"
+    fill(elsewhere, tmp_path, ["outside"])
+    fill(tmp_path / "spare", tmp_path, ["inside"])
+    shutil.copytree(tmp_path / "spare" / store.RUNS, results / "kept")
+    runs = results / store.RUNS
+    links = {runs / "dangling.parquet": runs / "gone.parquet",
+             runs / "outside.parquet": store.row_files(elsewhere)[0],
+             runs / "zero.parquet": Path("/dev/zero"),
+             runs / "inside.parquet": next((results / "kept").iterdir())}
+    for link, target in links.items():
+        link.symlink_to(target)
+    said = sorted([f"{runs / 'dangling.parquet'}: a symbolic link that leads nowhere; ignored",
+                   f"{runs / 'outside.parquet'}: a symbolic link out of the results directory; ignored",
+                   f"{runs / 'zero.parquet'}: a symbolic link out of the results directory; ignored"])
+    with pytest.warns(StoreWarning) as caught:
+        assert store.ok_job_ids(results) == {"job1"}              # --resume
+    assert sorted({str(w.message) for w in caught}) == said
+    proc = dlbench("results", "--results", results, "--format", "json", timeout=120)
+    assert proc.returncode == 0 and sorted(warnings_in(proc)) == said
+    assert sorted(row["run_id"] for row in json.loads(proc.stdout)) == ["a", "b", "inside"]
+    for command in ("report", "upgrade", "compact"):
+        proc = dlbench(command, "--results", results, timeout=120)
+        assert proc.returncode == 0 and sorted(warnings_in(proc)) == said, proc.stderr
+    assert proc.stdout.strip() == f"{results}: merged 3 row files and 2 trace files"
+    with pytest.warns(StoreWarning):
+        assert sorted(store.load(results)["run_id"]) == ["a", "b", "inside"]
+    assert all(link.is_symlink() for link in links if link.name != "inside.parquet")
+
+
 def test_compaction_beside_a_writer_and_a_reader_loses_nothing(tmp_path):
     """A process appends rows and traces while this one compacts and reads, again and again."""
     import subprocess
