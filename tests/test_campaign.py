@@ -470,3 +470,96 @@ def test_concurrent_writers_never_lose_or_tear_a_row(tmp_path):
     frame = store.load(results)
     assert len(frame) == 300 and frame["run_id"].is_unique and seen <= 300
     assert not list(results.rglob("*.tmp"))             # no temporary file left behind
+
+
+# -- a stop signal while a job's files are made or its row is stored ---------------------------
+class Immediate:
+    """A runtime whose jobs end at once with a valid result (no Docker)."""
+
+    runtime, default_memory, gpus = "native", None, None
+
+    def host_facts(self):
+        return {}
+
+    def target(self, framework, variant):
+        from orchestrator.runtimes import Target
+        return Target("immediate", "immediate")
+
+    def unsupported(self, target, job):
+        return None
+
+    def run(self, job, target, run_id, job_id, job_dir, dataset_path, display):
+        from orchestrator import jobdir
+        from orchestrator.runtimes import Outcome
+
+        jobdir.prepare(job_dir, job.spec(run_id, job_id)).close()
+        (job_dir / "out" / "result.json").write_text(json.dumps({
+            "schema_version": 1, "status": "ok", "framework": job.framework, "dataset": job.dataset,
+            "model": job.model, "profile": job.profile, "hyperparameters": {}, "device": "cpu",
+            "seed": job.seed}))
+        return Outcome(exit_code=0, wall_time_s=0.1, log_tail=[])
+
+    def cancel(self):
+        pass
+
+    def close(self):
+        pass
+
+
+@pytest.fixture
+def signal_at(monkeypatch):
+    """``signal_at(module, name)``: SIGTERM arrives, as the signal handler takes it, just
+    after ``module.name`` is called (the handlers are put back after the test)."""
+    from orchestrator import datasets, interrupts, run
+
+    monkeypatch.setattr(interrupts, "received", [])
+    monkeypatch.setattr(run.datasets, "prepare", lambda names, *a, **k: {
+        name: datasets.VerifiedDataset(name, Path("/nonexistent"), "0" * 64, {}, None) for name in names})
+    saved = {signum: signal.getsignal(signum) for signum in interrupts.STOP_SIGNALS}
+
+    def at(module, name):
+        real = getattr(module, name)
+
+        def then_a_signal(*args, **kwargs):
+            done = real(*args, **kwargs)
+            interrupts._interrupt(signal.SIGTERM, None)
+            return done
+        monkeypatch.setattr(module, name, then_a_signal)
+    yield at
+    for signum, handler in saved.items():
+        signal.signal(signum, handler)
+
+
+def kept(results: Path) -> tuple[list, list, list]:
+    """The run ids of the stored rows, of the job directories, and the rescue files."""
+    rows = sorted(store.load(results)["run_id"]) if store.row_files(results) else []
+    return (rows, sorted(p.name for p in (results / store.JOBS).iterdir()) if (results / store.JOBS).is_dir() else [],
+            sorted(p.name for p in (results / store.RESCUED).iterdir()) if (results / store.RESCUED).is_dir() else [])
+
+
+@pytest.mark.parametrize("module, name", [("run", "collect"), ("store", "write_trace"), ("store", "append")])
+def test_a_stop_signal_while_a_row_is_stored_keeps_the_row_with_its_job_directory(tmp_path, signal_at,
+                                                                                  module, name):
+    """A signal within milliseconds of a row's write left a job directory without its row."""
+    from orchestrator import run
+
+    results = tmp_path / "results"
+    signal_at({"run": run, "store": store}[module], name)
+    with pytest.raises(KeyboardInterrupt):
+        run.run_plan(plan_of(None, frameworks=["caffe"], datasets=["mnist"], profiles=["quick"],
+                             repeats=2), results, backend=Immediate())
+    rows, job_dirs, rescued = kept(results)
+    assert len(rows) == 1 and job_dirs == rows and rescued == []
+    assert {p.name for p in (results / store.JOBS / rows[0]).iterdir()} == {"job.json", "log.txt", "result.json"}
+
+
+def test_a_stop_signal_while_a_jobs_files_are_made_leaves_none_of_them(tmp_path, signal_at):
+    """A signal just after the room for the row was set aside left it, blank, for good."""
+    from orchestrator import run
+
+    results = tmp_path / "results"
+    signal_at(store, "Rescue")
+    with pytest.raises(KeyboardInterrupt):
+        run.run_plan(plan_of(None, frameworks=["caffe"], datasets=["mnist"], profiles=["quick"]),
+                     results, backend=Immediate())
+    assert kept(results) == ([], [], [])
