@@ -13,7 +13,7 @@ import typer
 from typer.exceptions import TyperException
 from rich.console import Console
 
-from . import __version__, build, catalog, datasets, execute, store
+from . import __version__, build, cache, catalog, datasets, execute, store
 from . import options as options_
 from .options import RunOptions, names as _names
 from .interrupts import interrupted, received
@@ -147,7 +147,7 @@ def build_images(frameworks: Frameworks = None, base: BaseOpt = BaseSource.auto,
             raise UsageError(reason)      # asked for by name: say so before building anything
     display = RichDisplay(err, verbose=verbose)
     builder = build.Builder(docker_client(), say=display.say,
-                            log_dir=Path(datasets.cache_root()).parent / "build-logs",
+                            log_dir=cache.folder("build-logs"),
                             **_builder_options(base, mirror, ca_bundle, build_network, sources_dir))
     builder.prepare_sources(list(todo), rebuild)    # those to build, before any build starts
     builder.base(rebuild=rebuild)
