@@ -333,7 +333,7 @@ def recover(results: ResultsOpt = None):
     target = store.results_dir(results)
     count, problems = store.recover(target)
     for line in problems:
-        err.print(f"[yellow]warning:[/yellow] {line}", highlight=False)
+        _warn_line(line)
     out.print(f"{target}: recovered {count} row(s)", highlight=False)
     if problems:
         raise typer.Exit(1)
