@@ -617,8 +617,8 @@ def _settle_for_reading(results: Path) -> None:
 # -- migration and compaction ---------------------------------------------------------------
 def _migrated(results: Path) -> int | None:
     try:
-        return int((results / MIGRATED).read_text())
-    except (OSError, ValueError):
+        return int(files.read_regular(results / MIGRATED, 64))
+    except (OSError, files.Refused, ValueError):
         return None
 
 
