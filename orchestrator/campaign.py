@@ -28,10 +28,17 @@ A campaign file is TOML::
 
 Every error is one line that names the file, the line and the key.  Options
 given on the command line replace the file's value of the same axis.
+
+A campaign file is a regular file of at most ``MAX_BYTES``, checked before it is
+read (a FIFO or ``/dev/zero`` would be read for ever), with arrays and inline tables
+nested at most ``MAX_NESTING`` deep and dotted keys of at most as many parts, checked
+before it is parsed (the standard library's TOML reader recurses into the first and
+takes quadratic time in the second).
 """
 
 from __future__ import annotations
 
+import bisect
 import datetime as dt
 import json
 import re
@@ -43,7 +50,7 @@ from typing import Annotated, Literal, NamedTuple, Optional
 from pydantic import (BaseModel, ConfigDict, Field, PlainValidator, StrictInt, ValidationError,
                       field_validator, model_validator)
 
-from . import catalog
+from . import catalog, files
 from .errors import DeprecatedName, UsageError
 from .options import (MAX_TIMEOUT_S, NAME_PATTERN, Axes, Limits, PlanError, RunOptions, device,
                       from_file, merge, parse_memory, settings_source)
@@ -53,6 +60,9 @@ if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
+
+MAX_BYTES = 1 << 20         # a campaign of thousands of jobs takes a few kB
+MAX_NESTING = 32            # arrays and inline tables within each other, parts of a key; a campaign needs 3
 
 
 # -- the file's schema ----------------------------------------------------------------------
@@ -230,16 +240,49 @@ def key_lines(text: str) -> dict[tuple, int]:
     return scan.lines
 
 
+_MULTI_LINE = (r'"""(?:[^"\\]|\\.|"(?!""))*""""{0,2}',      # basic
+               r"'''(?:[^']|'(?!''))*''''{0,2}")             # literal
+_ONE_LINE = (r'"(?:[^"\\\n]|\\.)*"',                          # basic
+             r"'[^'\n]*'")                                   # literal
+_STRING = "|".join(_MULTI_LINE + _ONE_LINE)
+_PART = "|".join((r"[A-Za-z0-9_-]+",) + _ONE_LINE)      # of a dotted key (or a number: 1.5)
+_NESTING = re.compile("|".join(_MULTI_LINE) + rf"|((?:{_PART})(?:[ \t]*\.[ \t]*(?:{_PART}))*)"
+                      r"|#[^\n]*|([\[{])|[\]}]")
+
+
+def too_deep(text: str) -> tuple[int, str] | None:
+    """Where a TOML text nests deeper than ``MAX_NESTING``, and how: (line, what), or None.
+    Arrays and inline tables nest (table headers too), and so do the parts of a dotted key
+    (the standard library's reader takes time quadratic in them: 20,000 parts, 6 s); what
+    is inside a string or a comment does not count."""
+    depth = 0
+    for found in _NESTING.finditer(text):
+        key, opening = found.group(1, 2)
+        what = None
+        if key is not None:
+            if key.count(".") >= MAX_NESTING and len(re.findall(_PART, key)) > MAX_NESTING:
+                what = f"a dotted key of more than {MAX_NESTING} parts"
+        elif opening:
+            depth += 1
+            if depth > MAX_NESTING:
+                what = f"arrays and inline tables nested more than {MAX_NESTING} deep"
+        elif found.group() in ("]", "}"):
+            depth = max(depth - 1, 0)
+        if what:
+            return text.count("\n", 0, found.start()) + 1, what
+    return None
+
+
 class _KeyScan:
     _BARE = re.compile(r"[A-Za-z0-9_-]+")
-    _STRING = re.compile('|'.join((
-        r'"""(?:[^"\\]|\\.|"(?!""))*""""{0,2}',       # multi-line basic
-        r"'''(?:[^']|'(?!''))*''''{0,2}",              # multi-line literal
-        r'"(?:[^"\\\n]|\\.)*"',                          # basic
-        r"'[^'\n]*'")))                               # literal
+    _STRING = re.compile(_STRING)
+    _SCALAR = re.compile(r"[^,\]}#\n]*")
+    _BLANK = re.compile(r"(?:[ \t]|#[^\n]*)*")
+    _BLANK_LINES = re.compile(r"(?:[ \t]|#[^\n]*|\r?\n)*")
 
     def __init__(self, text: str):
         self.text, self.at, self.lines = text, 0, {}
+        self.line_ends = [found.start() for found in re.finditer("\n", text)]
 
     def document(self) -> None:
         table: tuple = ()
@@ -283,7 +326,7 @@ class _KeyScan:
                     self.at += 1
             self.at += 1
         else:                           # a number, boolean or date: up to what ends a value
-            end = re.compile(r"[^,\]}#\n]*").match(self.text, self.at).end()
+            end = self._SCALAR.match(self.text, self.at).end()
             if end == self.at:
                 raise ValueError("no value")
             self.at = end
@@ -326,22 +369,29 @@ class _KeyScan:
 
     def _skip(self, newlines: bool = False) -> int | None:
         """Past blanks and comments (and line ends); the new offset, None at the end."""
-        blank = r"(?:[ \t]|#[^\n]*|\r?\n)*" if newlines else r"(?:[ \t]|#[^\n]*)*"
-        self.at = re.compile(blank).match(self.text, self.at).end()
+        self.at = (self._BLANK_LINES if newlines else self._BLANK).match(self.text, self.at).end()
         return self.at if self.at < len(self.text) else None
 
     def _line(self, offset: int) -> int:
-        return self.text.count("\n", 0, offset) + 1
+        return bisect.bisect_left(self.line_ends, offset) + 1    # counting each time: quadratic
 
 
 def load(path: Path) -> tuple[CampaignFile, Source]:
     """Read and validate a campaign file; every problem is one UsageError line."""
     try:
-        text = path.read_text(encoding="utf-8")
+        text = files.read_regular(path, MAX_BYTES).decode("utf-8")
     except FileNotFoundError:
         raise UsageError(f"--campaign {path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
+    except files.Refused as exc:
+        raise UsageError(f"--campaign {path}: {exc}: a campaign file is a regular file of at "
+                         f"most {MAX_BYTES >> 20} MiB") from None
+    except OSError as exc:
+        raise UsageError(f"--campaign {path}: cannot read it ({exc.strerror})") from None
+    except UnicodeDecodeError as exc:
         raise UsageError(f"--campaign {path}: cannot read it ({exc})") from None
+    deep = too_deep(text)
+    if deep is not None:
+        raise UsageError(f"{path}:{deep[0]}: {deep[1]}")
     source = Source(path, text)
     try:
         document = tomllib.loads(text)
@@ -351,6 +401,8 @@ def load(path: Path) -> tuple[CampaignFile, Source]:
         if found:
             raise UsageError(f"{path}:{found.group(1)}: not valid TOML: {message[:found.start()]}") from None
         raise UsageError(f"{path}: not valid TOML: {message}") from None
+    except ValueError as exc:       # Python's own: an integer of more than 4,300 digits
+        raise UsageError(f"{path}: not valid TOML: {str(exc).split(';')[0]}") from None
     try:
         return CampaignFile.model_validate(document), source
     except ValidationError as exc:

@@ -13,7 +13,7 @@ import typer
 from typer.exceptions import TyperException
 from rich.console import Console
 
-from . import __version__, build, catalog, datasets, execute, store
+from . import __version__, build, cache, catalog, datasets, execute, store
 from . import options as options_
 from .options import RunOptions, names as _names
 from .interrupts import interrupted, received
@@ -148,7 +148,7 @@ def build_images(frameworks: Frameworks = None, base: BaseOpt = BaseSource.auto,
     todo = build.images_to_build(names, variants, named=bool(frameworks))
     display = RichDisplay(err, verbose=verbose)
     builder = build.Builder(docker_client(), say=display.say,
-                            log_dir=Path(datasets.cache_root()).parent / "build-logs",
+                            log_dir=cache.folder("build-logs"),
                             **_builder_options(base, mirror, ca_bundle, build_network, sources_dir))
     for tag, image in build.build_images(builder, todo, rebuild, skip=_skipped):
         out.print(f"{tag}  {image.short_id}  {image.labels.get(build.LABEL + '.framework-version', '')}")
@@ -336,7 +336,7 @@ def recover(results: ResultsOpt = None):
     target = store.results_dir(results)
     count, problems = store.recover(target)
     for line in problems:
-        err.print(f"[yellow]warning:[/yellow] {line}", highlight=False)
+        _warn_line(line)
     out.print(f"{target}: recovered {count} row(s)", highlight=False)
     if problems:
         raise typer.Exit(1)
@@ -459,12 +459,22 @@ def main():
     sys.exit(code)
 
 
+_warned: set[str] = set()
+
+
 def _warning(message, category, filename, lineno, file=None, line=None, _shown=warnings.showwarning):
-    """A file the store left out, or a deprecated name, on one line; other warnings as
-    Python shows them."""
+    """A file the store left out, or a deprecated name, on one line, once (compaction meets
+    a file at each of its steps); other warnings as Python shows them."""
     if not issubclass(category, (StoreWarning, DeprecatedName)):
         return _shown(message, category, filename, lineno, file, line)
-    err.print(f"dlbench: warning: {' '.join(str(message).split())}", markup=False, highlight=False,
+    text = " ".join(str(message).split())
+    if text not in _warned:
+        _warned.add(text)
+        _warn_line(text)
+
+
+def _warn_line(text: str) -> None:
+    err.print(f"dlbench: warning: {' '.join(text.split())}", markup=False, highlight=False,
               soft_wrap=True)
 
 

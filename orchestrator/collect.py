@@ -6,7 +6,9 @@ row comes out:
 
     ok           the runner's result, valid, and the container exited with 0
     failed       the runner reported a failure, or the container exited non-zero
-                 (killed from outside: 137); exit code and the last 50 log lines
+                 (killed from outside: 137), or the host failed it (it could not be
+                 started, or its out/ went past its bounds, ``jobdir.over_limit``);
+                 exit code and the last 50 log lines
     timeout      stopped by dlbench at the job's --timeout
     oom          killed by the kernel at the job's --memory limit (Docker's OOMKilled)
     unsupported  never started: the image cannot run the job (a GPU job on a CPU image)
@@ -110,8 +112,8 @@ def _status(outcome: Outcome, result: RunnerResult | None, problem: str | None):
         return "timeout", outcome.error or "the job ran past its time limit"
     if outcome.oom_killed:
         return "oom", "the container ran out of memory (killed by the kernel)"
-    if outcome.exit_code is None and outcome.error:
-        return "failed", outcome.error          # the container never ran
+    if outcome.error:       # the host's own reason: the container never ran, or broke its bounds
+        return "failed", outcome.error
     if result is not None and result.status == "failed":
         return "failed", result.error
     if outcome.exit_code not in (0, None) and result is None:

@@ -25,10 +25,9 @@ import tempfile
 from collections import Counter
 from pathlib import Path
 
-import platformdirs
-
 from dlbench_runner.contract import formats
 
+from . import cache
 from .errors import DatasetError
 
 MNIST_COUNTS = {
@@ -85,7 +84,7 @@ class VerifiedDataset:
 
 
 def cache_root() -> Path:
-    return Path(platformdirs.user_cache_dir("dlbench")) / "datasets"
+    return cache.folder("datasets")
 
 
 def default_root(data_dir: str | os.PathLike | None) -> tuple[Path, bool]:
@@ -285,7 +284,7 @@ def verify_remembered(name: str, root: Path) -> VerifiedDataset:
     (same names, sizes, modification and inode change times, inodes and devices) as when
     they were last verified is not read again.  ``dlbench datasets verify`` always reads
     everything."""
-    record = Path(platformdirs.user_cache_dir("dlbench")) / VERIFIED_RECORD
+    record = cache.root() / VERIFIED_RECORD
     key = f"{name}:{(root / name).resolve()}"
     try:
         known = json.loads(record.read_text())

@@ -22,13 +22,13 @@ import re
 import secrets
 from pathlib import Path
 
-import platformdirs
+from . import cache
 
 TOKEN = re.compile(r"[0-9a-f]{32}")
 
 
 def owners_dir() -> Path:
-    return Path(platformdirs.user_cache_dir("dlbench")) / "owners"
+    return cache.folder("owners")
 
 
 _current = None

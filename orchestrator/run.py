@@ -10,7 +10,9 @@ job runs is the runtime's business (``runtimes/``: Docker containers or host
 processes); the Slurm scheduler (``schedulers/slurm.py``) runs this same loop on
 each node, one job at a time.  Ctrl-C, SIGTERM or SIGHUP stops and removes the
 running job and its job directory; the rows stored so far stay, and ``--resume``
-runs only the jobs not yet stored as ok.
+runs only the jobs not yet stored as ok.  A job directory is kept only with its row:
+a signal that comes while a job's directory and room for its row are being made, or
+while its row is being stored, waits until that is done.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from . import build, datasets, hostinfo, jobdir, runtimes, store
 from .collect import collect, unsupported
 from .display import NullDisplay
 from .errors import DlbenchError, DockerUnavailable, StoreError
+from .interrupts import signals_deferred
 from .plan import Plan
 from .runtimes import Outcome, gpu_device
 
@@ -134,15 +137,15 @@ class _Loop:
                           image_id=target and target.id, dataset_sha256=dataset.sha256,
                           **hostinfo.gpu_facts(gpu_device(job, runtime.gpus)))
         reason = job.unsupported or runtime.unsupported(target, job)
-        rescue, job_dir = _prepare(self.results, run_id, index, job_dir=reason is None)
+        rescue = job_dir = None
+        handed = False                  # the row went to store_row: stored, or kept to recover
         try:
-            if reason is not None:
-                record, samples = unsupported(job, run_id, job_id, reason, provenance), []
-            else:
+            with signals_deferred():    # the room for the row and the job directory, or neither
+                rescue, job_dir = _prepare(self.results, run_id, index, job_dir=reason is None)
+            if reason is None:
                 try:
                     outcome = runtime.run(job, target, run_id, job_id, job_dir, dataset.path, self.display)
                 except DockerUnavailable:
-                    jobdir.remove(job_dir)
                     raise
                 except DlbenchError as exc:     # Docker refused this job's container
                     outcome = Outcome(exit_code=None, wall_time_s=0.0, log_tail=[], error=str(exc))
@@ -152,18 +155,24 @@ class _Loop:
                     outcome = Outcome(exit_code=None, wall_time_s=0.0, log_tail=[],
                                       error=f"dlbench could not write the job's files in {job_dir}: "
                                             f"{exc.strerror}")
-                except BaseException:           # interrupted (Ctrl-C, SIGTERM, SIGHUP): no row, no directory
-                    jobdir.remove(job_dir)
-                    raise
                 if self.cancelled.is_set():     # another lane's interrupt stopped it
                     jobdir.remove(job_dir)
                     rescue.release()
                     return None
-                samples = outcome.samples
-                record = collect(job, run_id, job_id, job_dir, outcome, provenance)
-            store.store_row(self.results, record, samples, rescue)   # or keeps it and says how to recover
-        except BaseException:
-            rescue.release()         # unless it holds a row kept by store_row
+            # A stop signal waits for the row to be stored (milliseconds): one that came
+            # while it was written left a job directory without its row.
+            with signals_deferred():
+                if reason is None:
+                    record, samples = collect(job, run_id, job_id, job_dir, outcome, provenance), outcome.samples
+                else:
+                    record, samples = unsupported(job, run_id, job_id, reason, provenance), []
+                handed = True
+                store.store_row(self.results, record, samples, rescue)   # or keeps it and says how to recover
+        except BaseException:           # interrupted (Ctrl-C, SIGTERM, SIGHUP): no row, no directory
+            if rescue is not None:
+                rescue.release()        # unless it holds a row kept by store_row
+            if job_dir is not None and not handed:
+                jobdir.remove(job_dir)
             raise
         return record
 

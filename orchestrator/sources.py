@@ -25,9 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-import platformdirs
-
-from . import catalog
+from . import cache, catalog
 from .errors import DlbenchError, reason
 
 MIRROR_VARIABLE = "DLBENCH_SOURCES_DIR"
@@ -189,7 +187,7 @@ def mirror_dir(explicit: str | os.PathLike | None = None) -> Path | None:
 
 
 def cache_dir() -> Path:
-    return Path(platformdirs.user_cache_dir("dlbench")) / "sources"
+    return cache.folder("sources")
 
 
 def _other_commits(folder: Path, source: Source) -> list[str]:

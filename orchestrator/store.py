@@ -6,6 +6,8 @@
     RESULTS/traces/<time>-compacted-<id>.parquet     samples merged by compaction
     RESULTS/_jobs/<run id>/                          the job's spec, raw result and log
     RESULTS/_rescued/<run id>.json                   a row that could not be stored (``recover``)
+    RESULTS/.compact.lock                            the lock (``_lock``)
+    RESULTS/.compaction.json                         a compaction's journal, while it swaps files
 
 Every file in ``runs/`` has the current schema, so any Parquet reader reads the folder
 whole with no options: ``pandas.read_parquet("RESULTS/runs")``, DuckDB's
@@ -18,10 +20,22 @@ starting with ``_`` or ``.`` are ignored by Parquet readers.
 
 One file per job keeps every row safe the moment its job ends, but thousands of small
 files are slow to read.  ``compact`` merges the row files into one, and the trace files
-into one, each written atomically before the files it replaces are removed;
-compactions take a lock, and a reader that meets a file removed under it reads the
-directory again.  ``dlbench run`` compacts when a directory holds more than
-``COMPACT_AFTER`` row files; ``dlbench compact`` does it at any time.
+into one: each merged file is written under a hidden name, a journal naming it and the
+files it replaces is put on disk, one rename makes it visible and the replaced files are
+removed at once (``_swap``).  A compaction killed at any moment is finished, or its
+hidden file removed, by the next dlbench command that uses the directory (``settle``:
+``dlbench run`` before its first job, ``compact``, ``upgrade``, ``recover``, and the
+readers when they find a journal).  Readers other than dlbench see a row twice only
+between that rename and the last removal (milliseconds), or after a crash in that
+window until the next dlbench command; dlbench's readers leave the replaced files out
+(``_superseded``).  Writers hold the lock shared and compactions exclusive, so the
+temporary files found under the exclusive lock are dead writers' and are swept.  A
+reader that meets a file removed under it reads the directory again.  ``dlbench run``
+compacts when a directory holds more than ``COMPACT_AFTER`` row files; ``dlbench
+compact`` does it at any time.
+
+Only regular files (or links to one inside the directory) are opened; anything else
+there is left out with a ``StoreWarning`` (``_openable``).
 
 Directories written before schema version 4 kept rows as ``RESULTS/runs-*.parquet``
 and traces in ``RESULTS/_traces/``, each row as its version wrote it.  Readers read
@@ -44,6 +58,7 @@ import fcntl
 import json
 import os
 import re
+import stat
 import tempfile
 import uuid
 import warnings
@@ -54,6 +69,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from . import files
 from .errors import StoreError, StoreWarning
 from .schema import (ADDED_IN, ARROW_SCHEMA, RENAMED_IN, SCHEMA_VERSION, TRACE_SCHEMA, TRACE_SCHEMA_VERSION,
                      RunRecord)
@@ -90,12 +106,51 @@ def job_dir(results: Path, run_id: str) -> Path:
 
 
 def row_files(results: Path) -> list[Path]:
-    """The row files: those of an old layout first, then ``runs/``'s."""
-    return sorted(results.glob(OLD_ROWS)) + sorted((results / RUNS).glob("*.parquet"))
+    """The row files a reader may open (``_openable``): those of an old layout first, then
+    ``runs/``'s."""
+    return _openable(results, sorted(results.glob(OLD_ROWS)) + sorted((results / RUNS).glob("*.parquet")))
 
 
 def trace_files(results: Path) -> list[Path]:
-    return sorted((results / OLD_TRACES).glob("*.parquet")) + sorted((results / TRACES).glob("*.parquet"))
+    return _openable(results, sorted((results / OLD_TRACES).glob("*.parquet"))
+                     + sorted((results / TRACES).glob("*.parquet")))
+
+
+def _openable(results: Path, paths: list[Path]) -> list[Path]:
+    """The files of ``paths`` a reader may open: regular files, or links to one inside the
+    results directory, and none that Parquet readers ignore (a name starting with ``.`` or
+    ``_``).  Each other one is left out with a StoreWarning: a FIFO blocked every reader
+    for good, deaf to signals, and a dangling link looked like a file that a compaction
+    removed, read again and again.  (Someone who can write the results directory can still
+    swap a file for a FIFO after this look: that is not a job, which never reaches it.)"""
+    kept, top = [], None
+    for path in paths:
+        if path.name.startswith((".", "_")):
+            continue
+        try:
+            info = path.lstat()
+        except FileNotFoundError:
+            continue                    # compacted meanwhile
+        why = None
+        if stat.S_ISLNK(info.st_mode):
+            top = top or results.resolve()
+            if not path.resolve().is_relative_to(top):
+                why = "a symbolic link out of the results directory"
+            else:
+                try:
+                    info = path.stat()
+                except OSError:
+                    why = "a symbolic link that leads nowhere"
+                else:
+                    if not stat.S_ISREG(info.st_mode):
+                        why = f"a symbolic link to {files.kind(info.st_mode)}"
+        elif not stat.S_ISREG(info.st_mode):
+            why = f"not a regular file ({files.kind(info.st_mode)})"
+        if why is None:
+            kept.append(path)
+        else:
+            _warn(f"{path}: {why}; ignored")
+    return kept
 
 
 def row_file_count(results: Path) -> int:
@@ -119,18 +174,29 @@ def _fsync_folder(folder: Path) -> None:
         os.close(fd)
 
 
-def _write_atomic(table: pa.Table, final: Path) -> Path:
-    """Write to a hidden temporary name in the same folder, fsync, rename into place."""
+def _write_hidden(table: pa.Table, final: Path) -> Path:
+    """Write to a hidden temporary name beside ``final``, fsynced; returns that name.
+    Parquet readers skip it: it starts with a dot (pyarrow, pandas) and does not end in
+    .parquet (a glob of ``*.parquet``: DuckDB, polars)."""
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = final.parent / f".{final.name}.{os.getpid()}.tmp"
     try:
         pq.write_table(table, tmp)
         with open(tmp, "rb") as f:
             os.fsync(f.fileno())
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return tmp
+
+
+def _write_atomic(table: pa.Table, final: Path) -> Path:
+    """Write to a hidden temporary name in the same folder, fsync, rename into place."""
+    tmp = _write_hidden(table, final)
+    try:
         os.replace(tmp, final)
     finally:
-        if tmp.exists():
-            tmp.unlink()
+        tmp.unlink(missing_ok=True)
     _fsync_folder(final.parent)
     return final
 
@@ -140,7 +206,8 @@ def append(results: Path, records: list[RunRecord]) -> Path:
     _migrate_once(results)
     rows = [r.model_dump() for r in records]
     table = pa.Table.from_pylist(rows, schema=ARROW_SCHEMA)
-    return _write_atomic(table, results / RUNS / f"{_stamp()}-{records[0].run_id}.parquet")
+    with _lock(results, shared=True):
+        return _write_atomic(table, results / RUNS / f"{_stamp()}-{records[0].run_id}.parquet")
 
 
 # -- reading files, old ones upgraded, unreadable ones left out -----------------------------
@@ -327,13 +394,15 @@ def load(results: Path) -> pd.DataFrame:
     are refused."""
     if not results.is_dir():
         raise StoreError(f"{results}: no such results directory")
+    _settle_for_reading(results)
     for _ in range(READ_ATTEMPTS):
         try:
-            table, _ = _gather(row_files(results), ARROW_SCHEMA, _read_rows, "row", "skipped")
+            table, _ = _gather(_superseded(results, row_files(results)), ARROW_SCHEMA, _read_rows,
+                               "row", "skipped")
         except FileNotFoundError:
             continue            # compacted or migrated under us: read the directory again
-        # a compaction writes its merged file before it removes the ones merged: a reader
-        # between the two (or after a crash between them) sees those rows twice
+        # a row can still be in two files (an old layout's file and its rewrite, after a
+        # crash between the two): each run is read once
         frame = _refuse_newer(table, results).to_pandas(types_mapper=_integers).sort_values("recorded_at", kind="stable")
         return frame.drop_duplicates("run_id", ignore_index=True)
     raise StoreError(f"{results}: the row files kept changing while being read; try again")
@@ -360,7 +429,8 @@ def write_trace(results: Path, run_id: str, samples: list[dict]) -> Path:
     _migrate_once(results)
     rows = [dict(sample, run_id=run_id) for sample in samples]
     table = pa.Table.from_pylist(rows, schema=TRACE_SCHEMA)
-    return _write_atomic(table, trace_path(results, run_id))
+    with _lock(results, shared=True):
+        return _write_atomic(table, trace_path(results, run_id))
 
 
 def _read_trace(path: Path) -> pa.Table:
@@ -381,9 +451,11 @@ def _read_trace(path: Path) -> pa.Table:
 def load_traces(results: Path, run_ids=None) -> pd.DataFrame:
     """The resource samples of every job (or of the given run ids), by run id and time; a
     file that cannot be read is left out with a ``StoreWarning``."""
+    _settle_for_reading(results)
     for _ in range(READ_ATTEMPTS):
         try:
-            table, _ = _gather(trace_files(results), TRACE_SCHEMA, _read_trace, "trace", "skipped")
+            table, _ = _gather(_superseded(results, trace_files(results)), TRACE_SCHEMA, _read_trace,
+                               "trace", "skipped")
         except FileNotFoundError:
             continue            # compacted or migrated under us: read the directory again
         if run_ids is not None:
@@ -392,21 +464,161 @@ def load_traces(results: Path, run_ids=None) -> pd.DataFrame:
     raise StoreError(f"{results}: the trace files kept changing while being read; try again")
 
 
-# -- migration and compaction ---------------------------------------------------------------
+# -- the lock, and a compaction made crash-safe ----------------------------------------------
+LOCK = ".compact.lock"
+JOURNAL = ".compaction.json"    # a compaction making its file visible: the names involved
+JOURNAL_LIMIT = 64 << 20        # bytes (a name per file replaced: 100,000 files take ~6 MiB)
+
+
 @contextlib.contextmanager
-def _compaction_lock(results: Path):
-    with open(results / ".compact.lock", "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+def _lock(results: Path, shared: bool = False, wait: bool = True):
+    """The results directory's lock: exclusive for migration, compaction and ``settle``,
+    shared for a job's writes (its trace and row); so under the exclusive lock every
+    temporary file in ``runs/`` and ``traces/`` is a dead writer's.  Without ``wait``,
+    ``BlockingIOError`` when someone holds it."""
+    fd = os.open(results / LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | (0 if wait else fcntl.LOCK_NB))
+        yield
+    finally:
+        os.close(fd)            # and with it the lock
 
 
+def _relative(results: Path, path: Path) -> str:
+    return path.relative_to(results).as_posix()
+
+
+def _member(results: Path, name) -> Path:
+    """A journal's name of a file, as a path inside the results directory (nothing else)."""
+    if not isinstance(name, str) or not name or name.startswith("/") or ".." in name.split("/"):
+        raise ValueError(f"{name!r} is not a name inside the results directory")
+    return results / name
+
+
+def _journal(results: Path) -> tuple[Path, Path, list[Path]] | None:
+    """The compaction the journal names, if there is one: (its file once visible, its
+    hidden file, the files it replaces); raises ValueError for a journal that is not one."""
+    try:
+        document = json.loads(files.read_regular(results / JOURNAL, JOURNAL_LIMIT))
+    except FileNotFoundError:
+        return None
+    except (OSError, files.Refused) as exc:
+        raise ValueError(str(exc)) from None
+    if not isinstance(document, dict) or not isinstance(document.get("replaced"), list):
+        raise ValueError("not a compaction journal")
+    return (_member(results, document.get("final")), _member(results, document.get("pending")),
+            [_member(results, name) for name in document["replaced"]])
+
+
+def _superseded(results: Path, paths: list[Path]) -> list[Path]:
+    """``paths`` (just listed) less the files a compaction has replaced with a file among
+    them but not yet removed: a compaction under way, or one killed before it was done
+    and not yet finished by ``settle`` (a results directory dlbench cannot write to)."""
+    try:
+        journal = _journal(results)
+    except ValueError:
+        return paths                    # said by settle; rows are read once per run id anyway
+    if journal is None or journal[0] not in paths:
+        return paths
+    replaced = set(journal[2])
+    return [path for path in paths if path not in replaced]
+
+
+def _swap(results: Path, pending: Path, final: Path, replaced: list[Path]) -> None:
+    """Make a compaction's file visible and remove the files it replaces, so that a crash
+    at any moment is undone or finished by the next ``settle``.
+
+    Parquet readers ignore ``pending`` (its name starts with a dot and does not end in
+    .parquet).  The journal naming the three is on disk before the one rename that makes
+    it visible; from then on a crash is finished (``_finish``), so the replaced files are
+    removed at once, with no flush between them: an outside reader listing ``runs/`` in
+    those few milliseconds, or after a crash within them and before the next dlbench
+    command, sees their rows twice.  The journal goes once the last of them is gone."""
+    document = {"final": _relative(results, final), "pending": _relative(results, pending),
+                "replaced": [_relative(results, path) for path in replaced]}
+    tmp = results / f"{JOURNAL}.{os.getpid()}.tmp"
+    with open(tmp, "w") as f:
+        f.write(json.dumps(document))
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, results / JOURNAL)
+    _fsync_folder(results)
+    os.rename(pending, final)
+    for path in replaced:
+        path.unlink(missing_ok=True)
+    for folder in {final.parent, *(path.parent for path in replaced)}:
+        _fsync_folder(folder)
+    (results / JOURNAL).unlink()
+
+
+def _finish(results: Path) -> None:
+    """Finish the compaction a crash interrupted after its journal was written: its file
+    made visible if it is not yet (it was whole and flushed before the journal), the files
+    it replaces removed.  Call under the exclusive lock."""
+    try:
+        journal = _journal(results)
+    except ValueError as exc:
+        _warn(f"{results / JOURNAL}: unreadable compaction journal ({_why(exc)}); removed, "
+              "rows may be stored twice until the next compaction")
+        (results / JOURNAL).unlink(missing_ok=True)
+        return
+    if journal is None:
+        return
+    final, pending, replaced = journal
+    if not final.exists() and pending.exists():
+        os.rename(pending, final)
+    if final.exists():                  # else both gone: nothing to finish, nothing removed
+        for path in replaced:
+            path.unlink(missing_ok=True)
+        for folder in {final.parent, *(path.parent for path in replaced)}:
+            _fsync_folder(folder)
+    (results / JOURNAL).unlink()
+
+
+def _sweep(results: Path) -> None:
+    """Remove the temporary files of writers that died (under the exclusive lock no writer
+    is writing): half-written rows, traces and compactions, a journal or a migration mark
+    never renamed into place."""
+    for folder, pattern in ((results / RUNS, ".*.tmp"), (results / TRACES, ".*.tmp"),
+                            (results, f"{JOURNAL}.*.tmp"), (results, f"{MIGRATED}.*.tmp")):
+        for path in folder.glob(pattern):
+            with contextlib.suppress(OSError):
+                path.unlink()
+
+
+def settle(results: Path, wait: bool = True) -> None:
+    """Before a command uses a results directory: finish a compaction that was killed,
+    sweep the temporary files of dead writers, and the room for rows (``Rescue``) that a
+    stopped run left empty.  Without ``wait``, skipped while another process holds the lock."""
+    if not results.is_dir():
+        return
+    try:
+        with _lock(results, wait=wait):
+            _settle_locked(results)
+    except BlockingIOError:
+        pass
+
+
+def _settle_locked(results: Path) -> None:
+    _finish(results)
+    _sweep(results)
+    _sweep_rescued(results)
+
+
+def _settle_for_reading(results: Path) -> None:
+    """A reader finishes a killed compaction, so that outside readers see each row once
+    again, if it can (the lock free, the directory writable); its own reading leaves the
+    replaced files out either way (``_superseded``)."""
+    if (results / JOURNAL).exists():
+        with contextlib.suppress(OSError):
+            settle(results, wait=False)
+
+
+# -- migration and compaction ---------------------------------------------------------------
 def _migrated(results: Path) -> int | None:
     try:
-        return int((results / MIGRATED).read_text())
-    except (OSError, ValueError):
+        return int(files.read_regular(results / MIGRATED, 64))
+    except (OSError, files.Refused, ValueError):
         return None
 
 
@@ -414,7 +626,7 @@ def _migrate_once(results: Path) -> None:
     """Before the first write to a directory this dlbench has not migrated: migrate it."""
     if _migrated(results) != SCHEMA_VERSION:
         results.mkdir(parents=True, exist_ok=True)
-        with _compaction_lock(results):
+        with _lock(results):
             _migrate_locked(results)
 
 
@@ -467,36 +679,38 @@ def migrate(results: Path) -> tuple[int, int]:
     rewritten.  Safe beside running writers, readers and compactions."""
     if not results.is_dir():
         raise StoreError(f"{results}: no such results directory")
-    with _compaction_lock(results):
+    with _lock(results):
+        _settle_locked(results)
         return _migrate_locked(results, verify=True)[:2]
 
 
-def _merge(paths: list[Path], folder: Path, schema: pa.Schema, read_one, kind: str,
+def _merge(results: Path, paths: list[Path], folder: Path, schema: pa.Schema, read_one, kind: str,
            name: str, check=lambda table: table) -> int:
     if len(paths) < 2:
         return 0
     table, used = _gather(paths, schema, read_one, kind, "left in place")
     if len(used) < 2:
         return 0
-    _write_atomic(check(table), folder / name)
-    for path in used:
-        path.unlink(missing_ok=True)
+    final = folder / name
+    _swap(results, _write_hidden(check(table), final), final, used)
     return len(used)
 
 
 def compact(results: Path) -> tuple[int, int]:
-    """Migrate (above), then merge the row files into one and the trace files into one;
-    returns how many files of each were merged.  Safe beside running writers and readers."""
+    """Migrate (above), then merge the row files into one and the trace files into one
+    (each made visible by ``_swap``); returns how many files of each were merged.  Safe
+    beside running writers and readers, and when killed at any moment."""
     if not results.is_dir():
         raise StoreError(f"{results}: no such results directory")
     name = f"{_stamp()}-compacted-{uuid.uuid4().hex[:8]}.parquet"
-    with _compaction_lock(results):
+    with _lock(results):
+        _settle_locked(results)
         *_, left = _migrate_locked(results)     # those already said to be left in place
-        rows = _merge([p for p in row_files(results) if p not in left], results / RUNS,
+        rows = _merge(results, [p for p in row_files(results) if p not in left], results / RUNS,
                       ARROW_SCHEMA, _read_rows, "row", name,
                       lambda table: _refuse_newer(table, results))
-        traces = _merge([p for p in trace_files(results) if p not in left], results / TRACES,
-                        TRACE_SCHEMA, _read_trace, "trace", name)
+        traces = _merge(results, [p for p in trace_files(results) if p not in left],
+                        results / TRACES, TRACE_SCHEMA, _read_trace, "trace", name)
     return rows, traces
 
 
@@ -505,6 +719,7 @@ RESCUED = "_rescued"
 MIN_FREE_MB = 100               # free space a run needs to start; DLBENCH_MIN_FREE_MB overrides
 MIN_FREE_VARIABLE = "DLBENCH_MIN_FREE_MB"
 RESCUE_RESERVE = 1 << 20        # bytes set aside for each job's row before the job starts
+RESCUED_LIMIT = 1 << 30         # a rescued row with its trace (a sample a second: ~100 B each)
 DISK_ERRORS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG, errno.EIO,
                          errno.EACCES, errno.EPERM})
 
@@ -537,11 +752,12 @@ def check_results(results: Path) -> Path:
         os.unlink(probe)
     except OSError as exc:
         raise StoreError(f"{results}: cannot write in the results directory: {exc.strerror}") from None
-    stat = os.statvfs(results)
-    free, needed = stat.f_bavail * stat.f_frsize, min_free_bytes()
+    disk = os.statvfs(results)
+    free, needed = disk.f_bavail * disk.f_frsize, min_free_bytes()
     if free < needed:
         raise StoreError(f"{results}: {free / 2**20:.0f} MB free, a run needs at least "
                          f"{needed / 2**20:.0f} MB ({MIN_FREE_VARIABLE} sets it)")
+    settle(results)
     return results
 
 
@@ -565,10 +781,11 @@ class Rescue:
     def __init__(self, results: Path, run_id: str):
         self.path = results / RESCUED / f"{run_id}.json"
         self.path.parent.mkdir(exist_ok=True)
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
-                          | os.O_CLOEXEC, 0o644)
-        try:
+        with _lock(results, shared=True):       # no sweep sees it made and not yet locked
+            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                              | os.O_CLOEXEC, 0o644)
             fcntl.flock(self.fd, fcntl.LOCK_EX)
+        try:
             try:
                 os.posix_fallocate(self.fd, 0, RESCUE_RESERVE)
             except OSError as exc:
@@ -656,27 +873,46 @@ def recover(results: Path) -> tuple[int, list[str]]:
     still lives is left alone; room left empty by a run that was stopped is removed."""
     if not results.is_dir():
         raise StoreError(f"{results}: no such results directory")
+    settle(results)                         # the empty room goes there
     recovered, problems = 0, []
     for path in sorted((results / RESCUED).glob("*.json")):
         try:
-            with open(path, "rb") as f:
-                try:
-                    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except BlockingIOError:
-                    continue                # its run is still going
-                data = f.read()
-            if not data.strip(b"\0 \t\n"):
-                path.unlink()               # room its run never needed
-                continue
+            data = _unheld(path)
+            if data is None or not data.strip(b"\0 \t\n"):
+                continue                    # its run is still going
             document = json.loads(data)
             record = RunRecord.model_validate(document["row"])
             if document.get("trace") is not None:
                 write_trace(results, record.run_id, document["trace"])
             if not document.get("row_stored"):
                 append(results, [record])
-        except (OSError, ValueError, KeyError, TypeError, pa.ArrowException) as exc:
+        except (OSError, files.Refused, ValueError, KeyError, TypeError, pa.ArrowException) as exc:
             problems.append(f"{path}: not recovered: {_reason(exc)}")
             continue
         path.unlink()
         recovered += 1
     return recovered, problems
+
+
+def _unheld(path: Path) -> bytes | None:
+    """What a rescue file holds, or None while its run lives (it holds the file's lock)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return None
+        return files.read_regular(path, RESCUED_LIMIT, follow_links=False)
+    finally:
+        os.close(fd)
+
+
+def _sweep_rescued(results: Path) -> None:
+    """Remove the room for rows that no run holds and none filled: a run stopped between
+    setting it aside and storing its row.  (Under the exclusive lock no run is between
+    making its room and locking it.)"""
+    for path in (results / RESCUED).glob("*.json"):
+        with contextlib.suppress(OSError, files.Refused):
+            data = _unheld(path)
+            if data is not None and not data.strip(b"\0 \t\n"):
+                path.unlink()

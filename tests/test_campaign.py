@@ -181,6 +181,85 @@ def test_keys_after_multi_line_strings_and_inline_tables_are_found_on_their_line
     assert __import__("re").search(expected, str(raised.value)), str(raised.value)
 
 
+DEEP = 600                  # past the standard library's TOML reader's recursion
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("a = " + "[" * DEEP + "]" * DEEP, r"campaign.toml:2: arrays and inline tables nested more than 32 deep"),
+    ("a = " + "{b = " * DEEP + "1" + "}" * DEEP,
+     r"campaign.toml:2: arrays and inline tables nested more than 32 deep"),
+    ("a = [" + "{b = [" * DEEP, r"campaign.toml:2: arrays and inline tables nested more than 32 deep"),
+    (".".join(["a"] * 20_000) + " = 1", r"campaign.toml:2: a dotted key of more than 32 parts"),
+    ("[" + ".".join(['"a"'] * 20_000) + "]", r"campaign.toml:2: a dotted key of more than 32 parts"),
+    ("a = 1" + "0" * 5000, r"campaign.toml: not valid TOML: Exceeds the limit \(4300 digits\)"),
+])
+def test_deep_nesting_long_keys_and_huge_numbers_are_one_line_and_quick(tmp_path, text, expected):
+    """The standard library's reader recurses into arrays and tables (a RecursionError past
+    about 500 levels) and takes time quadratic in a key's parts (20,000: 6 s)."""
+    with pytest.raises(UsageError) as raised:
+        plan_of(write(tmp_path, 'name = "deep"\n' + text + "\n"))
+    assert "\n" not in str(raised.value)
+    assert __import__("re").search(expected, str(raised.value)), str(raised.value)
+
+
+def test_brackets_and_dots_in_strings_and_comments_are_not_nesting(tmp_path):
+    text = ('name = "x"\ndescription = """' + "[{" * DEEP + '"""  # ' + "[" * DEEP + "\n"
+            "frameworks = ['caffe'] # " + "a." * 100 + "\n[hyperparameters]\n"
+            + "\n".join(f"k{i} = '{'x.' * 100}'" for i in range(3)) + "\n")
+    path = write(tmp_path, text)
+    assert campaign.load(path)[0].description == "[{" * DEEP
+    nested = "x = " + "[" * 32 + "]" * 32 + "\n" + ".".join(["k"] * 32) + " = 1\n"
+    assert campaign.too_deep(nested) is None
+    assert campaign.too_deep("[" + nested) == (1, "arrays and inline tables nested more than 32 deep")
+
+
+def dry_run(campaign_file, timeout=60) -> subprocess.CompletedProcess:
+    """``dlbench run --campaign FILE --dry-run`` with at most 3 GiB of address space: a reader
+    that takes the file whole fails fast instead of taking the machine's memory."""
+    import resource
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
+
+    return subprocess.run([sys.executable, "-m", "orchestrator", "run", "--campaign", str(campaign_file),
+                           "--dry-run"], capture_output=True, text=True, timeout=timeout,
+                          preexec_fn=limit)
+
+
+def test_a_campaign_file_is_a_regular_file_of_at_most_1_mib_checked_before_it_is_read(tmp_path):
+    big = write(tmp_path, 'name = "big"\ndescription = "' + "x" * (50 << 20) + '"\n', "big.toml")
+    fifo = tmp_path / "fifo.toml"
+    os.mkfifo(fifo)
+    for path, why in [("/dev/zero", "not a regular file (a character device)"),
+                      (fifo, "not a regular file (a FIFO)"), (tmp_path, "not a regular file (a directory)"),
+                      (big, f"{big.stat().st_size} bytes (limit {campaign.MAX_BYTES})")]:
+        proc = dry_run(path)
+        assert proc.returncode == 2 and proc.stdout == ""
+        assert proc.stderr == (f"dlbench: error: --campaign {path}: {why}: a campaign file is a "
+                               "regular file of at most 1 MiB\n")
+
+
+def test_a_campaign_of_1_mib_of_keys_is_read_in_a_few_seconds(tmp_path):
+    """Each key's line was found by counting the line ends before it: 200,000 keys, 89 s."""
+    import itertools
+    import string
+    import time
+
+    names = ("".join(t) for n in (1, 2, 3) for t in itertools.product(string.ascii_letters, repeat=n))
+    lines = ['name = "keys"']
+    for name in names:
+        lines.append(f"{name}=1")
+        if len(lines) * 6 > campaign.MAX_BYTES:
+            break
+    path = write(tmp_path, "\n".join(lines[:-1]) + "\n")
+    assert path.stat().st_size <= campaign.MAX_BYTES
+    started = time.monotonic()
+    proc = dry_run(path)
+    assert time.monotonic() - started < 30
+    assert proc.returncode == 2
+    assert proc.stderr.startswith(f"dlbench: error: {path}:2: a: unknown key (and ")
+
+
 def test_an_axis_value_a_model_lacks_is_an_error_on_the_command_line_too():
     proc = dlbench("run", "--frameworks", "caffe", "--datasets", "mnist", "--sweep", "epochs=1,2",
                    "--dry-run")
@@ -416,3 +495,96 @@ def test_concurrent_writers_never_lose_or_tear_a_row(tmp_path):
     frame = store.load(results)
     assert len(frame) == 300 and frame["run_id"].is_unique and seen <= 300
     assert not list(results.rglob("*.tmp"))             # no temporary file left behind
+
+
+# -- a stop signal while a job's files are made or its row is stored ---------------------------
+class Immediate:
+    """A runtime whose jobs end at once with a valid result (no Docker)."""
+
+    name, default_memory, gpus = "native", None, None
+
+    def host_facts(self):
+        return {}
+
+    def target(self, framework, variant):
+        from orchestrator.runtimes import Target
+        return Target("immediate", "immediate")
+
+    def unsupported(self, target, job):
+        return None
+
+    def run(self, job, target, run_id, job_id, job_dir, dataset_path, display):
+        from orchestrator import jobdir
+        from orchestrator.runtimes import Outcome
+
+        jobdir.prepare(job_dir, job.spec(run_id, job_id)).close()
+        (job_dir / "out" / "result.json").write_text(json.dumps({
+            "schema_version": 1, "status": "ok", "framework": job.framework, "dataset": job.dataset,
+            "model": job.model, "profile": job.profile, "hyperparameters": {}, "device": "cpu",
+            "seed": job.seed}))
+        return Outcome(exit_code=0, wall_time_s=0.1, log_tail=[])
+
+    def cancel(self):
+        pass
+
+    def close(self):
+        pass
+
+
+@pytest.fixture
+def signal_at(monkeypatch):
+    """``signal_at(module, name)``: SIGTERM arrives, as the signal handler takes it, just
+    after ``module.name`` is called (the handlers are put back after the test)."""
+    from orchestrator import datasets, interrupts, run
+
+    monkeypatch.setattr(interrupts, "received", [])
+    monkeypatch.setattr(run.datasets, "prepare", lambda names, *a, **k: {
+        name: datasets.VerifiedDataset(name, Path("/nonexistent"), "0" * 64, {}, None) for name in names})
+    saved = {signum: signal.getsignal(signum) for signum in interrupts.STOP_SIGNALS}
+
+    def at(module, name):
+        real = getattr(module, name)
+
+        def then_a_signal(*args, **kwargs):
+            done = real(*args, **kwargs)
+            interrupts._interrupt(signal.SIGTERM, None)
+            return done
+        monkeypatch.setattr(module, name, then_a_signal)
+    yield at
+    for signum, handler in saved.items():
+        signal.signal(signum, handler)
+
+
+def kept(results: Path) -> tuple[list, list, list]:
+    """The run ids of the stored rows, of the job directories, and the rescue files."""
+    rows = sorted(store.load(results)["run_id"]) if store.row_files(results) else []
+    return (rows, sorted(p.name for p in (results / store.JOBS).iterdir()) if (results / store.JOBS).is_dir() else [],
+            sorted(p.name for p in (results / store.RESCUED).iterdir()) if (results / store.RESCUED).is_dir() else [])
+
+
+@pytest.mark.parametrize("module, name", [("run", "collect"), ("store", "write_trace"), ("store", "append")])
+def test_a_stop_signal_while_a_row_is_stored_keeps_the_row_with_its_job_directory(tmp_path, signal_at,
+                                                                                  module, name):
+    """A signal within milliseconds of a row's write left a job directory without its row."""
+    from orchestrator import run
+
+    results = tmp_path / "results"
+    signal_at({"run": run, "store": store}[module], name)
+    with pytest.raises(KeyboardInterrupt):
+        run.run_plan(plan_of(None, frameworks=["caffe"], datasets=["mnist"], profiles=["quick"],
+                             repeats=2), results, runtime=Immediate())
+    rows, job_dirs, rescued = kept(results)
+    assert len(rows) == 1 and job_dirs == rows and rescued == []
+    assert {p.name for p in (results / store.JOBS / rows[0]).iterdir()} == {"job.json", "log.txt", "result.json"}
+
+
+def test_a_stop_signal_while_a_jobs_files_are_made_leaves_none_of_them(tmp_path, signal_at):
+    """A signal just after the room for the row was set aside left it, blank, for good."""
+    from orchestrator import run
+
+    results = tmp_path / "results"
+    signal_at(store, "Rescue")
+    with pytest.raises(KeyboardInterrupt):
+        run.run_plan(plan_of(None, frameworks=["caffe"], datasets=["mnist"], profiles=["quick"]),
+                     results, runtime=Immediate())
+    assert kept(results) == ([], [], [])

@@ -104,3 +104,23 @@ def test_without_docker_host_the_default_socket_is_named(monkeypatch):
             raise requests.ConnectionError(f"('Connection aborted.', {exc!r})") from exc
     assert str(caught.value).startswith("cannot reach the Docker daemon at "
                                         "unix:///var/run/docker.sock: permission denied; ")
+
+
+def test_a_cache_directory_that_cannot_be_made_is_one_line(tmp_path, monkeypatch):
+    """XDG_CACHE_HOME naming a file gave a NotADirectoryError traceback."""
+    from conftest import NO_ROUTE
+    from orchestrator import owners, sources
+    from orchestrator.errors import DlbenchError
+
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")
+    env = {"XDG_CACHE_HOME": str(a_file), **NO_ROUTE, **NO_DOCKER}
+    why = f"{a_file}/dlbench/datasets: cannot make the cache directory: Not a directory"
+    one_line_error(dlbench("datasets", "download", "mnist", env=env, timeout=300), 1, why)
+    one_line_error(dlbench("run", "--runtime", "native", "--frameworks", "pytorch", "--datasets", "mnist",
+                           "--profile", "quick", "--results", tmp_path / "results", env=env, timeout=300),
+                   1, why)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(a_file))
+    for folder, name in ((owners.owners_dir, "owners"), (sources.cache_dir, "sources")):
+        with pytest.raises(DlbenchError, match=f"{a_file}/dlbench/{name}: cannot make the cache directory"):
+            folder()

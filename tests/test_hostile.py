@@ -125,9 +125,73 @@ def test_out_usage_counts_without_following_links(job_dir, tmp_path):
     big.write_bytes(b"x" * (1 << 20))
     (job_dir / "out" / "link").symlink_to(big)
     (job_dir / "out" / "small").write_bytes(b"x" * 4096)
-    used, entries = jobdir.out_usage(job_dir)
-    assert entries == 2 and 4096 <= used < (1 << 20)
+    used, entries, depth = jobdir.out_usage(job_dir)
+    assert entries == 2 and 4096 <= used < (1 << 20) and depth == 0
     assert jobdir.over_limit(job_dir) is None
+
+
+def deep_tree(top: Path, levels: int, bottom=lambda fd: None) -> None:
+    """Directories ``levels`` deep in ``top`` (``d/d/d/...``), made as a job makes them:
+    each relative to the one above, so no path is ever longer than a name."""
+    fd = os.open(top, os.O_RDONLY | os.O_DIRECTORY)
+    for _ in range(levels):
+        os.mkdir("d", dir_fd=fd)
+        below = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+        os.close(fd)
+        fd = below
+    bottom(fd)
+    os.close(fd)
+
+
+def test_a_tree_deeper_than_pythons_recursion_limit_is_measured_and_removed(job_dir, tmp_path):
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    (kept / "file").write_text("stays")
+
+    def plant(fd):
+        os.symlink(kept, "link", dir_fd=fd)
+        os.close(os.open("file", os.O_WRONLY | os.O_CREAT, dir_fd=fd))
+
+    deep_tree(job_dir / "out", 1100, plant)
+    (job_dir / "out" / "result.json").write_text("{}")
+    assert jobdir.over_limit(job_dir) == (
+        f"the job nested directories more than {jobdir.OUT_LIMIT_DEPTH} deep in /out")
+    assert jobdir.out_usage(job_dir).depth == jobdir.OUT_LIMIT_DEPTH + 1   # counted no deeper
+    assert jobdir.take_result(job_dir, 100) == (b"{}", None)
+    assert not (job_dir / "out").exists()
+    assert (kept / "file").read_text() == "stays"
+    deep_tree(job_dir, 3000)                # an interrupted job's directory goes whole
+    jobdir.remove(job_dir)
+    assert not job_dir.exists() and (kept / "file").read_text() == "stays"
+
+
+def test_out_within_the_depth_bound_but_past_the_entry_bound(job_dir):
+    deep_tree(job_dir / "out", jobdir.OUT_LIMIT_DEPTH)
+    assert jobdir.over_limit(job_dir) is None
+    for i in range(jobdir.OUT_LIMIT_ENTRIES - jobdir.OUT_LIMIT_DEPTH + 1):
+        (job_dir / "out" / f"f{i}").touch()
+    assert jobdir.over_limit(job_dir) == f"the job made more than {jobdir.OUT_LIMIT_ENTRIES} files in /out"
+
+
+class FakeContainer:
+    def __init__(self):
+        self.killed = __import__("threading").Event()
+
+    def kill(self):
+        self.killed.set()
+
+
+def test_a_watch_of_out_that_fails_stops_the_job(job_dir, monkeypatch):
+    def broken(job_dir):
+        raise RecursionError("maximum recursion depth exceeded")
+
+    monkeypatch.setattr(jobdir, "over_limit", broken)
+    container = FakeContainer()
+    watch = docker_runtime.OutWatch(job_dir, container, interval=0.01).start()
+    assert container.killed.wait(30), "the job went on unwatched"
+    watch.stop()
+    assert watch.verdict() == ("dlbench could not check /out (RecursionError: maximum recursion "
+                               "depth exceeded); the job was stopped")
 
 
 # -- owners: a lock file held by the live process ------------------------------------------
@@ -267,6 +331,21 @@ def test_a_job_filling_out_is_stopped(arena, hostile_image, data_root, monkeypat
     assert record.status == "failed" and record.exit_code == 137
     assert record.error == "the job wrote more than 64 MiB into /out (stopped)"
     assert {p.name for p in (results / store.JOBS / record.run_id).iterdir()} == {"job.json", "log.txt"}
+
+
+@pytest.mark.docker
+def test_a_job_nesting_directories_deep_in_out_is_a_failed_row_and_the_next_job_runs(
+        arena, hostile_image, data_root, monkeypatch, tmp_path):
+    results = tmp_path / "results"
+    deep, after = run_hostile(monkeypatch, hostile_image, results, data_root, seed=12, repeats=2)
+    assert deep.seed == 12 and after.seed == 13
+    assert deep.status == "failed" and deep.error.startswith(
+        f"the job nested directories more than {jobdir.OUT_LIMIT_DEPTH} deep in /out")
+    assert "planted a tree 1100 deep" in (results / store.JOBS / deep.run_id / "log.txt").read_text()
+    assert (after.status, after.error) == ("ok", None)
+    for record in (deep, after):
+        assert not (results / store.JOBS / record.run_id / jobdir.OUT).exists()
+    assert sorted(zip(store.load(results).seed, store.load(results).status)) == [(12, "failed"), (13, "ok")]
 
 
 @pytest.mark.docker

@@ -407,6 +407,71 @@ def test_unreadable_row_files_are_skipped_with_a_warning_naming_each(tmp_path):
         assert sorted(store.load(results)["run_id"]) == ["a", "b"]
 
 
+def warnings_in(proc) -> list[str]:
+    lines = proc.stderr.splitlines()
+    assert all(line.startswith("dlbench: warning: ") for line in lines), proc.stderr
+    return [line.removeprefix("dlbench: warning: ") for line in lines]
+
+
+def test_a_fifo_among_the_row_and_trace_files_is_ignored_with_one_warning(tmp_path):
+    """pyarrow opens a file with a plain open(): a FIFO with no writer held every reader for
+    good, deaf to Ctrl-C and SIGTERM."""
+    from conftest import dlbench
+
+    results = tmp_path / "results"
+    fill(results, tmp_path, ["a", "b"])
+    fifos = [results / store.RUNS / "x.parquet", results / store.TRACES / "y.parquet"]
+    for fifo in fifos:
+        os.mkfifo(fifo)
+    said = sorted(f"{fifo}: not a regular file (a FIFO); ignored" for fifo in fifos)
+    for command in (["results", "--format", "json"], ["report", "--format", "json"], ["compact"],
+                    ["upgrade"]):
+        proc = dlbench(*command, "--results", results, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        expected = said if command[0] in ("compact", "upgrade") else said[:1]   # the others read rows
+        assert sorted(warnings_in(proc)) == expected
+    with pytest.warns(StoreWarning):
+        assert sorted(store.load(results)["run_id"]) == ["a", "b"]
+    assert all(fifo.exists() for fifo in fifos)
+
+
+def test_links_among_the_row_files_are_read_only_to_a_regular_file_inside_the_results(tmp_path):
+    """A dangling link looked like a file compacted away, read again and again: `results`,
+    `report` and `--resume` failed for good ("the row files kept changing") and `compact`
+    and `upgrade` with a traceback."""
+    from conftest import dlbench
+
+    results = tmp_path / "results"
+    fill(results, tmp_path, ["a", "b"])
+    elsewhere = tmp_path / "elsewhere"
+    fill(elsewhere, tmp_path, ["outside"])
+    fill(tmp_path / "spare", tmp_path, ["inside"])
+    shutil.copytree(tmp_path / "spare" / store.RUNS, results / "kept")
+    runs = results / store.RUNS
+    links = {runs / "dangling.parquet": runs / "gone.parquet",
+             runs / "outside.parquet": store.row_files(elsewhere)[0],
+             runs / "zero.parquet": Path("/dev/zero"),
+             runs / "inside.parquet": next((results / "kept").iterdir())}
+    for link, target in links.items():
+        link.symlink_to(target)
+    said = sorted([f"{runs / 'dangling.parquet'}: a symbolic link that leads nowhere; ignored",
+                   f"{runs / 'outside.parquet'}: a symbolic link out of the results directory; ignored",
+                   f"{runs / 'zero.parquet'}: a symbolic link out of the results directory; ignored"])
+    with pytest.warns(StoreWarning) as caught:
+        assert store.ok_job_ids(results) == {"job1"}              # --resume
+    assert sorted({str(w.message) for w in caught}) == said
+    proc = dlbench("results", "--results", results, "--format", "json", timeout=120)
+    assert proc.returncode == 0 and sorted(warnings_in(proc)) == said
+    assert sorted(row["run_id"] for row in json.loads(proc.stdout)) == ["a", "b", "inside"]
+    for command in ("report", "upgrade", "compact"):
+        proc = dlbench(command, "--results", results, timeout=120)
+        assert proc.returncode == 0 and sorted(warnings_in(proc)) == said, proc.stderr
+    assert proc.stdout.strip() == f"{results}: merged 3 row files and 2 trace files"
+    with pytest.warns(StoreWarning):
+        assert sorted(store.load(results)["run_id"]) == ["a", "b", "inside"]
+    assert all(link.is_symlink() for link in links if link.name != "inside.parquet")
+
+
 def test_compaction_beside_a_writer_and_a_reader_loses_nothing(tmp_path):
     """A process appends rows and traces while this one compacts and reads, again and again."""
     import subprocess
@@ -430,6 +495,149 @@ def test_compaction_beside_a_writer_and_a_reader_loses_nothing(tmp_path):
     assert sorted(frame["run_id"]) == [f"w{i:04d}" for i in range(300)]
     traces = store.load_traces(results)
     assert len(traces) == 900 and traces.groupby("run_id").size().eq(3).all()
+
+
+# -- compaction killed at any moment ----------------------------------------------------------
+CRASH_AT = """\
+import os, sys
+from pathlib import Path
+import pyarrow.parquet as pq
+from orchestrator import store
+
+steps, crash_at = 0, int(sys.argv[2])
+
+
+def step(do, after=False):
+    def stepped(*args, **kwargs):
+        global steps
+        steps += 1
+        if steps == crash_at and not after:
+            os._exit(137)
+        done = do(*args, **kwargs)
+        if steps == crash_at:
+            os._exit(137)
+        return done
+    return stepped
+
+
+os.rename, os.replace, os.unlink = step(os.rename), step(os.replace), step(os.unlink)
+pq.write_table = step(pq.write_table, after=True)   # a file written whole, then the crash
+store.compact(Path(sys.argv[1]))
+"""
+
+
+def outside_view(results: Path) -> tuple[list[str], list[str]]:
+    """The run ids of the rows and of the samples, as pandas reads the folders, each
+    time it reads one."""
+    return (sorted(pd.read_parquet(results / store.RUNS)["run_id"]),
+            sorted(pd.read_parquet(results / store.TRACES)["run_id"]))
+
+
+def leftovers(results: Path) -> list[str]:
+    return sorted(p.name for folder in (results, results / store.RUNS, results / store.TRACES)
+                  for p in folder.glob(".*") if p.name not in (".compact.lock", ".schema_version"))
+
+
+def test_compaction_killed_at_each_step_loses_nothing_and_the_next_start_finishes_it(tmp_path):
+    """A child compacts and dies (os._exit) at its n-th rename, replacement, removal or
+    Parquet write, for every n; pandas then reads every row at least once, and exactly once
+    after the next dlbench command started, which leaves no temporary file behind."""
+    import subprocess
+    import sys
+
+    template = tmp_path / "template"
+    names = [f"run{i}" for i in range(5)]
+    fill(template, tmp_path, names)
+    exactly = (sorted(names), sorted(names * 3))
+    seen_twice = 0
+    for crash_at in range(1, 100):
+        results = tmp_path / f"crash{crash_at}"
+        shutil.copytree(template, results)
+        child = subprocess.run([sys.executable, "-c", CRASH_AT, str(results), str(crash_at)],
+                               capture_output=True, text=True, timeout=120)
+        rows, samples = outside_view(results)
+        assert set(rows) == set(names) and set(samples) == set(names), crash_at    # nothing lost
+        if (rows, samples) != exactly:
+            # only in the window between the rename and the last removal: the journal
+            # is there for the next start to finish it
+            assert (results / store.JOURNAL).is_file(), crash_at
+            seen_twice += 1
+        assert sorted(store.load(results)["run_id"]) == sorted(names)             # a reader
+        assert sorted(store.load_traces(results)["run_id"]) == sorted(names * 3)
+        assert outside_view(results) == exactly, crash_at
+        store.check_results(results)                                               # a run starts
+        assert leftovers(results) == [], crash_at
+        assert outside_view(results) == exactly
+        store.compact(results)
+        assert outside_view(results) == exactly
+        if child.returncode == 0:
+            break                   # every step was a crash point once
+        assert child.returncode == 137, child.stderr
+    assert crash_at > 2 * len(names) and seen_twice > 0      # each removal was a crash point
+
+
+def test_dlbench_compact_killed_at_random_moments(tmp_path):
+    """SIGKILL to `dlbench compact` at random moments: pandas, DuckDB and polars read every
+    row exactly once after the next dlbench command (here `dlbench results`)."""
+    import random
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import duckdb
+    import polars as pl
+    from conftest import dlbench
+
+    template = tmp_path / "template"
+    names = [f"run{i:03d}" for i in range(100)]
+    fill(template, tmp_path, names, samples=2)
+    started = time.monotonic()
+    dlbench("compact", "--results", shutil.copytree(template, tmp_path / "timed"), check=True)
+    whole = time.monotonic() - started
+    chance = random.Random(33)
+    for round_ in range(10):
+        results = shutil.copytree(template, tmp_path / f"round{round_}")
+        child = subprocess.Popen([sys.executable, "-m", "orchestrator", "compact", "--results",
+                                  str(results)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(chance.uniform(0.4, 1.0) * whole)
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+        proc = dlbench("results", "--results", results, "--format", "json", check=True)
+        assert sorted(row["run_id"] for row in json.loads(proc.stdout)) == names
+        glob = str(results / store.RUNS / "*.parquet")
+        assert sorted(pd.read_parquet(results / store.RUNS)["run_id"]) == names
+        assert sorted(r[0] for r in duckdb.sql(f"SELECT run_id FROM read_parquet('{glob}')").fetchall()) == names
+        assert sorted(pl.read_parquet(glob)["run_id"].to_list()) == names
+        dlbench("compact", "--results", results, check=True)
+        assert sorted(pd.read_parquet(results / store.RUNS)["run_id"]) == names
+        assert len(pd.read_parquet(results / store.TRACES)) == 2 * len(names)
+        assert leftovers(results) == []
+
+
+def test_a_run_starting_sweeps_dead_writers_temporary_files_and_empty_rescue_rooms(tmp_path):
+    import fcntl
+
+    results = tmp_path / "results"
+    fill(results, tmp_path, ["a"])
+    dead = [results / store.RUNS / ".x-compacted-1.parquet.99999.tmp",
+            results / store.TRACES / ".y.parquet.99999.tmp", results / ".compaction.json.99999.tmp",
+            results / ".schema_version.99999.tmp"]
+    for path in dead:
+        path.write_bytes(b"PAR1 half")
+    room = store.Rescue(results, "0123456789abcdef")        # a live run's, locked
+    (results / store.RESCUED / "fedcba9876543210.json").write_bytes(b" " * store.RESCUE_RESERVE)
+    kept = results / store.RESCUED / "aaaaaaaaaaaaaaaa.json"
+    kept.write_text('{"row": {}}')                           # a row kept for `recover`
+    store.check_results(results)
+    assert [p for p in dead if p.exists()] == []
+    assert sorted(p.name for p in (results / store.RESCUED).iterdir()) == [
+        "0123456789abcdef.json", "aaaaaaaaaaaaaaaa.json"]
+    with open(room.path, "rb") as f:
+        with pytest.raises(BlockingIOError):
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)    # still its run's
+    room.release()
+    assert sorted(store.load(results)["run_id"]) == ["a"]
 
 
 def test_dlbench_compact_on_the_command_line(tmp_path):

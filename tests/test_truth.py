@@ -331,6 +331,19 @@ def test_recover_leaves_the_room_of_a_living_run_and_removes_an_abandoned_one(tm
     assert not living.path.exists()
 
 
+
+def test_recover_says_each_file_it_cannot_recover_on_one_line(tmp_path):
+    """The warning was wrapped over two lines at the terminal's width, without `dlbench:`."""
+    results = tmp_path / ("a-results-directory-with-a-long-name-" * 3)
+    (results / store.RESCUED).mkdir(parents=True)
+    bad = results / store.RESCUED / "0123456789abcdef.json"
+    bad.write_text('{"row": {"status": "ok"}}')
+    proc = dlbench("recover", "--results", results)
+    assert proc.returncode == 1 and proc.stdout == f"{results}: recovered 0 row(s)\n"
+    line, = proc.stderr.splitlines()
+    assert line.startswith(f"dlbench: warning: {bad}: not recovered: ") and len(line) > 120
+    assert bad.is_file()
+
 # -- report --html -------------------------------------------------------------------------------
 def test_report_html_into_a_file_or_a_read_only_directory_is_one_line(tmp_path):
     results = tmp_path / "results"

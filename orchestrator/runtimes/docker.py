@@ -213,7 +213,8 @@ def run_container(client, job: Job, tag: str, run_id: str, job_id: str, job_dir:
             oom = bool(container.attrs["State"].get("OOMKilled"))
         sampler.stop()
         out_watch.stop()
-        error = f"the job ran past its time limit of {timeout:g} s" if timed_out.is_set() else out_watch.reason
+        error = (f"the job ran past its time limit of {timeout:g} s" if timed_out.is_set()
+                 else out_watch.verdict())
         return Outcome(exit_code=state.get("StatusCode"), wall_time_s=wall,
                        log_tail=tail, oom_killed=oom, timed_out=timed_out.is_set(), error=error,
                        samples=sampler.samples, trace=sampler.summary())
@@ -248,8 +249,9 @@ def docker_ulimit(name: str, limit: int):
 
 
 class OutWatch:
-    """Stops a job (kills its container) once its out/ holds more than jobdir's bound;
-    checked once a second: a bind mount has no size limit of its own."""
+    """Stops a job (kills its container) once its out/ holds more than jobdir's bounds;
+    checked once a second: a bind mount has no size limit of its own.  A watch that
+    fails stops the job too: a job nobody watches could fill the disk."""
 
     def __init__(self, job_dir: Path, container, interval: float = 1.0):
         self.job_dir, self.container, self.interval = job_dir, container, interval
@@ -266,13 +268,24 @@ class OutWatch:
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join(5.0)
 
+    def verdict(self) -> str | None:
+        """Once the job has ended: why it failed its bounds (what it was stopped for, or
+        what out/ holds past them: a job can pass one and end between two checks), or None."""
+        return self.reason or jobdir.over_limit(self.job_dir)
+
     def _run(self) -> None:
-        while not self._stop.wait(self.interval):
-            reason = jobdir.over_limit(self.job_dir)
-            if reason is not None:
-                self.reason = reason + " (stopped)"
-                _kill(self.container, threading.Event())
-                return
+        try:
+            while not self._stop.wait(self.interval):
+                reason = jobdir.over_limit(self.job_dir)
+                if reason is not None:
+                    self._halt(reason + " (stopped)")
+                    return
+        except BaseException as exc:  # noqa: BLE001 - whatever it was, the job must not run unwatched
+            self._halt(f"dlbench could not check /out ({type(exc).__name__}: {exc}); the job was stopped")
+
+    def _halt(self, reason: str) -> None:
+        self.reason = reason
+        _kill(self.container, threading.Event())
 
 
 MAX_LINE_BYTES = 1 << 20        # a longer line without a newline is split
