@@ -543,12 +543,7 @@ def _swap(results: Path, pending: Path, final: Path, replaced: list[Path]) -> No
         os.fsync(f.fileno())
     os.replace(tmp, results / JOURNAL)
     _fsync_folder(results)
-    os.rename(pending, final)
-    for path in replaced:
-        path.unlink(missing_ok=True)
-    for folder in {final.parent, *(path.parent for path in replaced)}:
-        _fsync_folder(folder)
-    (results / JOURNAL).unlink()
+    _complete(results, final, pending, replaced)
 
 
 def _finish(results: Path) -> None:
@@ -564,7 +559,12 @@ def _finish(results: Path) -> None:
         return
     if journal is None:
         return
-    final, pending, replaced = journal
+    _complete(results, *journal)
+
+
+def _complete(results: Path, final: Path, pending: Path, replaced: list[Path]) -> None:
+    """A journaled compaction carried to its end, from wherever it stopped: its file made
+    visible (the one rename), the files it replaces removed, then the journal."""
     if not final.exists() and pending.exists():
         os.rename(pending, final)
     if final.exists():                  # else both gone: nothing to finish, nothing removed
