@@ -29,10 +29,14 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import tempfile
+import threading
+import time
 from collections import deque
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
 
 from . import __version__, catalog, options, sources
@@ -45,6 +49,8 @@ LABEL = "org.dlbench"
 CA_CANDIDATES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt",
                  "/etc/ssl/cert.pem")
 PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy")
+DEFAULT_JOBS = 2        # framework images built at once
+_STEP = re.compile(r"^Step (\d+)/(\d+) : (.*)")
 
 
 def root_tag(suite=SUITE):
@@ -84,14 +90,20 @@ def find_image(client, tag):
 
 
 class Builder:
-    """Builds the images; ``say`` receives one line per step for the display."""
+    """Builds the images; ``say`` receives one line per step for the display, and
+    ``on_step(tag, step, steps, instruction)`` each Dockerfile step a build starts
+    (``step`` 0 when it ends).  Framework images may be built from several threads at
+    once (``build_images``); the root and base images are built first, by one."""
 
     def __init__(self, client, say=print, base_source: str = "auto", mirror: str = DEFAULT_MIRROR,
                  ca_bundle: str | None = None, network: str | None = None,
-                 log_dir: Path | None = None, suite: str = SUITE, sources_dir: str | None = None):
+                 log_dir: Path | None = None, suite: str = SUITE, sources_dir: str | None = None,
+                 on_step=None):
         if base_source not in ("auto", "debootstrap", "pull"):
             raise UsageError(f"--base {base_source}: choose auto, debootstrap or pull")
         self.client, self.say, self.base_source = client, say, base_source
+        self.on_step = on_step or (lambda tag, step, steps, instruction: None)
+        self.cancelled = threading.Event()      # set: builds in flight stop at their next line
         self.mirror, self.network, self.suite = mirror, network, suite
         self.ca_bundle = find_ca_bundle(ca_bundle)
         self.log_dir = log_dir
@@ -241,6 +253,7 @@ class Builder:
                   f"{LABEL}.context-hash": context_hash}
         proxies = {k: os.environ[k] for k in PROXY_VARIABLES if k in os.environ}
         self.say(f"{tag}: building")
+        started = time.monotonic()
         with tempfile.TemporaryDirectory(prefix="dlbench-context-") as tmp:
             for name, source in {**files, **archives}.items():
                 (Path(tmp) / name).parent.mkdir(parents=True, exist_ok=True)
@@ -252,6 +265,8 @@ class Builder:
                     rm=True, forcerm=True, decode=True, network_mode=self.network,
                     nocache=False)
                 for chunk in stream:
+                    if self.cancelled.is_set():     # leaving the stream closes it: Docker stops the build
+                        raise BuildError(f"building {tag}: stopped")
                     if "error" in chunk:
                         self._write_log(tag, log)
                         detail = " | ".join(line for line in tail if line)[-600:]
@@ -261,7 +276,12 @@ class Builder:
                         log.append(text)
                         tail.append(text)
                         self.say(text)
+                        step = _STEP.match(text)
+                        if step:
+                            self.on_step(tag, int(step[1]), int(step[2]), step[3])
             self._write_log(tag, log)
+        self.on_step(tag, 0, 0, "")
+        self.say(f"{tag}: built in {time.monotonic() - started:.0f} s")
         self._built[tag] = self.client.images.get(tag)
         return self._built[tag]
 
@@ -282,17 +302,34 @@ def images_to_build(frameworks: list[str], variants: list[str], named: bool = Fa
     return todo
 
 
-def build_images(builder: Builder, todo: dict, rebuild: bool = False, skip=lambda reason: None):
+def build_images(builder: Builder, todo: dict, rebuild: bool = False, skip=lambda reason: None,
+                 jobs: int = DEFAULT_JOBS):
     """Carry out ``images_to_build``' plan: the source archives of the images to build checked
-    first, then the base, then each image in turn, yielded as (tag, image); a variant a
-    framework lacks is passed to ``skip``."""
+    first, then the base, then the framework images, ``jobs`` at a time, each yielded as
+    (tag, image) as soon as it is ready; a variant a framework lacks is passed to ``skip``.
+    The first build that fails stops the others (at their next line of output) and raises."""
+    if jobs < 1:
+        raise UsageError(f"--jobs {jobs}: build at least one image at a time")
     builder.prepare_sources([key for key, reason in todo.items() if reason is None], rebuild)
     builder.base(rebuild=rebuild)
-    for (framework, variant), reason in todo.items():
+    wanted = []
+    for key, reason in todo.items():
         if reason is not None:
             skip(reason)
-            continue
-        yield image_tag(framework, variant), builder.framework(framework, rebuild=rebuild, variant=variant)
+        else:
+            wanted.append(key)
+    pool = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="dlbench-build")
+    pending = {pool.submit(builder.framework, fw, rebuild, v): (fw, v) for fw, v in wanted}
+    try:
+        while pending:
+            done, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for future in done:
+                framework, variant = pending.pop(future)
+                yield image_tag(framework, variant), future.result()
+    finally:
+        if pending:                 # a failure, an interrupt, or the caller stopped early
+            builder.cancelled.set()
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _context_hash(files: dict[str, Path], buildargs: dict) -> str:

@@ -138,6 +138,8 @@ def build_images(frameworks: Frameworks = None, base: BaseOpt = BaseSource.auto,
                  variant: Annotated[str, typer.Option(
                      metavar=f"[{_one_of(Variant)}],...",
                      help="cpu, gpu (CUDA builds, where a framework has one) or cpu,gpu.")] = "cpu",
+                 jobs: Annotated[int, typer.Option(
+                     "--jobs", help="Framework images built at once.")] = build.DEFAULT_JOBS,
                  verbose: Verbose = False):
     """Build the root, base and framework images (no registry needed)."""
     from .display import RichDisplay
@@ -147,10 +149,10 @@ def build_images(frameworks: Frameworks = None, base: BaseOpt = BaseSource.auto,
     names = catalog.check_frameworks(_names(frameworks)) if frameworks else catalog.available()
     todo = build.images_to_build(names, variants, named=bool(frameworks))
     display = RichDisplay(err, verbose=verbose)
-    builder = build.Builder(docker_client(), say=display.say,
+    builder = build.Builder(docker_client(), say=display.say, on_step=display.build_step,
                             log_dir=cache.folder("build-logs"),
                             **_builder_options(base, mirror, ca_bundle, build_network, sources_dir))
-    for tag, image in build.build_images(builder, todo, rebuild, skip=_skipped):
+    for tag, image in build.build_images(builder, todo, rebuild, skip=_skipped, jobs=jobs):
         out.print(f"{tag}  {image.short_id}  {image.labels.get(build.LABEL + '.framework-version', '')}")
 
 

@@ -23,6 +23,8 @@ class RichDisplay:
             console=self.console, transient=False)
         self.overall = None
         self._lanes = threading.local()     # each lane's (thread's) own job line
+        self._builds = {}                   # image tag -> its progress line while it builds
+        self._lock = threading.Lock()
 
     @property
     def current(self):
@@ -43,8 +45,26 @@ class RichDisplay:
     def say(self, text):
         if self.verbose:
             self.console.print(text, markup=False, highlight=False)
-        elif text.endswith(("building", "up to date")) or text.startswith(SHOWN):
+        elif text.endswith(("building", "up to date")) or text.startswith(SHOWN) or ": built in " in text:
             self.console.print(f"[dim]{text}[/dim]", highlight=False)
+
+    def build_step(self, tag, step, steps, instruction):
+        """One line per image being built: its Dockerfile step, a bar over the steps, the
+        time so far; gone when the build ends (``step`` 0)."""
+        with self._lock:
+            task = self._builds.get(tag)
+            if step == 0:
+                if task is not None:
+                    self.progress.remove_task(self._builds.pop(tag))
+                if not self._builds and self.overall is None:
+                    self.progress.stop()
+                return
+            if task is None:
+                self.progress.start()
+                task = self._builds[tag] = self.progress.add_task(tag, total=steps, detail="")
+            words = " ".join(instruction.split())
+            self.progress.update(task, completed=step - 1, total=steps,
+                                 detail=f"step {step}/{steps} {words[:48]}")
 
     def download_progress(self):
         return _Downloads(self.console)
@@ -134,6 +154,9 @@ class _Downloads:
 class NullDisplay:
     """No display: what tests, the bench and a Slurm task use."""
     def say(self, text):
+        pass
+
+    def build_step(self, tag, step, steps, instruction):
         pass
 
     def download_progress(self):
