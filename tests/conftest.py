@@ -9,6 +9,7 @@ sets, by data set); ``build_image`` and ``quick_run`` serve any other framework 
 from __future__ import annotations
 
 import collections
+import json
 import os
 import subprocess
 import sys
@@ -100,6 +101,12 @@ def build_image():
             done[framework] = dlbench("build-images", "--frameworks", framework, check=True)
         return done[framework]
     return build
+
+
+def quick_profile(framework: str, dataset: str) -> dict:
+    """The quick profile's settings of a framework's model, from its models.json."""
+    with open(REPO / "images" / framework / "models.json") as f:
+        return json.load(f)["models"][dataset]["profiles"]["quick"]
 
 
 @pytest.fixture(scope="session")

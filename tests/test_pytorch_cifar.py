@@ -14,7 +14,7 @@ from collections import Counter
 import pandas as pd
 import pytest
 
-from conftest import REPO
+from conftest import REPO, quick_profile
 from dlbench_runner.runner import adapter_module
 
 pytestmark = pytest.mark.docker
@@ -38,9 +38,11 @@ def test_quick_cifar_run_learns_and_counts_only_connected_weights(quick_row):
     row = quick_row
     assert (row.framework, row.dataset, row.profile, row.status) == ("pytorch", "cifar10", "quick", "ok")
     assert row.model == "torch7-cifar10-convnet"
-    assert row.accuracy >= 0.20                 # twice chance
+    assert row.accuracy > 0.15                  # well above chance, on a few hundred images
     assert row.param_count == CIFAR_PARAMS == 846890
-    assert row.test_samples == 10000 and len(row.epoch_loss) == 1
+    quick = quick_profile("pytorch", "cifar10")
+    assert (row.train_samples, row.test_samples) == (quick["train_subset"], quick["test_subset"])
+    assert len(row.epoch_loss) == 1
     assert row.train_time_s > 0 and row.test_time_s > 0 and row.setup_time_s > 0
 
 

@@ -14,7 +14,7 @@ import docker
 import pandas as pd
 import pytest
 
-from conftest import NO_ROUTE, dlbench
+from conftest import NO_ROUTE, dlbench, quick_profile
 from orchestrator import catalog, sources
 
 pytestmark = pytest.mark.docker
@@ -77,8 +77,9 @@ def test_quick_mnist_and_cifar10_are_ok_rows_of_torch7(quick_rows):
     assert mnist.param_count == MNIST_PARAMS == 169506
     assert cifar.param_count == CIFAR_PARAMS == 846890
     assert cifar.accuracy > 0.15
-    assert (mnist.train_samples, mnist.test_samples) == (5000, 10000)
-    assert (cifar.train_samples, cifar.test_samples) == (2000, 2000)
+    for ds, row in (("mnist", mnist), ("cifar10", cifar)):
+        quick = quick_profile("torch", ds)
+        assert (row.train_samples, row.test_samples) == (quick["train_subset"], quick["test_subset"])
     libraries = {ds: json.loads(rows.loc[ds, "libraries"]) for ds in rows.index}
     assert libraries["mnist"]["tensor_type"] == "torch.FloatTensor"      # the MNIST script's own choice
     assert libraries["cifar10"]["tensor_type"] == "torch.DoubleTensor"   # CIFAR-10's never set: float64

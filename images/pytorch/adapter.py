@@ -141,12 +141,8 @@ class Adapter:
             self.train_x, self.test_x = self._mnist_inputs(arrays["train_images"], arrays["test_images"])
             self.model = self._mnist_model().to(self.device)
         elif self.ctx.dataset == "cifar10":
-            # train_subset N > 0: the first N training images, as the script's
+            # train_subset N > 0 (load_data): the first N training images, as the script's
             # non-full mode (trsize) does; the U/V statistics come from them too.
-            subset = self.hp.get("train_subset") or len(arrays["train_labels"])
-            arrays["train_images"] = arrays["train_images"][:subset]
-            arrays["train_labels"] = arrays["train_labels"][:subset]
-            self.ctx.train_samples = len(arrays["train_labels"])
             # The script never sets a default tensor type: Torch7 trains it in float64.
             dtype = {"float64": torch.float64, "float32": torch.float32}[self.hp["dtype"]]
             self.train_x, self.test_x = (x.to(dtype) for x in

@@ -70,12 +70,9 @@ class Adapter:
                 raise ValueError("device %r: this image's Lua Torch7 is a CPU build, without "
                                  "cutorch and cunn" % self.ctx.device)
             config["gpu"] = self.ctx.gpu    # checked by cutorch
-        if self.hp["train_subset"]:     # absent, not null: cjson's null is true in Lua
-            config["train_subset"] = self.hp["train_subset"]
-            self.ctx.train_samples = min(self.hp["train_subset"], self.ctx.train_samples)
-        if self.hp["test_subset"]:
-            config["test_subset"] = self.hp["test_subset"]
-            self.ctx.test_samples = min(self.hp["test_subset"], self.ctx.test_samples)
+        for key in ("train_subset", "test_subset"):    # the arrays are cut already (load_data)
+            if self.hp[key]:            # absent, not null: cjson's null is true in Lua
+                config[key] = self.hp[key]
         config_path = os.path.join(self.work, "dlbench-config.json")
         with open(config_path, "w") as f:
             json.dump(config, f)

@@ -117,7 +117,15 @@ class Context:
         return time.perf_counter()
 
     def load_data(self):
+        """The data set's arrays; a model whose settings hold ``train_subset`` or
+        ``test_subset`` N > 0 gets the first N images of that split (the quick profile's
+        sizes; the Torch scripts' own non-full mode)."""
         arrays = data.load(self.dataset, self.data_dir)
+        for split in ("train", "test"):
+            subset = self.hp.get(split + "_subset") or 0
+            if subset:
+                arrays[split + "_images"] = arrays[split + "_images"][:subset]
+                arrays[split + "_labels"] = arrays[split + "_labels"][:subset]
         self.train_samples = len(arrays["train_labels"])
         self.test_samples = len(arrays["test_labels"])
         return arrays
