@@ -22,9 +22,6 @@ def make_report(results: Path, fmt: str | None, html_dir: Path | None, tolerance
     frame = load(results, where)
     traces = store.load_traces(results) if html_dir is not None else None   # only the page plots them
     rep = compare.build(frame, traces, tolerance, exclude_disturbed=exclude_disturbed)
-    if not len(rep.rows):
-        raise StoreError(f"{results}: every chosen run is disturbed; nothing left to report "
-                         "without --exclude-disturbed")
     page = None
     if html_dir is not None:
         from . import html     # matplotlib: imported only for the page

@@ -38,6 +38,7 @@ import types
 import pandas as pd
 
 from .. import catalog
+from ..errors import StoreError
 from . import noise
 
 TOLERANCE_POINTS = 1.0
@@ -193,6 +194,9 @@ def build(frame: pd.DataFrame, traces: pd.DataFrame | None = None,
     left_out = int((rows["disturbed"] != "").sum()) if exclude_disturbed else 0
     if exclude_disturbed:
         rows = rows[rows["disturbed"] == ""].reset_index(drop=True)
+        if not len(rows):
+            raise StoreError("every chosen run is disturbed; nothing left to report without "
+                             "--exclude-disturbed")
     sections, section_of = _sections(rows)
     rows["section"] = [section_of[(r.host_name, r.host_cpu_model, r.written_schema_version)]
                        for r in rows.itertuples()]
