@@ -20,7 +20,8 @@ from .interrupts import interrupted, received
 from .errors import DatasetError, DeprecatedName, DlbenchError, StoreWarning, UsageError, docker_errors
 
 EXIT_CODES = ("Exit status: 0 ok; 1 an error (one line on stderr); 2 a usage error; 3 some jobs "
-              "not ok (their rows are stored); 128 + the signal's number when stopped by one: 130 "
+              "not ok (their rows are stored); 4 dlbench compare --fail-on-slowdown: a group "
+              "significantly slower; 128 + the signal's number when stopped by one: 130 "
               "Ctrl-C (SIGINT), 143 SIGTERM, 129 SIGHUP (the rows stored so far are kept).")
 app = typer.Typer(add_completion=False, invoke_without_command=True, pretty_exceptions_enable=False,
                   help="Benchmark deep-learning frameworks in containers, as GTDLBench did.",
@@ -28,7 +29,7 @@ app = typer.Typer(add_completion=False, invoke_without_command=True, pretty_exce
 datasets_app = typer.Typer(invoke_without_command=True, help="Check, download or import the data sets.")
 app.add_typer(datasets_app, name="datasets")
 out = Console(soft_wrap=True)
-err = Console(stderr=True)
+err = Console(stderr=True, soft_wrap=True)     # a log file gets whole lines, not 80 columns
 
 
 class BaseSource(str, enum.Enum):
@@ -171,6 +172,14 @@ def _slurm_task(plan_file, plan_index, results, verbose):
         raise typer.Exit(3)
 
 
+def _warn_unstable() -> None:
+    """Once, as the jobs start on this host: doctor's warnings on what makes timings unstable."""
+    from .doctor import noise_warning
+
+    if (line := noise_warning()) is not None:
+        _warn_line(line)
+
+
 @app.command()
 def run(frameworks: Frameworks = None,
         datasets_: Annotated[Optional[str], typer.Option(
@@ -279,7 +288,7 @@ def run(frameworks: Frameworks = None,
                                                           if planned.plan.campaign else ""),
                   highlight=False)
         return
-    done = execute.execute(request, RichDisplay(err, verbose=verbose),
+    done = execute.execute(request, RichDisplay(err, verbose=verbose, on_start=_warn_unstable),
                            lambda line: err.print(line, markup=False, highlight=False), planned)
     if done.array_id is not None:
         out.print(done.array_id, highlight=False)
@@ -293,14 +302,37 @@ def run(frameworks: Frameworks = None,
         raise typer.Exit(3)
 
 
+WhereOpt = Annotated[list[str], typer.Option(
+    "--where", help="Only rows where COLUMN OP VALUE holds (OP = != < <= > >=; = and != take "
+                    "a comma list), a stored column, e.g. framework_version=2.20.0 (repeatable).")]
+FrameworkFilter = Annotated[Optional[str], typer.Option(
+    "--framework", help="Only these frameworks' rows (comma-separated).")]
+DatasetFilter = Annotated[Optional[str], typer.Option(
+    "--dataset", help="Only these data sets' rows (comma-separated).")]
+ColumnsOpt = Annotated[Optional[str], typer.Option(
+    "--columns", help="The columns to show, comma-separated (docs: Reports).")]
+WideOpt = Annotated[bool, typer.Option(
+    "--wide", help="Every column, however wide the terminal.")]
+DisturbedOpt = Annotated[bool, typer.Option(
+    "--exclude-disturbed", help="Leave out the runs the noise rule marks as disturbed.")]
+
+
+def _screen() -> int | None:
+    """The terminal's width; None for a file or a pipe (tables whole, nothing wrapped)."""
+    return out.width if out.is_terminal else None
+
+
 @app.command()
 def results(results: ResultsOpt = None,
-            format: Annotated[Format, typer.Option("--format", help="table, csv or json.")] = Format.table):
+            format: Annotated[Format, typer.Option("--format", help="table, csv or json.")] = Format.table,
+            where: WhereOpt = [], framework: FrameworkFilter = None, dataset: DatasetFilter = None,
+            columns: ColumnsOpt = None, wide: WideOpt = False):
     """Show the stored runs."""
-    from .report.text import results_text      # pandas: loaded by the commands that show rows only
+    from .report import load, select      # pandas: loaded by the commands that show rows only
+    from .report.text import results_text
 
-    _write(results_text(store.load(store.results_dir(results)), format.value, out.width,
-                              out.color_system, whole=not out.is_terminal))
+    frame = load(store.results_dir(results), select.conditions(where, framework, dataset))
+    _write(results_text(frame, format.value, _screen(), out.color_system, _names(columns), wide))
 
 
 def _write(text: str) -> None:
@@ -370,16 +402,54 @@ def report_(results: ResultsOpt = None,
                 metavar="DIR")] = None,
             tolerance: Annotated[Optional[float], typer.Option(
                 help="Accuracy within this many percentage points of the paper counts as "
-                     "reproduced (default: the report's, 1 point).")] = None):
+                     "reproduced (default: the report's, 1 point).")] = None,
+            where: WhereOpt = [], framework: FrameworkFilter = None, dataset: DatasetFilter = None,
+            columns: ColumnsOpt = None, wide: WideOpt = False, exclude_disturbed: DisturbedOpt = False):
     """Compare the stored runs with the published GTDLBench numbers: statistics, verdicts, plots."""
     from . import report
 
-    text, page = report.make_report(store.results_dir(results), format and format.value, html,
-                                    tolerance, out.width, out.color_system)
+    text, page = report.make_report(
+        store.results_dir(results), format and format.value, html, tolerance, _screen(),
+        out.color_system, report.select.conditions(where, framework, dataset), _names(columns),
+        wide, exclude_disturbed)
     if text is not None:
         _write(text)
     if page is not None:
         err.print(f"report written to {page}", highlight=False, soft_wrap=True)
+
+
+class Metric(str, enum.Enum):
+    train_time_s = "train_time_s"
+    test_time_s = "test_time_s"
+    accuracy = "accuracy"
+
+
+@app.command("compare")
+def compare_(a: Annotated[str, typer.Argument(
+                 help="A: a results directory, a condition on the rows of --results "
+                      "(framework_version=1.9.1) or a campaign's name there.")],
+             b: Annotated[str, typer.Argument(help="B, the same way.")],
+             results: ResultsOpt = None,
+             metric: Annotated[Metric, typer.Option(help="What to compare.")] = Metric.train_time_s,
+             fail_on_slowdown: Annotated[Optional[str], typer.Option(
+                 help="Exit with status 4 where a group of B is significantly slower than A's by "
+                      "more than this, e.g. 5%.")] = None,
+             format: Annotated[Optional[ReportFormat], typer.Option(
+                 "--format", help="table (default), md, csv or json.")] = None,
+             where: WhereOpt = [], framework: FrameworkFilter = None, dataset: DatasetFilter = None,
+             columns: ColumnsOpt = None, wide: WideOpt = False, exclude_disturbed: DisturbedOpt = False):
+    """Compare two sets of runs group by group: medians, B ÷ A with its confidence interval,
+    a significance test and a verdict."""
+    from .report import ab, select, text
+
+    chosen, slowdown = select.conditions(where, framework, dataset), ab.threshold(fail_on_slowdown)
+    target = store.results_dir(results)
+    cmp = ab.build(ab.side(a, target, chosen), ab.side(b, target, chosen), metric.value,
+                   exclude_disturbed, slowdown)
+    _write(text.render_comparison(cmp, format.value if format else "table", _screen(),
+                                  out.color_system, _names(columns), wide))
+    if len(cmp.slowdowns):
+        raise typer.Exit(ab.EXIT_SLOWER)
 
 
 @datasets_app.command("verify")

@@ -14,9 +14,12 @@ SHOWN = ("debootstrap", "pulling", "no registry", "importing", "removed", "resum
 
 
 class RichDisplay:
-    def __init__(self, console: Console | None = None, verbose: bool = False):
-        self.console = console or Console(stderr=True)
+    """``on_start``: called once as the jobs start, before the first line of progress."""
+
+    def __init__(self, console: Console | None = None, verbose: bool = False, on_start=None):
+        self.console = console or Console(stderr=True, soft_wrap=True)
         self.verbose = verbose
+        self.on_start = on_start
         self.progress = Progress(
             SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
             TextColumn("{task.fields[detail]}"), TimeElapsedColumn(),
@@ -70,6 +73,8 @@ class RichDisplay:
         return _Downloads(self.console)
 
     def start(self, total):
+        if self.on_start is not None:
+            self.on_start()
         self.progress.start()
         self.overall = self.progress.add_task("jobs", total=total, detail="")
 
@@ -96,7 +101,7 @@ class RichDisplay:
         elif kind == "epoch":
             self.progress.update(self.current, completed=event.get("epoch", 0),
                                  detail=f"epoch {event.get('epoch')}/{self.epochs} loss {event.get('loss', 0):.4f} "
-                                        f"train acc {event.get('accuracy', 0):.4f}")
+                                        f"train acc {100 * event.get('accuracy', 0):.2f}%")
 
     def job_finished(self, record):
         if self.current is not None:
@@ -107,7 +112,7 @@ class RichDisplay:
             peak = (f", peak memory {record.memory_peak_bytes / 2**20:.0f} MiB"
                     if record.memory_peak_bytes else "")
             self.console.print(f"[green]ok[/green] {record.framework}/{record.dataset}/{record.profile}: "
-                               f"accuracy {record.accuracy:.4f}, train {record.train_time_s:.1f} s, "
+                               f"accuracy {100 * record.accuracy:.2f}%, train {record.train_time_s:.1f} s, "
                                f"test {record.test_time_s:.2f} s{peak}", highlight=False)
         else:
             self.console.print(f"[red]{record.status}[/red] {record.framework}/{record.dataset}/"

@@ -141,3 +141,15 @@ def timing(facts: dict, cpus: int):
     isolated = facts["host_isolated_cpus"]
     yield "isolated CPUs", NOTE, ("unknown" if isolated is None else isolated or
                                   "none (isolcpus= keeps CPUs free of other work)")
+
+
+def noise_warning(facts: dict | None = None, cpus: int | None = None) -> str | None:
+    """The ``timing`` warnings as one line, for `dlbench run` to say once before its jobs
+    (None where there are none)."""
+    facts = hostinfo.timing_facts() if facts is None else facts
+    found = [f"{name} {detail}" for name, status, detail in timing(facts, cpus or os.cpu_count() or 1)
+             if status == WARN]
+    if not found:
+        return None
+    return ("timings on this host may be unstable (dlbench doctor tells more): "
+            + "; ".join(d.split(":")[0] if ":" in d else d for d in found))

@@ -131,7 +131,7 @@ def test_no_results_is_a_one_line_error(tmp_path):
     one_line_error(dlbench("report", "--results", tmp_path / "missing"),
                    r"^dlbench: error: .*missing: no such results directory")
     (tmp_path / "empty").mkdir()
-    one_line_error(dlbench("report", "--results", tmp_path / "empty"), r"no stored runs to report")
+    one_line_error(dlbench("report", "--results", tmp_path / "empty"), r"no stored runs \(run `dlbench run` first\)")
     one_line_error(dlbench("report", "--results", tmp_path / "empty", "--format", "xml"),
                    r"^dlbench: error: .*'xml'")
 
@@ -709,14 +709,14 @@ def test_the_json_report_has_its_documented_shape(tmp_path):
         dict(framework="tensorflow", train_time_s=200.0, accuracy=0.99, framework_version="2.20.0")])
     document = report_json(results)
     assert list(document) == ["format_version", "tolerance_points", "ratio_tolerance_factor",
-                              "reference", "notes", "machines", "groups"]
-    assert document["format_version"] == 2 and document["ratio_tolerance_factor"] == 1.5
+                              "disturbed_left_out", "reference", "notes", "machines", "groups"]
+    assert document["format_version"] == 3 and document["ratio_tolerance_factor"] == 1.5
     assert document["reference"]["framework_versions"]["tensorflow"] == {"name": "TensorFlow",
                                                                          "version": "1.3.0"}
     assert any("×/÷ 1.5" in note for note in document["notes"])
     documented = {
         "section", "host_name", "host_cpu_model", "schema_version", "group", "framework", "dataset",
-        "model", "device", "profile", "settings", "threads", "runs", "ok", "not_ok",
+        "model", "device", "profile", "settings", "threads", "runs", "ok", "disturbed", "not_ok",
         "framework_versions", "published_accuracy_pct", "published_train_time_s",
         "published_test_time_s", "published_test_time_note", "accuracy_diff_points",
         "accuracy_verdict", "accuracy_caveats", "train_time_span", "test_time_span",
@@ -732,6 +732,6 @@ def test_the_json_report_has_its_documented_shape(tmp_path):
         assert group["framework_versions"] == [{"caffe": "1.0.0", "tensorflow": "2.20.0"}[group["framework"]]]
     section = (Path(__file__).resolve().parent.parent / "docs" / "reports.md").read_text()
     for key in documented - {"section", "group", "framework", "dataset", "model", "device", "profile",
-                             "settings", "threads", "runs", "ok", "not_ok", "host_name",
+                             "settings", "threads", "runs", "ok", "disturbed", "not_ok", "host_name",
                              "host_cpu_model", "schema_version"}:
         assert f"`{key.removesuffix('_median').removesuffix('_min').removesuffix('_max')}" in section, key

@@ -7,25 +7,38 @@ from pathlib import Path
 
 from .. import store
 from ..errors import StoreError, UsageError
-from . import compare, text
+from . import compare, select, text
 
 
 def make_report(results: Path, fmt: str | None, html_dir: Path | None, tolerance: float | None = None,
-                width: int = 80, color_system: str | None = None) -> tuple[str | None, Path | None]:
-    """The whole `dlbench report`: load, compare, render; returns (text, page written)."""
+                width: int | None = 80, color_system: str | None = None,
+                where: list[select.Condition] = (), columns: list[str] | None = None,
+                wide: bool = False, exclude_disturbed: bool = False) -> tuple[str | None, Path | None]:
+    """The whole `dlbench report`: load, choose, compare, render; returns (text, page written).
+    ``width`` None draws for a file or a pipe (tables whole, nothing wrapped)."""
     tolerance = compare.TOLERANCE_POINTS if tolerance is None else tolerance
     if not 0 <= tolerance <= 100:
         raise UsageError(f"--tolerance {tolerance:g}: a tolerance is 0 points or more, at most 100")
-    frame = store.load(results)
-    if not len(frame):
-        raise StoreError(f"{results}: no stored runs to report (run `dlbench run` first)")
+    frame = load(results, where)
     traces = store.load_traces(results) if html_dir is not None else None   # only the page plots them
-    rep = compare.build(frame, traces, tolerance)
+    rep = compare.build(frame, traces, tolerance, exclude_disturbed=exclude_disturbed)
     page = None
     if html_dir is not None:
         from . import html     # matplotlib: imported only for the page
         page = html.write_page(rep, html_dir)
     rendered = None
     if fmt is not None or html_dir is None:
-        rendered = text.render_report(rep, fmt or "table", width, color_system)
+        rendered = text.render_report(rep, fmt or "table", width, color_system, columns, wide)
     return rendered, page
+
+
+def load(results: Path, where: list[select.Condition] = ()):
+    """The stored rows of ``results`` that meet ``where``; none is an error."""
+    frame = store.load(results)
+    if not len(frame):
+        raise StoreError(f"{results}: no stored runs (run `dlbench run` first)")
+    chosen = select.apply(frame, list(where))
+    if not len(chosen):
+        raise StoreError(f"{results}: no stored run meets {' and '.join(map(str, where))} "
+                         f"(of {len(frame)})")
+    return chosen

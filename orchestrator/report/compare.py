@@ -38,6 +38,8 @@ import types
 import pandas as pd
 
 from .. import catalog
+from ..errors import StoreError
+from . import noise
 
 TOLERANCE_POINTS = 1.0
 # A training-time ratio is reproduced when dlbench's is within this factor of the paper's,
@@ -138,6 +140,7 @@ class Report:
     tolerance: float              # accuracy, percentage points
     reference: Reference
     ratio_tolerance: float = RATIO_TOLERANCE   # training-time ratios, a factor either way
+    disturbed_left_out: int = 0   # runs the noise rule marked, left out (--exclude-disturbed)
 
     def notes(self) -> list[str]:
         """The report's rules, printed with it."""
@@ -173,28 +176,30 @@ class Report:
             f"Paper: {meta['source']}. {meta['machine']}; {meta['software']}.",
             "Statistics: median [min–max] over a group's ok runs; machines and schema versions "
             "are reported apart, never averaged together.",
+            noise.RULE + (f" {self.disturbed_left_out} disturbed run(s) left out here."
+                          if self.disturbed_left_out else ""),
         ]
 
 
 def build(frame: pd.DataFrame, traces: pd.DataFrame | None = None,
           tolerance: float = TOLERANCE_POINTS, ref: Reference | None = None,
-          ratio_tolerance: float = RATIO_TOLERANCE) -> Report:
+          ratio_tolerance: float = RATIO_TOLERANCE, exclude_disturbed: bool = False) -> Report:
     """The report of the stored rows ``frame`` (as ``store.load`` returns them); rows are
-    kept apart by the schema version they were written with (``written_schema_version``)."""
+    kept apart by the schema version they were written with (``written_schema_version``).
+    Runs the noise rule marks (``noise.RULE``) are counted apart, or left out where
+    ``exclude_disturbed``."""
     ref = ref or reference()
-    rows = frame.drop_duplicates("run_id").reset_index(drop=True)   # a directory merged twice
-    for column in ("host_name", "host_cpu_model"):
-        rows[column] = rows[column].fillna("unknown").astype(str)
-    for column in ("paper_train_time_s", "paper_test_time_s", "framework_version"):
-        if column not in rows.columns:
-            rows[column] = None
-    settings = [_settings(r) for r in rows.itertuples()]
-    rows["settings"] = [label for label, _ in settings]
-    rows["settings_kind"] = [kind for _, kind in settings]
+    rows = prepare(frame)
+    rows["disturbed"] = noise.reasons(rows, ["written_schema_version"] + GROUP_KEYS[1:])
+    left_out = int((rows["disturbed"] != "").sum()) if exclude_disturbed else 0
+    if exclude_disturbed:
+        rows = rows[rows["disturbed"] == ""].reset_index(drop=True)
+        if not len(rows):
+            raise StoreError("every chosen run is disturbed; nothing left to report without "
+                             "--exclude-disturbed")
     sections, section_of = _sections(rows)
     rows["section"] = [section_of[(r.host_name, r.host_cpu_model, r.written_schema_version)]
                        for r in rows.itertuples()]
-    rows["threads"] = rows["threads"].astype("Int64")
     resources = [c for c in RESOURCES if c in rows.columns and rows[c].notna().any()]
     groups = _groups(rows, resources, ref, tolerance, ratio_tolerance)
     rows["group"] = 0
@@ -204,7 +209,24 @@ def build(frame: pd.DataFrame, traces: pd.DataFrame | None = None,
         traces = traces[traces["run_id"].isin(rows["run_id"])]
         traces = traces if len(traces) else None
     return Report(sections=sections, groups=groups, rows=rows, traces=traces, resources=resources,
-                  tolerance=tolerance, reference=ref, ratio_tolerance=ratio_tolerance)
+                  tolerance=tolerance, reference=ref, ratio_tolerance=ratio_tolerance,
+                  disturbed_left_out=left_out)
+
+
+def prepare(frame: pd.DataFrame) -> pd.DataFrame:
+    """The stored rows as the report groups them: each run once, the machine's names filled,
+    and each row's ``settings`` label and kind (own, changed, cross)."""
+    rows = frame.drop_duplicates("run_id").reset_index(drop=True)   # a directory merged twice
+    for column in ("host_name", "host_cpu_model"):
+        rows[column] = rows[column].fillna("unknown").astype(str)
+    for column in ("paper_train_time_s", "paper_test_time_s", "framework_version"):
+        if column not in rows.columns:
+            rows[column] = None
+    settings = [_settings(r) for r in rows.itertuples()]
+    rows["settings"] = [label for label, _ in settings]
+    rows["settings_kind"] = [kind for _, kind in settings]
+    rows["threads"] = rows["threads"].astype("Int64")
+    return rows
 
 
 def _settings(row) -> tuple[str, str]:
@@ -279,6 +301,7 @@ def _groups(rows: pd.DataFrame, resources: list[str], ref: Reference, tolerance:
         record = dict(zip(GROUP_KEYS, key), _rows=list(part.index))
         ok = part[part["status"] == "ok"]
         record.update(settings_kind=part["settings_kind"].iloc[0], runs=len(part), ok=len(ok),
+                      disturbed=int((ok["disturbed"] != "").sum()),
                       not_ok=", ".join(f"{n} {s}" for s, n in
                                        part.loc[part["status"] != "ok", "status"].value_counts().items()),
                       framework_versions=sorted(ok["framework_version"].dropna().astype(str).unique()))
@@ -288,7 +311,7 @@ def _groups(rows: pd.DataFrame, resources: list[str], ref: Reference, tolerance:
             record.update(_stats(column, ok[column]))
         record.update(_against_paper(record, ref, tolerance))
         records.append(record)
-    columns = GROUP_KEYS + ["settings_kind", "runs", "ok", "not_ok", "_rows"]
+    columns = GROUP_KEYS + ["settings_kind", "runs", "ok", "disturbed", "not_ok", "_rows"]
     groups = pd.DataFrame.from_records(records, columns=columns + [
         c for c in (records[0] if records else {}) if c not in columns])
     groups = _order(groups)

@@ -1,117 +1,163 @@
 """The stored runs and the report as text: tables for the terminal, Markdown, CSV and JSON.
 
-Every function returns the text; the CLI prints it.  A table is drawn for a terminal
-``width`` columns wide, in colour where ``color_system`` names one (rich's names:
-"standard", "256", "truecolor"; None for plain text).
+Every function returns the text; the CLI prints it.  Text is drawn for a terminal ``width``
+columns wide (None: a file or a pipe), in colour where ``color_system`` names one (rich's
+names: "standard", "256", "truecolor"; None for plain text).
+
+A table for a terminal fits its width: a column wraps only between words, so a number is
+never cut; where the columns do not fit even so, those of the view's ``drop`` list are left
+out in its order (a line under the table names them), unless ``columns`` chose them
+(``--columns``) or ``wide`` asked for every one (``--wide``).  In a file or a pipe every
+table is drawn whole, however wide, and no line is wrapped.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import io
 import json
 
 import pandas as pd
+from rich import box
+from rich.cells import cell_len
 from rich.console import Console
 from rich.markup import escape
-from rich.measure import Measurement
 from rich.table import Table
 
-from . import compare
-from .views import section_views
+from ..errors import UsageError
+from . import ab, compare
+from .views import COMPARISON_KEYS, REPORT_KEYS, View, comparison_view, runs_view, section_views
 
-COLUMNS = {  # column -> heading
-    "recorded_at": "when", "framework": "framework", "dataset": "data", "profile": "profile",
-    "device": "dev", "threads": "thr", "status": "status", "accuracy": "accuracy",
-    "setup_time_s": "setup s", "train_time_s": "train s", "test_time_s": "test s",
-    "train_images_per_s": "img/s", "param_count": "params", "run_id": "run",
-}
-NUMERIC = {"threads", "accuracy", "setup_time_s", "train_time_s", "test_time_s",
-           "train_images_per_s", "param_count"}
+GAP = 2     # the space between two columns of a table
 
 
-def results_table(frame: pd.DataFrame) -> Table:
-    table = Table(title=f"{len(frame)} stored run(s)")
-    for column, heading in COLUMNS.items():
-        table.add_column(heading, justify="right" if column in NUMERIC else "left", no_wrap=True)
-    for _, row in frame.sort_values("recorded_at").iterrows():
-        table.add_row(*(_cell(column, row[column]) for column in COLUMNS))
-    return table
-
-
-def _cell(column, value) -> str:
-    if value is None or value is pd.NA or (isinstance(value, float) and pd.isna(value)):
-        return "-"
-    if column == "accuracy":
-        return f"{value:.4f}"
-    if column == "recorded_at":
-        return pd.Timestamp(value).strftime("%m-%d %H:%M")
-    if column == "run_id":
-        return value[:8]
-    if column == "train_images_per_s":
-        return f"{value:.0f}"
-    if column == "status":
-        return value if value == "ok" else f"[red]{value}[/red]"
-    if isinstance(value, float):
-        return f"{value:.2f}"
-    return str(value)
-
-
-def results_text(frame: pd.DataFrame, fmt: str, width: int = 80, color_system: str | None = None,
-                 whole: bool = False) -> str:
-    """The stored runs as a table (fmt 'table'; cut to ``width`` unless ``whole``), CSV or JSON."""
+def results_text(frame: pd.DataFrame, fmt: str, width: int | None = 80,
+                 color_system: str | None = None, columns: list[str] | None = None,
+                 wide: bool = False) -> str:
+    """The stored runs as a table (fmt 'table'), CSV or JSON (every stored column, as stored)."""
     if fmt == "csv":
         return frame.to_csv(index=False)
     if fmt == "json":
         return frame.to_json(orient="records", date_format="iso", indent=1)
+    if columns is not None:
+        check_columns(columns, list(frame.columns))
     console = _console(width, color_system)
-    if whole:
-        _print_whole(console, results_table(frame))
-    else:
-        console.print(results_table(frame))
+    draw(console, runs_view(frame, columns), fit=width is not None and not wide,
+         drop=columns is None)
     return console.file.getvalue()
 
 
-def _console(width: int, color_system: str | None) -> Console:
-    """A console that draws into a string, as the CLI's own would on its terminal."""
-    return Console(file=io.StringIO(), width=width, color_system=color_system,
-                   force_terminal=color_system is not None, soft_wrap=True)
+def check_columns(columns: list[str], known: list[str]) -> None:
+    """``--columns``: every name one the table knows."""
+    for name in columns:
+        if name not in known:
+            close = difflib.get_close_matches(name, known, n=3)
+            raise UsageError(f"--columns: no column {name!r}" + (
+                f" (did you mean {', '.join(close)}?)" if close else f"; choose from {', '.join(known)}"))
 
 
-# --- the comparison report ---
-
-def report_table(rep: compare.Report, width: int = 80, color_system: str | None = None) -> str:
-    """The report's tables for the terminal, each printed whole however wide."""
-    console = _console(width, color_system)
-    console.print(f"[bold]dlbench report[/bold]: {len(rep.rows)} stored run(s) on "
-                  f"{len(rep.sections)} machine(s) / schema version(s)")
-    for section in rep.sections:
-        console.rule(f"[bold]rows from[/bold] {escape(section.title)}", style="cyan")
-        for view in section_views(rep, section):
-            table = Table(title=escape(view.title), title_justify="left")
-            for i, column in enumerate(view.columns):
-                table.add_column(escape(column), justify="right" if i in view.numeric else "left",
-                                 no_wrap=i in view.numeric)
-            for row in view.rows:
-                cells = [escape(c) for c in row]
-                for i in view.verdicts:
-                    cells[i] = _coloured(row[i])
-                table.add_row(*cells)
-            _print_whole(console, table)
-    for note in rep.notes():
-        console.print(f"- {note}", highlight=False, markup=False)
-    return console.file.getvalue()
+def _console(width: int | None, color_system: str | None) -> Console:
+    """A console that draws into a string, as the CLI's own would: a terminal ``width``
+    columns wide wraps prose at words; a file or a pipe (None) wraps nothing."""
+    return Console(file=io.StringIO(), width=width or 100_000, color_system=color_system,
+                   force_terminal=color_system is not None, soft_wrap=width is None,
+                   highlight=False)
 
 
-def _print_whole(console: Console, table: Table) -> None:
-    """A table wider than the console is printed whole, as `docker ps` does, not cut into ellipses."""
+def draw(console: Console, view: View, fit: bool, drop: bool = True) -> None:
+    """A view as a table: fitted to the console (``fit``, leaving out the view's ``drop``
+    columns where it must and ``drop`` allows) or whole."""
+    whole, left_out, widths = view, [], None
+    if fit:
+        for key in [None] + ([k for k in view.drop if k in view.keys] if drop else []):
+            if key is not None:
+                left_out.append(view.columns[view.keys.index(key)])
+                view = view.only([k for k in view.keys if k != key])
+            widths = _widths(view, console.width)
+            if widths is not None:
+                break
+    if widths is None:                   # whole, however wide
+        view, left_out, widths = whole, [], _widths(whole, None)
+    table = _table(view, widths)
     width = console.width
-    console.width = max(width, Measurement.get(console, console.options.update_width(4096),
-                                               table).maximum)
+    console.width = max(width, sum(widths) + GAP * (len(widths) - 1))
     try:
         console.print(table)
     finally:
         console.width = width
+    if left_out:
+        console.print(f"[dim]left out to fit {width} columns: {escape(', '.join(left_out))} "
+                      "(--wide shows every column, --columns chooses)[/dim]")
+
+
+def _widths(view: View, width: int | None) -> list[int] | None:
+    """Each column's width for a table ``width`` wide (None: as wide as its cells), or None
+    where it cannot fit so.  A cell of a ``wrap`` column may break between words, any other
+    cell is on one line; headings break between words.  Room beyond that goes to the
+    wrapping columns first, then to the headings."""
+    texts = [[view.columns[i]] + [row[i] for row in view.rows] for i in range(len(view.columns))]
+    words = [max(cell_len(w) for text in col for w in text.split() or [""]) for col in texts]
+    cells = [max([cell_len(text) for text in col[1:]] + [words[i]]) for i, col in enumerate(texts)]
+    words = [w if i in view.wrap else cells[i] for i, w in enumerate(words)]   # one value a line
+    whole = [max(cells[i], cell_len(col[0])) for i, col in enumerate(texts)]
+    if width is None:
+        return whole
+    room = width - GAP * (len(texts) - 1)
+    if sum(whole) <= room:
+        return whole
+    if sum(words) > room:
+        return None
+    widths, spare = list(words), room - sum(words)
+    for targets, order in ((cells, sorted(view.wrap)), (whole, range(len(texts)))):
+        while spare > 0:
+            wanting = [i for i in order if i < len(widths) and widths[i] < targets[i]]
+            if not wanting:
+                break
+            for i in wanting[:spare]:
+                widths[i] += 1
+                spare -= 1
+    return widths
+
+
+def _table(view: View, widths: list[int]) -> Table:
+    table = Table(title=escape(view.title), title_justify="left", box=box.SIMPLE_HEAD,
+                  show_edge=False, pad_edge=False, collapse_padding=True)
+    for i, (heading, width) in enumerate(zip(view.columns, widths)):
+        table.add_column(escape(heading), justify="right" if i in view.numeric else "left",
+                         width=width)
+    for row in view.rows:
+        table.add_row(*(_coloured(row[i]) if i in view.verdicts else
+                        _status(row[i]) if view.keys[i:i + 1] == ["status"] else escape(row[i])
+                        for i in range(len(row))))
+    return table
+
+
+def _status(status: str) -> str:
+    return escape(status) if status == "ok" else f"[red]{escape(status)}[/red]"
+
+
+# --- the comparison report ---
+
+def report_table(rep: compare.Report, width: int | None = 80, color_system: str | None = None,
+                 columns: list[str] | None = None, wide: bool = False) -> str:
+    """The report's tables for the terminal (fitted to ``width``) or a file (whole)."""
+    if columns is not None:
+        check_columns(columns, REPORT_KEYS)
+    console = _console(width, color_system)
+    console.print(f"[bold]dlbench report[/bold]: {len(rep.rows)} stored run(s) on "
+                  f"{len(rep.sections)} machine(s) / schema version(s)")
+    for section in rep.sections:
+        console.print(f"\n[bold cyan]Rows from[/bold cyan] {escape(section.title)}")
+        for view in section_views(rep, section):
+            if columns is not None:
+                view = view.only(columns)
+                if not view.keys:
+                    continue
+            draw(console, view, fit=width is not None and not wide, drop=columns is None)
+    for note in rep.notes():
+        console.print(f"- {note}", markup=False)
+    return console.file.getvalue()
 
 
 def _coloured(verdict: str) -> str:
@@ -149,7 +195,9 @@ LISTS = ["framework_versions", "accuracy_caveats", "ratio_caveats"]   # "; "-joi
 #      paper_*_time_s_median/_min/_max); accuracy_verdict with accuracy_caveats,
 #      train_time_span / test_time_span, ratio_span, published_train_time_ratio,
 #      ratio_vs_published, ratio_verdict with ratio_caveats, framework_versions.
-JSON_FORMAT_VERSION = 2
+#   3  "disturbed_left_out" (runs left out by --exclude-disturbed); a group's "disturbed", its
+#      ok runs the noise rule marks (report/noise.py), counted in its statistics.
+JSON_FORMAT_VERSION = 3
 
 
 def report_frame(rep: compare.Report, join_lists: bool = True) -> pd.DataFrame:
@@ -171,6 +219,7 @@ def report_json(rep: compare.Report) -> str:
         "format_version": JSON_FORMAT_VERSION,
         "tolerance_points": rep.tolerance,
         "ratio_tolerance_factor": rep.ratio_tolerance,
+        "disturbed_left_out": rep.disturbed_left_out,
         "reference": rep.reference.meta,
         "notes": rep.notes(),
         "machines": [dataclasses.asdict(s) | {"title": s.title} for s in rep.sections],
@@ -179,8 +228,9 @@ def report_json(rep: compare.Report) -> str:
     return json.dumps(document, indent=1, ensure_ascii=False)
 
 
-def render_report(rep: compare.Report, fmt: str, width: int = 80,
-                  color_system: str | None = None) -> str:
+def render_report(rep: compare.Report, fmt: str, width: int | None = 80,
+                  color_system: str | None = None, columns: list[str] | None = None,
+                  wide: bool = False) -> str:
     """The report as terminal tables (fmt 'table'), Markdown, CSV or JSON text."""
     if fmt == "md":
         return report_markdown(rep)
@@ -188,4 +238,46 @@ def render_report(rep: compare.Report, fmt: str, width: int = 80,
         return report_frame(rep).to_csv(index=False)
     if fmt == "json":
         return report_json(rep)
-    return report_table(rep, width, color_system)
+    return report_table(rep, width, color_system, columns, wide)
+
+
+# --- two sets of runs (`dlbench compare`) ---
+
+def render_comparison(cmp: ab.Comparison, fmt: str, width: int | None = 80,
+                      color_system: str | None = None, columns: list[str] | None = None,
+                      wide: bool = False) -> str:
+    """The comparison as a terminal table (fmt 'table'), Markdown, CSV or JSON text."""
+    if fmt == "csv":
+        return comparison_frame(cmp).to_csv(index=False)
+    if fmt == "json":
+        return json.dumps({"format_version": 1, "metric": cmp.metric, "a": cmp.a.label,
+                           "b": cmp.b.label, "alpha": ab.ALPHA, "confidence": ab.CONFIDENCE,
+                           "fail_on_slowdown": cmp.fail_on_slowdown,
+                           "exclude_disturbed": cmp.exclude_disturbed, "notes": cmp.notes(),
+                           "groups": json.loads(comparison_frame(cmp).to_json(
+                               orient="records", double_precision=15))}, indent=1, ensure_ascii=False)
+    view = comparison_view(cmp)
+    if fmt == "md":
+        lines = [f"# dlbench compare", "", f"### {view.title}", "", _md_row(view.columns),
+                 "|" + "|".join("---:" if i in view.numeric else "---"
+                                for i in range(len(view.columns))) + "|"]
+        lines += [_md_row(row) for row in view.rows] + ["", "## Notes", ""]
+        return "\n".join(lines + [f"- {note}" for note in cmp.notes()]) + "\n"
+    if columns is not None:
+        check_columns(columns, COMPARISON_KEYS)
+        view = view.only(columns)
+    console = _console(width, color_system)
+    draw(console, view, fit=width is not None and not wide, drop=columns is None)
+    for note in cmp.notes():
+        console.print(f"- {note}", markup=False)
+    return console.file.getvalue()
+
+
+def comparison_frame(cmp: ab.Comparison) -> pd.DataFrame:
+    """One flat row per pair: the splits as a_host_name, b_image_id, ..."""
+    frame = cmp.groups.copy()
+    for name in ("a", "b"):
+        splits = frame.pop(f"{name}_split")
+        for key in ab.SPLIT:
+            frame[f"{name}_{key}"] = [s.get(key) if isinstance(s, dict) else None for s in splits]
+    return frame

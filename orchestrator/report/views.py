@@ -7,7 +7,7 @@ import dataclasses
 
 import pandas as pd
 
-from . import compare
+from . import ab, compare
 
 
 @dataclasses.dataclass
@@ -20,6 +20,21 @@ class View:
     numeric: set[int]
     verdicts: set[int] = dataclasses.field(default_factory=set)   # verdict columns, coloured
     wrap: set[int] = dataclasses.field(default_factory=lambda: {4})   # the settings column
+    keys: list[str] = dataclasses.field(default_factory=list)   # each column's --columns name
+    # the keys left out first where a terminal is too narrow; the others are always shown
+    drop: list[str] = dataclasses.field(default_factory=list)
+
+    def only(self, keys) -> View:
+        """The view with the columns of ``keys`` only, in its own order."""
+        kept = [i for i, key in enumerate(self.keys) if key in keys]
+        where = {old: new for new, old in enumerate(kept)}
+        return dataclasses.replace(
+            self, columns=[self.columns[i] for i in kept], keys=[self.keys[i] for i in kept],
+            rows=[[row[i] for i in kept] for row in self.rows],
+            numeric={where[i] for i in self.numeric if i in where},
+            verdicts={where[i] for i in self.verdicts if i in where},
+            wrap={where[i] for i in self.wrap if i in where},
+            drop=[key for key in self.drop if key in keys])
 
 
 RESOURCE_HEADINGS = {"memory_peak_bytes": "peak memory GiB", "cpu_percent_mean": "CPU %",
@@ -30,7 +45,9 @@ SETTINGS = ["framework", "data", "device", "profile", "settings", "threads"]
 
 def section_views(rep: compare.Report, section: compare.Section) -> list[View]:
     groups = rep.groups[rep.groups["section"] == section.index]
-    return [_measured(groups, rep.resources), _against_paper(groups), _ratios(groups)]
+    views = [_measured(groups, rep.resources), _against_paper(groups), _ratios(groups)]
+    rows = rep.rows[(rep.rows["section"] == section.index) & (rep.rows["disturbed"] != "")]
+    return views + ([_disturbed(rows)] if len(rows) else [])
 
 
 def _setting_cells(g) -> list[str]:
@@ -38,23 +55,59 @@ def _setting_cells(g) -> list[str]:
             "-" if pd.isna(g.threads) else str(g.threads)]
 
 
+SETTING_KEYS = ["framework", "data", "device", "profile", "settings", "threads"]
+RESOURCE_KEYS = {"memory_peak_bytes": "memory", "cpu_percent_mean": "cpu", "gpu_util_mean": "gpu",
+                 "gpu_memory_peak_bytes": "gpu_memory"}
+SPAN_KEYS = {"paper_train_time_s": "paper_train", "paper_test_time_s": "paper_test"}
+# every view's column keys, and the ones left out first where a terminal is narrow
+MEASURED_KEYS = SETTING_KEYS + ["runs", "train", "test", "accuracy", "train_rate", "test_rate",
+                                *SPAN_KEYS.values(), *RESOURCE_KEYS.values()]
+MEASURED_DROP = ["gpu_memory", "gpu", "memory", "cpu", "test_rate", "train_rate", "paper_test",
+                 "paper_train", "test"]
+AGAINST_KEYS = SETTING_KEYS[:5] + ["accuracy", "published_accuracy", "diff", "accuracy_verdict",
+                                   "accuracy_caveats", "train", "published_train", "test",
+                                   "published_test", "held_against"]
+AGAINST_DROP = ["held_against", "published_test", "test", "published_train", "train",
+                "accuracy_caveats", "published_accuracy"]
+RATIO_KEYS = SETTING_KEYS + ["span", "train", "ratio", "published_ratio", "ratio_vs_published",
+                             "ratio_verdict", "ratio_caveats"]
+RATIO_DROP = ["ratio_caveats", "span", "train", "published_ratio", "ratio_vs_published"]
+DISTURBED_KEYS = ["run", "framework", "data", "profile", "train", "cpu", "load", "why"]
+DISTURBED_DROP = ["load", "cpu", "profile"]
+REPORT_KEYS = list(dict.fromkeys(MEASURED_KEYS + AGAINST_KEYS + RATIO_KEYS + DISTURBED_KEYS))
+
+
 def _measured(groups: pd.DataFrame, resources: list[str]) -> View:
     metrics = [("train_time_s", _seconds), ("test_time_s", _seconds), ("accuracy_pct", _pct),
                ("train_images_per_s", _rate), ("test_images_per_s", _rate)]
     columns = SETTINGS + ["runs", "train s", "test s", "accuracy %", "train img/s", "test img/s"]
+    keys = SETTING_KEYS + ["runs", "train", "test", "accuracy", "train_rate", "test_rate"]
     spans = [m for m in ("paper_train_time_s", "paper_test_time_s")
              if groups[f"{m}_median"].notna().any()]      # shown where the rows measured them
     metrics += [(m, _seconds) for m in spans]
     columns += [SPAN_HEADINGS[m] for m in spans]
     columns += [RESOURCE_HEADINGS[c] for c in resources]
+    keys += [SPAN_KEYS[m] for m in spans] + [RESOURCE_KEYS[c] for c in resources]
     rows = []
     for g in groups.itertuples():
-        runs = f"{g.ok}/{g.runs} ok" + (f" ({g.not_ok})" if g.not_ok else "")
+        runs = (f"{g.ok}/{g.runs} ok" + (f" ({g.not_ok})" if g.not_ok else "")
+                + (f", {g.disturbed} disturbed" if g.disturbed else ""))
         cells = _setting_cells(g) + [runs] + [_stat(g, metric, fmt) for metric, fmt in metrics]
         cells += [_stat(g, c, _gib if c.endswith("bytes") else _percent) for c in resources]
         rows.append(cells)
     return View("Measured: median [min–max] over the ok runs", columns, rows,
-                numeric=set(range(len(SETTINGS) + 1, len(columns))))
+                numeric=set(range(len(SETTINGS) + 1, len(columns))), wrap={4, 6}, keys=keys,
+                drop=MEASURED_DROP)
+
+
+def _disturbed(rows: pd.DataFrame) -> View:
+    """The runs the noise rule marks, and why (``noise.RULE``)."""
+    columns = ["run", "framework", "data", "profile", "train s", "CPU %", "load", "why disturbed"]
+    cells = [[r.run_id[:8], r.framework, r.dataset, r.profile, _num(r.train_time_s, _seconds),
+              _num(r.cpu_percent_mean, _percent), _num(r.host_load_avg, lambda v: f"{v:.2f}"),
+              r.disturbed] for r in rows.sort_values("recorded_at").itertuples()]
+    return View("Disturbed runs: other work took CPUs from them", columns, cells,
+                numeric={4, 5, 6}, wrap={7}, keys=DISTURBED_KEYS, drop=DISTURBED_DROP)
 
 
 def _against_paper(groups: pd.DataFrame) -> View:
@@ -77,7 +130,8 @@ def _against_paper(groups: pd.DataFrame) -> View:
             + (" †" if compare.present(g.published_test_time_note) else ""),
             _spans(g)])
     return View("Against the paper (GTDLBench, Server1)", columns, rows,
-                numeric={5, 6, 7, 10, 11, 12, 13}, verdicts={8}, wrap={4, 8, 9})
+                numeric={5, 6, 7, 10, 11, 12, 13}, verdicts={8}, wrap={4, 8, 9, 14},
+                keys=AGAINST_KEYS, drop=AGAINST_DROP)
 
 
 def _spans(g) -> str:
@@ -102,7 +156,8 @@ def _ratios(groups: pd.DataFrame) -> View:
             measured = ["-"] * 5
         rows.append(_setting_cells(g) + measured + [g.ratio_verdict, _caveats(g.ratio_caveats)])
     return View("Training-time ratios: times differ across machines, ratios compare", columns, rows,
-                numeric={7, 8, 9, 10}, verdicts={11}, wrap={4, 11, 12})
+                numeric={7, 8, 9, 10}, verdicts={11}, wrap={4, 11, 12}, keys=RATIO_KEYS,
+                drop=RATIO_DROP)
 
 
 def _caveats(caveats) -> str:
@@ -135,6 +190,10 @@ def _pct(v: float) -> str:
     return f"{v:.2f}"
 
 
+def _fixed2(v: float) -> str:
+    return f"{v:.2f}"
+
+
 def _percent(v: float) -> str:
     return f"{v:.0f}"
 
@@ -149,3 +208,87 @@ def _gib(v: float) -> str:
 
 def _ratio(v) -> str:
     return f"{v:.2f}×"
+
+
+# --- the stored runs (`dlbench results`) ---
+
+RUN_COLUMNS = {  # stored column -> heading, in the table's order
+    "recorded_at": "when", "framework": "framework", "dataset": "data", "profile": "profile",
+    "device": "dev", "threads": "thr", "status": "status", "accuracy": "accuracy %",
+    "setup_time_s": "setup s", "train_time_s": "train s", "test_time_s": "test s",
+    "train_images_per_s": "img/s", "param_count": "params", "cpu_percent_mean": "CPU %",
+    "host_load_avg": "load", "run_id": "run",
+}
+RUN_DROP = ["host_load_avg", "cpu_percent_mean", "param_count", "setup_time_s", "run_id",
+            "train_images_per_s", "recorded_at", "threads", "device", "test_time_s"]
+RUN_FORMATS = {"accuracy": lambda v: _pct(100 * v), "setup_time_s": _fixed2,
+               "train_time_s": _fixed2, "test_time_s": _fixed2, "train_images_per_s": _rate, "cpu_percent_mean": _percent,
+               "host_load_avg": _fixed2, "param_count": lambda v: f"{v:,}",
+               "recorded_at": lambda v: pd.Timestamp(v).strftime("%m-%d %H:%M"),
+               "run_id": lambda v: v[:8]}
+
+
+def runs_view(frame: pd.DataFrame, columns: list[str] | None = None) -> View:
+    """The stored rows, one a line: the known columns, or ``columns`` (any stored ones)."""
+    keys = list(RUN_COLUMNS) if columns is None else columns
+    rows = [[_stored(row[k], RUN_FORMATS.get(k, str)) for k in keys]
+            for _, row in frame.sort_values("recorded_at").iterrows()]
+    numeric = {i for i, k in enumerate(keys) if pd.api.types.is_numeric_dtype(frame[k])
+               and not pd.api.types.is_bool_dtype(frame[k])}
+    return View(f"{len(frame)} stored run(s)", [RUN_COLUMNS.get(k, k) for k in keys], rows,
+                numeric=numeric, wrap=set(), keys=keys, drop=RUN_DROP)
+
+
+def _stored(value, fmt) -> str:
+    """A stored value as shown; lists (the per-epoch columns) as they are."""
+    if isinstance(value, (list, tuple)) or hasattr(value, "__array__"):
+        return ", ".join(map(str, value)) or "-"
+    return _num(value, fmt)
+
+
+# --- two sets of runs (`dlbench compare`) ---
+
+COMPARISON_KEYS = ["group", "a", "b", "ratio", "p", "verdict", "a_runs", "b_runs", "versions",
+                   "images", "machines"]
+COMPARISON_DROP = ["machines", "images", "versions", "b_runs", "a_runs", "p"]
+
+
+def comparison_view(cmp) -> View:
+    """One line per pair of groups (``ab.Comparison``): medians, B ÷ A, p, verdict."""
+    _, _, unit, _ = ab.METRICS[cmp.metric]
+    fmt = _pct if unit == "%" else _seconds
+    columns = ["group", f"A {unit}", f"B {unit}", "B ÷ A [95% CI]", "p", "verdict", "A runs",
+               "B runs", "framework version A / B", "image A / B", "machine A / B"]
+    rows = []
+    for g in cmp.groups.itertuples():
+        group = f"{g.framework} {g.dataset} {g.device} {g.profile}, {g.settings}" + (
+            "" if pd.isna(g.threads) else f", {g.threads} threads")
+        ratio = "-" if not compare.present(g.ratio) else _ratio(g.ratio) + (
+            f" [{_ratio(g.ratio_low)}–{_ratio(g.ratio_high)}]" if compare.present(g.ratio_low) else "")
+        rows.append([group, _num(g.a_median, fmt), _num(g.b_median, fmt), ratio,
+                     _num(g.p_value, _p), g.verdict, _runs(g.a_runs, g.a_disturbed),
+                     _runs(g.b_runs, g.b_disturbed)]
+                    + [_pair_of(g.a_split, g.b_split, k) for k in ("framework_version", "image_id",
+                                                                    "host_name")])
+    return View(f"{cmp.metric}: B ({cmp.b.label}) against A ({cmp.a.label})", columns, rows,
+                numeric={1, 2, 3, 4, 6, 7}, verdicts=set(), wrap={0, 3, 5, 6, 7, 8, 9, 10},
+                keys=COMPARISON_KEYS, drop=COMPARISON_DROP)
+
+
+def _runs(runs, disturbed) -> str:
+    if not compare.present(runs):
+        return "-"
+    return f"{int(runs)}" + (f" ({int(disturbed)} disturbed)" if disturbed else "")
+
+
+def _pair_of(a, b, key: str) -> str:
+    def one(split):
+        if not isinstance(split, dict) or not compare.present(split.get(key)):
+            return "-"
+        value = str(split[key])
+        return value.removeprefix("sha256:")[:12] if key == "image_id" else value
+    return one(a) if one(a) == one(b) else f"{one(a)} / {one(b)}"
+
+
+def _p(v: float) -> str:
+    return "<0.001" if v < 0.001 else f"{v:.3f}"

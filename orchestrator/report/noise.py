@@ -1,0 +1,72 @@
+"""Runs that other work disturbed, found from what every row stores.
+
+The rule, stated once here and printed with every report that marks a run (``RULE``):
+an ok run is *disturbed* when
+- load: the 1-minute load average when ``dlbench run`` started (``host_load_avg``), plus
+  the CPUs the job could use (``cpus``, else all of the host's), is more than the host's
+  CPUs + ``LOAD_MARGIN``: other work held CPUs the job needed; or, among the ok runs of its
+  group (one job definition on one machine, image and framework version) when the group
+  has two or more,
+- CPU use: its mean CPU use (``cpu_percent_mean``) is under ``CPU_SHARE`` of that of the
+  group's fastest run (least ``train_time_s``): its threads got less of the CPUs; or
+- spread: its training time is more than ``SPREAD`` times the group's fastest.
+A quiet machine's repeats differ by a few percent; these say a run lost CPUs to other work,
+as the quick MXNet job that trained in 2.7 s alone at 168% CPU and in 52-83 s at 66% beside
+other work.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+LOAD_MARGIN = 0.5
+CPU_SHARE = 0.75
+SPREAD = 1.5
+# within a group, rows of another image or framework version are another group
+SPLIT = ["host_name", "host_cpu_model", "image_id", "framework_version"]
+
+RULE = (f"Disturbed runs: an ok run is marked disturbed when the load average at the start of "
+        f"dlbench run plus the CPUs the job could use exceeds the host's CPUs by more than "
+        f"{LOAD_MARGIN:g} (load), or, in a group of two or more ok runs (one job on one machine, "
+        f"image and framework version), when its mean CPU use is under {CPU_SHARE:.0%} of the "
+        f"group's fastest run's (CPU use) or its training time is more than {SPREAD:g}× the "
+        f"fastest's (spread). --exclude-disturbed leaves them out.")
+
+
+def reasons(rows: pd.DataFrame, keys: list[str]) -> pd.Series:
+    """Why each row is disturbed ("load 2.99 with 2 CPUs; CPU use ...") or "" where it is
+    not; ``keys`` are the columns that define a group (``SPLIT`` is added to them)."""
+    found = {i: [] for i in rows.index}
+    ok = rows[rows["status"] == "ok"]
+    for row in ok.itertuples():
+        load, host = _number(row, "host_load_avg"), _number(row, "host_cpus")
+        if load is None or host is None:
+            continue
+        allowance = min(_number(row, "cpus") or host, host)
+        if load + allowance > host + LOAD_MARGIN:
+            found[row.Index].append(f"load {load:.2f} at start, {allowance:g} of {host:g} CPUs used")
+    columns = [k for k in keys + SPLIT if k in rows.columns]
+    for _, group in ok.groupby(columns, sort=False, dropna=False):
+        timed = group[pd.to_numeric(group["train_time_s"], errors="coerce").notna()]
+        if len(timed) < 2:
+            continue
+        fastest = timed.loc[timed["train_time_s"].astype(float).idxmin()]
+        best_cpu = _value(fastest.get("cpu_percent_mean"))
+        for row in timed.itertuples():
+            cpu = _number(row, "cpu_percent_mean")
+            if best_cpu and cpu is not None and cpu < CPU_SHARE * best_cpu:
+                found[row.Index].append(f"CPU use {cpu:.0f}% against the fastest run's {best_cpu:.0f}%")
+            if row.train_time_s > SPREAD * fastest["train_time_s"]:
+                found[row.Index].append(f"trained {row.train_time_s / fastest['train_time_s']:.1f}× "
+                                        f"as long as the fastest run")
+    return pd.Series({i: "; ".join(r) for i, r in found.items()}, dtype=object).reindex(rows.index)
+
+
+def _number(row, column: str) -> float | None:
+    return _value(getattr(row, column, None))
+
+
+def _value(value) -> float | None:
+    if value is None or pd.isna(value):
+        return None
+    return float(value)
