@@ -44,6 +44,7 @@ import pandas as pd
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 from orchestrator import build, catalog, datasets, hostinfo, jobdir, owners, plan  # noqa: E402
+from orchestrator.options import Axes  # noqa: E402
 from orchestrator.runtimes import docker as docker_runtime, native  # noqa: E402
 
 GOALS = {"b/a": 0.98, "fixed": 2.0, "d/c": 0.97}
@@ -56,8 +57,9 @@ def fail(message: str) -> None:
 
 def job_of(client, framework, cpus):
     """The quick MNIST job as `dlbench run --cpus N` plans it, with dlbench's default memory limit."""
-    job, = plan.make_plan([framework], ["mnist"], "quick", cpus=cpus).jobs
-    return job.model_copy(update={"memory": str(docker_runtime.default_memory(client))})
+    job, = plan.expand(Axes(frameworks=[framework], datasets=["mnist"], profiles=["quick"],
+                            threads=[cpus])).jobs
+    return job.model_copy(update={"memory_bytes": docker_runtime.default_memory(client)})
 
 
 def container_run(client, job, data, scratch, owner, command=None, entrypoint=None, mounts=None):

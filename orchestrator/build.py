@@ -26,6 +26,7 @@ Docker's layer cache still reuses the unchanged steps.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import hashlib
 import os
@@ -45,6 +46,7 @@ from .errors import BuildError, UsageError, docker_errors
 SUITE = "bullseye"
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 PULL_IMAGE = f"debian:{SUITE}-slim"
+BASE_SOURCES = ("auto", "debootstrap", "pull")     # the root file system: pull, else debootstrap; or one
 LABEL = "org.dlbench"
 CA_CANDIDATES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt",
                  "/etc/ssl/cert.pem")
@@ -89,25 +91,36 @@ def find_image(client, tag):
         return None
 
 
+@dataclasses.dataclass(frozen=True)
+class BuildOptions:
+    """How missing images are built: ``dlbench build-images``'s options, which ``dlbench
+    run`` takes too (it builds what its plan lacks)."""
+
+    base_source: str = "auto"           # one of BASE_SOURCES
+    mirror: str = DEFAULT_MIRROR        # Debian's, for debootstrap
+    ca_bundle: Path | None = None       # None: the host's system bundle
+    network: str | None = None          # the builds' network mode; None: Docker's default
+    sources_dir: Path | None = None     # the pinned archives' mirror; None: $DLBENCH_SOURCES_DIR or the cache
+
+
 class Builder:
     """Builds the images; ``say`` receives one line per step for the display, and
     ``on_step(tag, step, steps, instruction)`` each Dockerfile step a build starts
     (``step`` 0 when it ends).  Framework images may be built from several threads at
     once (``build_images``); the root and base images are built first, by one."""
 
-    def __init__(self, client, say=print, base_source: str = "auto", mirror: str = DEFAULT_MIRROR,
-                 ca_bundle: str | None = None, network: str | None = None,
-                 log_dir: Path | None = None, suite: str = SUITE, sources_dir: str | None = None,
-                 on_step=None):
-        if base_source not in ("auto", "debootstrap", "pull"):
-            raise UsageError(f"--base {base_source}: choose auto, debootstrap or pull")
-        self.client, self.say, self.base_source = client, say, base_source
+    def __init__(self, client, options: BuildOptions | None = None, say=print,
+                 log_dir: Path | None = None, suite: str = SUITE, on_step=None):
+        options = options or BuildOptions()
+        if options.base_source not in BASE_SOURCES:
+            raise UsageError(f"--base {options.base_source}: choose {', '.join(BASE_SOURCES)}")
+        self.client, self.say, self.base_source = client, say, options.base_source
         self.on_step = on_step or (lambda tag, step, steps, instruction: None)
         self.cancelled = threading.Event()      # set: builds in flight stop at their next line
-        self.mirror, self.network, self.suite = mirror, network, suite
-        self.ca_bundle = find_ca_bundle(ca_bundle)
+        self.mirror, self.network, self.suite = options.mirror, options.network, suite
+        self.ca_bundle = find_ca_bundle(options.ca_bundle)
         self.log_dir = log_dir
-        self.sources_dir = sources_dir
+        self.sources_dir = options.sources_dir
         self._built = {}   # tag -> image, built or checked by this builder
 
     # -- stage 1: the root file system ------------------------------------------

@@ -26,8 +26,10 @@ A campaign file is TOML::
     [limits.torch]                  # only torch's jobs
     memory = "3g"
 
-Every error is one line that names the file, the line and the key.  Options
-given on the command line replace the file's value of the same axis.
+Every problem is one line that names the file, the line and the key; a file with
+several problems gets them all, first to last (at most ``MAX_PROBLEMS``), in one error.
+The values are checked by the same rules as the command line's (``options``), after
+options given on the command line have replaced the file's value of the same axis.
 
 A campaign file is a regular file of at most ``MAX_BYTES``, checked before it is
 read (a FIFO or ``/dev/zero`` would be read for ever), with arrays and inline tables
@@ -48,12 +50,12 @@ from pathlib import Path
 from typing import Annotated, Literal, NamedTuple, Optional
 
 from pydantic import (BaseModel, ConfigDict, Field, PlainValidator, StrictInt, ValidationError,
-                      field_validator, model_validator)
+                      create_model, model_validator)
 
 from . import catalog, files
-from .errors import DeprecatedName, UsageError
-from .options import (MAX_TIMEOUT_S, NAME_PATTERN, Axes, Limits, PlanError, RunOptions, device,
-                      from_file, merge, parse_memory, settings_source)
+from .errors import DeprecatedName, UsageError, UsageErrors
+from .options import (SCHEDULERS, Axes, Limits, PlanError, RunOptions, device, from_file, merge,
+                      settings_source)
 from .plan import Plan, expand
 
 if sys.version_info >= (3, 11):
@@ -63,14 +65,13 @@ else:  # pragma: no cover - Python 3.10
 
 MAX_BYTES = 1 << 20         # a campaign of thousands of jobs takes a few kB
 MAX_NESTING = 32            # arrays and inline tables within each other, parts of a key; a campaign needs 3
+MAX_PROBLEMS = 20           # the problems of one file shown; the rest are counted
 
 
 # -- the file's schema ----------------------------------------------------------------------
 def _values(value) -> list:
     """A hyper-parameter: one value, or a list of values (an axis)."""
     values = value if isinstance(value, list) else [value]
-    if not values:
-        raise ValueError("an empty list: give at least one value")
     for item in values:
         if isinstance(item, dict):
             raise ValueError("a table here must be named after a framework "
@@ -85,38 +86,22 @@ Values = Annotated[list, PlainValidator(_values)]
 
 class FileLimits(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    memory: Optional[str] = None
-    timeout: Optional[float] = Field(None, gt=0, le=MAX_TIMEOUT_S, allow_inf_nan=False)
-
-    @field_validator("memory")
-    @classmethod
-    def _memory(cls, value):
-        if value is not None:
-            try:
-                parse_memory(value, "memory")
-            except PlanError as exc:
-                raise ValueError(str(exc)) from None
-        return value
+    memory: Optional[str] = None            # checked and parsed by options.limits_for
+    timeout: Optional[float] = None
 
 
-class CampaignLimits(FileLimits):
-    caffe: Optional[FileLimits] = None
-    tensorflow: Optional[FileLimits] = None
-    torch: Optional[FileLimits] = None
-    pytorch: Optional[FileLimits] = None
-    mxnet: Optional[FileLimits] = None
-    theano: Optional[FileLimits] = None
+# ``[limits.FRAMEWORK]`` and ``[hyperparameters.FRAMEWORK]``: a table for each framework.
+CampaignLimits = create_model("CampaignLimits", __base__=FileLimits,
+                              **{fw: (Optional[FileLimits], None) for fw in catalog.FRAMEWORKS})
 
 
-class Hyperparameters(BaseModel):
+class _Hyperparameters(BaseModel):
     model_config = ConfigDict(extra="allow")
     __pydantic_extra__: dict[str, Values]
-    caffe: dict[str, Values] = {}
-    tensorflow: dict[str, Values] = {}
-    torch: dict[str, Values] = {}
-    pytorch: dict[str, Values] = {}
-    mxnet: dict[str, Values] = {}
-    theano: dict[str, Values] = {}
+
+
+Hyperparameters = create_model("Hyperparameters", __base__=_Hyperparameters,
+                               **{fw: (dict[str, Values], {}) for fw in catalog.FRAMEWORKS})
 
 
 class SlurmTable(BaseModel):
@@ -133,21 +118,21 @@ class CampaignFile(BaseModel):
     """A campaign file, as written."""
 
     model_config = ConfigDict(extra="forbid")
-    name: str = Field(pattern=NAME_PATTERN)
+    name: str                               # the values: checked with the merged axes (options)
     description: str = ""
     frameworks: Optional[list[str]] = Field(None, min_length=1)
     datasets: Optional[list[str]] = Field(None, min_length=1)
     profiles: list[str] = Field(["paper"], min_length=1)
-    threads: Optional[list[Annotated[StrictInt, Field(ge=1)]]] = Field(None, min_length=1)
+    threads: Optional[list[StrictInt]] = Field(None, min_length=1)
     devices: list[Annotated[Optional[int], PlainValidator(device)]] = Field([None], min_length=1)
-    variant: Optional[str] = None           # checked with the merged axes (options.check_axes)
-    repeats: StrictInt = Field(1, ge=1)
+    variant: Optional[str] = None
+    repeats: StrictInt = 1
     seed: Optional[StrictInt] = None        # None: each model's own (1 unless models.json says)
     settings_from: list[Annotated[Optional[str], PlainValidator(settings_source)]] = Field(
         [None], min_length=1)
     hyperparameters: Hyperparameters = Hyperparameters()
     limits: CampaignLimits = CampaignLimits()
-    scheduler: Optional[Literal["local", "slurm"]] = None   # where it runs (default: local)
+    scheduler: Optional[Literal[SCHEDULERS]] = None     # where it runs (default: local)
     slurm: SlurmTable = SlurmTable()
 
     @model_validator(mode="before")
@@ -161,26 +146,6 @@ class CampaignFile(BaseModel):
                           "name goes in the next release)", DeprecatedName)
             data = {("scheduler" if k == "backend" else k): v for k, v in data.items()}
         return data
-
-    @field_validator("frameworks", "datasets")
-    @classmethod
-    def _known_names(cls, names, info):
-        """The catalogue's own checks, their UsageError turned into a validation error."""
-        check = catalog.check_frameworks if info.field_name == "frameworks" else catalog.check_datasets
-        if names is not None:
-            try:
-                check(names)
-            except UsageError as exc:
-                raise ValueError(str(exc)) from None
-        return names
-
-    @field_validator("profiles")
-    @classmethod
-    def _profiles(cls, names):
-        for name in names:
-            if name not in catalog.PROFILES:
-                raise ValueError(f"unknown profile {name!r} (choose from {', '.join(catalog.PROFILES)})")
-        return names
 
     def axes(self) -> Axes:
         hp = self.hyperparameters
@@ -204,18 +169,35 @@ class Source:
         self.path, self.text = path, text
         self.lines = key_lines(text)
 
-    def where(self, key: tuple) -> str:
-        """``file:line`` of the deepest written key that ``key`` starts with."""
+    def line(self, key: tuple) -> int | None:
+        """The line of the deepest written key that ``key`` starts with; None: not written."""
         names = tuple(k for k in key if isinstance(k, str))
         while names:
             if names in self.lines:
-                return f"{self.path}:{self.lines[names]}"
+                return self.lines[names]
             names = names[:-1]
-        return str(self.path)
+        return None
 
-    def error(self, key: tuple, message: str) -> UsageError:
-        dotted = _dotted(key)
-        return UsageError(f"{self.where(key)}: {dotted + ': ' if dotted else ''}{message}")
+    def where(self, key: tuple) -> str:
+        """``file:line`` of the deepest written key that ``key`` starts with."""
+        line = self.line(key)
+        return str(self.path) if line is None else f"{self.path}:{line}"
+
+    def error(self, problems: list[tuple[tuple, str]]) -> UsageErrors | UsageError:
+        """Every (key, message) problem, one line each, first line of the file first: the
+        first line says how many more follow; past ``MAX_PROBLEMS``, the rest are counted."""
+        at = [self.line(key) or 0 for key, _ in problems]
+        problems = [problem for _, _, problem in sorted(zip(at, range(len(at)), problems))]
+        lines = []
+        for key, message in problems[:MAX_PROBLEMS]:
+            dotted = _dotted(key)
+            lines.append(f"{self.where(key)}: {dotted + ': ' if dotted else ''}{message}")
+        more = len(problems) - 1
+        if more:
+            lines[0] += f" (and {more} more problem{'s' if more > 1 else ''})"
+        if len(problems) > MAX_PROBLEMS:
+            lines.append(f"{self.path}: {len(problems) - MAX_PROBLEMS} more problems not shown")
+        return UsageErrors(lines) if len(lines) > 1 else UsageError(lines[0])
 
 
 def _dotted(key: tuple) -> str:
@@ -376,8 +358,9 @@ class _KeyScan:
         return bisect.bisect_left(self.line_ends, offset) + 1    # counting each time: quadratic
 
 
-def load(path: Path) -> tuple[CampaignFile, Source]:
-    """Read and validate a campaign file; every problem is one UsageError line."""
+def load(path: Path) -> tuple[dict, Source]:
+    """Read and parse a campaign file, not yet validated; a file that cannot be read or
+    parsed is a one-line UsageError."""
     try:
         text = files.read_regular(path, MAX_BYTES).decode("utf-8")
     except FileNotFoundError:
@@ -403,13 +386,53 @@ def load(path: Path) -> tuple[CampaignFile, Source]:
         raise UsageError(f"{path}: not valid TOML: {message}") from None
     except ValueError as exc:       # Python's own: an integer of more than 4,300 digits
         raise UsageError(f"{path}: not valid TOML: {str(exc).split(';')[0]}") from None
+    return document, source
+
+
+def validate(document: dict) -> tuple[CampaignFile | None, list[tuple[tuple, str]]]:
+    """The file as written, and its problems of form (unknown keys, wrong types), every
+    one; with problems, the file less the keys they name (None where that cannot be made),
+    so that its other values can be checked too."""
     try:
-        return CampaignFile.model_validate(document), source
+        return CampaignFile.model_validate(document), []
     except ValidationError as exc:
-        first = exc.errors(include_url=False)[0]
-        more = exc.error_count() - 1
-        raise source.error(tuple(first["loc"]), _message(first) + (
-            f" (and {more} more problem{'s' if more > 1 else ''})" if more else "")) from None
+        errors = exc.errors(include_url=False)
+    problems = [(tuple(error["loc"]), _message(error)) for error in errors]
+    if len(problems) > MAX_PROBLEMS:        # enough to show: the rest is not looked at
+        return None, problems
+    rest = _tables(document)
+    for error in errors:
+        if error["type"] == "missing" and error["loc"] == ("name",):
+            rest["name"] = "campaign"       # a stand-in: the other values are still checked
+        elif not _drop(rest, error["loc"]):
+            return None, problems
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecatedName)     # said once, the first time
+            return CampaignFile.model_validate(rest), problems
+    except ValidationError:
+        return None, problems
+
+
+def _tables(document: dict) -> dict:
+    """A copy of the document's tables, down to its values (which stay shared)."""
+    return {key: _tables(value) if isinstance(value, dict) else value for key, value in document.items()}
+
+
+def _drop(document: dict, loc: tuple) -> bool:
+    """Remove the deepest table key on ``loc`` from the document; whether there was one."""
+    node, table, name = document, None, None
+    for part in loc:
+        if isinstance(node, dict) and part in node:
+            table, name, node = node, part, node[part]
+        elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+            node = node[part]
+        else:
+            break
+    if table is None:
+        return False
+    del table[name]
+    return True
 
 
 def _message(error: dict) -> str:
@@ -423,9 +446,6 @@ def _message(error: dict) -> str:
 
 
 # -- the plan ------------------------------------------------------------------------------
-Options = RunOptions     # the command line's axes, by the name older code uses
-
-
 class Campaign(NamedTuple):
     """What a campaign file and the command line ask for: the plan, and where it runs."""
 
@@ -435,25 +455,28 @@ class Campaign(NamedTuple):
 
 
 def read(path: Path | None, options: RunOptions, host_cpus: int | None = None) -> Campaign:
-    """The campaign file (if any), read once, with the command line's axes on top."""
-    source, document = None, None
-    if path is not None:
-        document, source = load(Path(path))
-        axes = document.axes()
-    else:
-        axes = Axes()
-    axes = merge(axes, options)
+    """The campaign file (if any), read once, with the command line's axes on top, checked
+    by the command line's rules; a file's problems are listed together, each with its line.
+    A bad value given on the command line is one line naming its option."""
+    if path is None:
+        try:
+            return Campaign(expand(merge(Axes(), options), host_cpus))
+        except PlanError as exc:
+            raise UsageError(exc.on_command_line) from None
+    document, source = load(Path(path))
+    written, problems = validate(document)
+    if written is None:
+        raise source.error(problems)
     try:
-        plan = expand(axes, host_cpus)
+        plan = expand(merge(written.axes(), options), host_cpus)
     except PlanError as exc:
-        if source is None or not from_file(exc.key, options):
+        given = [p for p in exc.problems if not from_file(p.key, options)]
+        if given and not problems:
+            raise UsageError(given[0].on_command_line) from None
+        problems += [(p.key, str(p)) for p in exc.problems if from_file(p.key, options)]
+    except UsageError:
+        if not problems:
             raise
-        raise source.error(exc.key, str(exc)) from None
-    if document is None:
-        return Campaign(plan)
-    return Campaign(plan, document.scheduler, document.slurm)
-
-
-def make_plan(path: Path | None, options: RunOptions, host_cpus: int | None = None) -> Plan:
-    """The plan of a campaign file (if any) with the command line's axes on top."""
-    return read(path, options, host_cpus).plan
+    if problems:
+        raise source.error(problems)
+    return Campaign(plan, written.scheduler, written.slurm)

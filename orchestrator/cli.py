@@ -17,6 +17,7 @@ from . import __version__, build, cache, catalog, datasets, execute, store
 from . import options as options_
 from .options import RunOptions, names as _names
 from .interrupts import interrupted, received
+from .runtimes import RUNTIMES
 from .errors import DatasetError, DeprecatedName, DlbenchError, StoreWarning, UsageError, docker_errors
 
 EXIT_CODES = ("Exit status: 0 ok; 1 an error (one line on stderr); 2 a usage error; 3 some jobs "
@@ -32,10 +33,7 @@ out = Console(soft_wrap=True)
 err = Console(stderr=True, soft_wrap=True)     # a log file gets whole lines, not 80 columns
 
 
-class BaseSource(str, enum.Enum):
-    auto = "auto"
-    debootstrap = "debootstrap"
-    pull = "pull"
+BaseSource = enum.Enum("BaseSource", {b: b for b in build.BASE_SOURCES}, type=str)
 
 
 class Format(str, enum.Enum):
@@ -49,22 +47,12 @@ class DoctorFormat(str, enum.Enum):
     json = "json"
 
 
-class Runtime(str, enum.Enum):
-    docker = "docker"
-    native = "native"
+Runtime = enum.Enum("Runtime", {r: r for r in RUNTIMES}, type=str)
+Scheduler = enum.Enum("Scheduler", {s: s for s in options_.SCHEDULERS}, type=str)
 
 
-Profile = enum.Enum("Profile", {p: p for p in catalog.PROFILES}, type=str)
-Variant = enum.Enum("Variant", {v: v for v in build.VARIANTS}, type=str)
-
-
-def _choices(text: str | None, choices: type[enum.Enum], option: str) -> list[str] | None:
-    """A comma list of an enum's values (options that sweep), each item checked there."""
-    return options_.choices(text, (c.value for c in choices), option)
-
-
-def _one_of(choices: type[enum.Enum]) -> str:
-    return "|".join(c.value for c in choices)
+def _one_of(choices) -> str:
+    return "|".join(choices)
 
 
 Frameworks = Annotated[Optional[str], typer.Option(
@@ -121,10 +109,9 @@ def _help_without_a_command(ctx: typer.Context):
         out.print(ctx.get_help())
 
 
-def _builder_options(base, mirror, ca_bundle, network, sources_dir=None):
-    return {"base_source": base.value, "mirror": mirror, "network": network,
-            "ca_bundle": str(ca_bundle) if ca_bundle else None,
-            "sources_dir": str(sources_dir) if sources_dir else None}
+def _build_options(base, mirror, ca_bundle, network, sources_dir=None) -> build.BuildOptions:
+    return build.BuildOptions(base_source=base.value, mirror=mirror, ca_bundle=ca_bundle,
+                              network=network, sources_dir=sources_dir)
 
 
 def _skipped(reason: str) -> None:
@@ -132,12 +119,12 @@ def _skipped(reason: str) -> None:
 
 
 @app.command("build-images")
-def build_images(frameworks: Frameworks = None, base: BaseOpt = BaseSource.auto,
+def build_images(frameworks: Frameworks = None, base: BaseOpt = BaseSource["auto"],
                  mirror: MirrorOpt = build.DEFAULT_MIRROR, ca_bundle: CaOpt = None,
                  build_network: NetworkOpt = None, sources_dir: SourcesOpt = None,
                  rebuild: Annotated[bool, typer.Option(help="Build again even if nothing changed.")] = False,
                  variant: Annotated[str, typer.Option(
-                     metavar=f"[{_one_of(Variant)}],...",
+                     metavar=f"[{_one_of(options_.VARIANTS)}],...",
                      help="cpu, gpu (CUDA builds, where a framework has one) or cpu,gpu.")] = "cpu",
                  jobs: Annotated[int, typer.Option(
                      "--jobs", help="Framework images built at once.")] = build.DEFAULT_JOBS,
@@ -146,18 +133,15 @@ def build_images(frameworks: Frameworks = None, base: BaseOpt = BaseSource.auto,
     from .display import RichDisplay
     from .runtimes.docker import docker_client
 
-    variants = _choices(variant, Variant, "--variant") or []
+    variants = [options_.check_variant(v) for v in _names(variant) or []]
     names = catalog.check_frameworks(_names(frameworks)) if frameworks else catalog.available()
     todo = build.images_to_build(names, variants, named=bool(frameworks))
     display = RichDisplay(err, verbose=verbose)
-    builder = build.Builder(docker_client(), say=display.say, on_step=display.build_step,
-                            log_dir=cache.folder("build-logs"),
-                            **_builder_options(base, mirror, ca_bundle, build_network, sources_dir))
+    builder = build.Builder(docker_client(), _build_options(base, mirror, ca_bundle, build_network,
+                                                            sources_dir),
+                            say=display.say, log_dir=cache.folder("build-logs"), on_step=display.build_step)
     for tag, image in build.build_images(builder, todo, rebuild, skip=_skipped, jobs=jobs):
         out.print(f"{tag}  {image.short_id}  {image.labels.get(build.LABEL + '.framework-version', '')}")
-
-
-Scheduler = enum.Enum("Scheduler", {s: s for s in execute.SCHEDULERS}, type=str)
 
 
 def _slurm_task(plan_file, plan_index, results, verbose):
@@ -183,13 +167,13 @@ def _warn_unstable() -> None:
 @app.command()
 def run(frameworks: Frameworks = None,
         datasets_: Annotated[Optional[str], typer.Option(
-            "--datasets", help="Comma-separated: mnist, cifar10 (default: both).")] = None,
+            "--datasets", help=f"Comma-separated: {', '.join(catalog.DATASETS)} (default: all).")] = None,
         campaign: Annotated[Optional[Path], typer.Option(
             help="A campaign file (TOML): the matrix of jobs; options below replace its axes.")] = None,
         name: Annotated[Optional[str], typer.Option(
             help="The campaign's name, stored in every row (default: the campaign file's name).")] = None,
         profile: Annotated[Optional[str], typer.Option(
-            metavar=f"[{_one_of(Profile)}],...",
+            metavar=f"[{_one_of(catalog.PROFILES)}],...",
             help="paper (the published defaults) or quick; comma-separated for both.")] = None,
         cpus: Annotated[Optional[int], typer.Option(
             help="Pin each job to this many CPUs and set its thread counts to match.")] = None,
@@ -201,7 +185,7 @@ def run(frameworks: Frameworks = None,
         devices: Annotated[Optional[str], typer.Option(
             help="Devices to sweep, e.g. cpu,gpu:0.")] = None,
         variant: Annotated[Optional[str], typer.Option(
-            metavar=f"[{_one_of(Variant)}]",
+            metavar=f"[{_one_of(options_.VARIANTS)}]",
             help="The images the jobs run in (default: the GPU image for GPU jobs, the CPU image "
                  "for CPU jobs); gpu runs CPU jobs in the GPU images too.")] = None,
         set_: Annotated[list[str], typer.Option(
@@ -230,11 +214,11 @@ def run(frameworks: Frameworks = None,
             help="Stop after the first job that is not ok (its row is stored).")] = False,
         runtime: Annotated[Runtime, typer.Option(
             help="docker (each job in its own container) or native (a process of --python "
-                 "on this host, no Docker).")] = Runtime.docker,
+                 "on this host, no Docker).")] = Runtime["docker"],
         python: Annotated[Optional[str], typer.Option(
             help="With --runtime native: the Python that has the frameworks "
                  "(default: the one running dlbench).")] = None,
-        base: BaseOpt = BaseSource.auto, mirror: MirrorOpt = build.DEFAULT_MIRROR,
+        base: BaseOpt = BaseSource["auto"], mirror: MirrorOpt = build.DEFAULT_MIRROR,
         ca_bundle: CaOpt = None, build_network: NetworkOpt = None, sources_dir: SourcesOpt = None,
         scheduler: Annotated[Optional[Scheduler], typer.Option(
             help="Where and when the jobs run: local (one job after another on this host; the "
@@ -259,7 +243,7 @@ def run(frameworks: Frameworks = None,
     if plan_file is not None:       # one task of a Slurm array, on its node
         _slurm_task(plan_file, plan_index, results, verbose)
         return
-    if python is not None and runtime is not Runtime.native:
+    if python is not None and runtime.value != "native":
         raise UsageError("--python goes with --runtime native")
     if backend is not None:
         if scheduler is not None:
@@ -274,7 +258,7 @@ def run(frameworks: Frameworks = None,
             batch_sizes=batch_sizes, learning_rates=learning_rates, settings_from=settings_from,
             repeats=repeats, seed=seed, memory=memory, timeout=timeout),
         campaign=campaign, results=results, data_dir=data_dir,
-        builder_options=_builder_options(base, mirror, ca_bundle, build_network, sources_dir),
+        build=_build_options(base, mirror, ca_bundle, build_network, sources_dir),
         runtime=runtime.value, python=python, resume=resume, fail_fast=fail_fast,
         scheduler=scheduler.value if scheduler else None,
         slurm=execute.SlurmRequest(partition, account, qos, tuple(sbatch_option), detach))
@@ -463,7 +447,8 @@ def datasets_verify(data_dir: DataOpt = None):
 
 
 @datasets_app.command("download")
-def datasets_download(names: Annotated[Optional[str], typer.Argument(help="mnist, cifar10 (default: both)")] = None):
+def datasets_download(names: Annotated[Optional[str], typer.Argument(
+        help=f"{', '.join(catalog.DATASETS)} (default: all)")] = None):
     """Download the official archives into the user cache and verify them."""
     from .display import RichDisplay
 
@@ -523,7 +508,7 @@ def main():
     except TyperException as exc:   # option parsing: typer's usage errors
         _fail(exc.format_message(), exc.exit_code)
     except DlbenchError as exc:
-        _fail(str(exc), exc.exit_code, exc.detail)
+        _fail(str(exc), exc.exit_code, exc.detail, exc)
     except (KeyboardInterrupt, typer.Abort):
         code = 130
     if code == 130 or received:         # typer returns 130 for a KeyboardInterrupt
@@ -550,11 +535,13 @@ def _warn_line(text: str) -> None:
               soft_wrap=True)
 
 
-def _fail(message: str, code: int, detail: str | None = None):
+def _fail(message: str, code: int, detail: str | None = None, exc: DlbenchError | None = None):
     """Every error the user can act on ends here: one line (with --verbose, its detail
-    after it), non-zero exit."""
-    err.print(f"dlbench: error: {' '.join(message.split())}", markup=False, highlight=False,
-              soft_wrap=True)
+    after it), non-zero exit; an error of several problems (a campaign file's), one line
+    each."""
+    for line in getattr(exc, "lines", None) or [message]:
+        err.print(f"dlbench: error: {' '.join(line.split())}", markup=False, highlight=False,
+                  soft_wrap=True)
     if detail and _details:
         err.print(f"dlbench: detail: {detail}", markup=False, highlight=False, soft_wrap=True)
     sys.exit(code)

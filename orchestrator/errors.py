@@ -26,6 +26,15 @@ class UsageError(DlbenchError):
     exit_code = 2
 
 
+class UsageErrors(UsageError):
+    """Several usage problems found together (a campaign file's): the CLI shows one line
+    for each."""
+
+    def __init__(self, lines: list[str]):
+        super().__init__("\n".join(lines))
+        self.lines = lines
+
+
 class DatasetError(DlbenchError):
     pass
 

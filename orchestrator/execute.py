@@ -18,13 +18,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import runtimes, store
+from .build import BuildOptions
 from .campaign import Campaign, read
 from .display import NullDisplay
 from .hostinfo import check_gpu
 from .options import RunOptions
 from .run import run_plan
-
-SCHEDULERS = ("local", "slurm")
 
 
 @dataclass(frozen=True)
@@ -46,7 +45,7 @@ class Request:
     campaign: Path | None = None
     results: Path | None = None
     data_dir: Path | None = None
-    builder_options: dict = field(default_factory=dict)
+    build: BuildOptions = BuildOptions()    # how missing images are built
     runtime: str = "docker"
     python: str | None = None
     resume: bool = False
@@ -84,14 +83,14 @@ def execute(request: Request, display=None, say=print, campaign: Campaign | None
         for gpu in the_plan.gpus:       # (a Slurm task uses the GPU its scheduler gave it)
             check_gpu(gpu)
     # then the runtime: no Docker daemon is an error before anything is written
-    runtime = runtimes.make(request.runtime, request.builder_options, request.python, display)
+    runtime = runtimes.make(request.runtime, request.python, display, request.build)
     if runtime.name == "docker":     # the archives of the images to build, before any build
         runtime.builder.prepare_sources(the_plan.images)
     results = store.results_dir(request.results)
     if scheduler == "local":
         return Executed(results, run_plan(
-            the_plan, results, request.data_dir, display=display, resume=request.resume,
-            fail_fast=request.fail_fast, runtime=runtime))
+            the_plan, results, runtime, request.data_dir, display=display, resume=request.resume,
+            fail_fast=request.fail_fast))
     from .schedulers import slurm
 
     given, table = request.slurm, campaign.slurm
@@ -99,6 +98,6 @@ def execute(request: Request, display=None, say=print, campaign: Campaign | None
         partition=given.partition or table.partition, account=given.account or table.account,
         qos=given.qos or table.qos, sbatch_options=[*table.sbatch_options, *given.sbatch_options])
     array_id, records = slurm.run_array(
-        the_plan, results, options, given.detach, say, display, data_dir=request.data_dir,
-        resume=request.resume, runtime=runtime, python=request.python)
+        the_plan, results, options, runtime, given.detach, say, display, data_dir=request.data_dir,
+        resume=request.resume)
     return Executed(results, records, array_id)

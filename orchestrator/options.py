@@ -1,20 +1,25 @@
-"""A run's options: one validated model of its axes and limits, every check and parser.
+"""A run's options: one model of its axes and limits, and every rule they obey, once.
 
 ``Axes`` is the matrix a run expands (``plan.expand``).  A campaign file fills one
 (``campaign.CampaignFile.axes``); the command line fills a ``RunOptions``, its axes
 as given, None where not given (``RunOptions.from_command_line``).  ``merge`` lays the
 command line over the file: an axis given there replaces the file's value of it.
-``check_axes`` and ``limits_for`` check the merged matrix, whichever source a value
-came from; a bad value is a ``PlanError`` naming its key, so that a campaign file
-can point at its line.
+
+Both sources are checked here, after the merge, by the same rules: ``axis_problems``
+(each value alone, and against the host) and ``limits_for`` (memory and time limits,
+parsed once: memory travels on as bytes); ``plan.expand`` checks the rest against the
+models.  A bad value is a ``PlanError`` naming its key, so that a campaign file can
+point at its line; it carries the command line's wording where that names an option.
+Every problem is found, one per key, not just the first.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from dlbench_runner import contract
 
@@ -26,17 +31,44 @@ MAX_MEMORY_BYTES = 2**50            # 1 PiB: far above any host, well within int
 MAX_TIMEOUT_S = 7 * 24 * 3600       # a week
 MAX_GPU_INDEX = 1023
 VARIANTS = ("cpu", "gpu")           # the images of a framework: build.image_tag(framework, variant)
+SCHEDULERS = ("local", "slurm")     # where a run's jobs run (``execute``; ``schedulers/``)
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
 _UNITS = {"": 1, "b": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
+
+# Bounds written as types: a campaign file's problem is worded as pydantic words them.
+CpuCount = Annotated[int, Field(ge=1)]
+Timeout = Annotated[float, Field(gt=0, le=MAX_TIMEOUT_S, allow_inf_nan=False)]
+_CPU_COUNT, _TIMEOUT = TypeAdapter(CpuCount), TypeAdapter(Timeout)
 
 
 class PlanError(UsageError):
     """A bad axis value; ``key`` names it, e.g. ("hyperparameters", "caffe", "epochs"),
-    so that a campaign file can point at its line."""
+    so that a campaign file can point at its line.  ``option``: the message as the command
+    line gives it, where it names the option differently (None: the same).  ``problems``:
+    every problem found with this one, first to last (this one first)."""
 
-    def __init__(self, message: str, key: tuple = ()):
+    def __init__(self, message: str, key: tuple = (), option: str | None = None):
         super().__init__(message)
         self.key = key
+        self.option = option
+        self.problems = [self]
+
+    @property
+    def on_command_line(self) -> str:
+        return self.option or str(self)
+
+
+def raise_problems(problems: list[PlanError]) -> None:
+    """Raise the first problem, carrying every problem, one per key (the first of each)."""
+    if not problems:
+        return
+    keys, first_of_key = set(), []
+    for problem in problems:
+        if problem.key not in keys:
+            keys.add(problem.key)
+            first_of_key.append(problem)
+    first_of_key[0].problems = first_of_key
+    raise first_of_key[0]
 
 
 # -- the model -----------------------------------------------------------------------------
@@ -102,7 +134,7 @@ class RunOptions(BaseModel):
                 sweeps[key] = values
         return cls(
             name=name, frameworks=names(frameworks), datasets=names(datasets),
-            profiles=choices(profile, catalog.PROFILES, "--profile"), repeats=repeats, seed=seed,
+            profiles=names(profile), repeats=repeats, seed=seed,
             memory=memory, timeout=timeout, variant=variant,
             threads=[cpus] if cpus is not None else numbers(threads, "--threads", int),
             devices=parse_gpus(gpu) if gpu is not None else (parse_devices(devices) if devices else None),
@@ -115,8 +147,6 @@ def merge(axes: Axes, options: RunOptions) -> Axes:
     """The file's axes with the command line's on top: a given axis replaces the file's."""
     changes = {}
     if options.name is not None:
-        if not re.fullmatch(NAME_PATTERN, options.name):
-            raise UsageError(f"--name {options.name!r}: letters, digits, '.', '_' and '-' only")
         changes["campaign"] = options.name
     for field in ("frameworks", "datasets", "profiles", "threads", "devices", "variant", "repeats",
                   "seed", "settings_from"):
@@ -146,30 +176,96 @@ def from_file(key: tuple, options: RunOptions) -> bool:
     return getattr(options, key[0], None) is None
 
 
-# -- the checks of the merged matrix ---------------------------------------------------------
-def check_axes(axes: Axes, host_cpus: int) -> None:
+# -- the rules: the merged matrix, whichever source each value came from -------------------
+def axis_problems(axes: Axes, host_cpus: int) -> list[PlanError]:
+    """Every bad value of the matrix, each alone and against this host."""
+    found = []
+
+    def check(rule, *args):
+        try:
+            rule(*args)
+        except PlanError as exc:
+            found.append(exc)
+
+    if axes.campaign is not None:
+        check(check_name, axes.campaign)
+    for key, names_, rule in (("frameworks", axes.frameworks, catalog.check_frameworks),
+                              ("datasets", axes.datasets, catalog.check_datasets)):
+        for name in names_ or ():
+            try:
+                rule([name])
+            except UsageError as exc:
+                found.append(PlanError(str(exc), (key,)))
     for profile in axes.profiles:
-        if profile not in catalog.PROFILES:
-            raise PlanError(f"unknown profile {profile!r} (choose from {', '.join(catalog.PROFILES)})",
-                            ("profiles",))
-    for cpus in axes.threads:
-        if cpus is not None and not 1 <= cpus <= host_cpus:
-            raise PlanError(f"--cpus/--threads {cpus}: this host has {host_cpus} CPUs", ("threads",))
+        check(check_profile, profile)
+    for index, cpus in enumerate(axes.threads):
+        if cpus is not None:
+            check(check_cpus, cpus, host_cpus, index)
     for gpu in axes.devices:
-        if gpu is not None and not 0 <= gpu <= MAX_GPU_INDEX:
-            raise PlanError(f"--gpu {gpu}: a GPU index is 0 or more, at most {MAX_GPU_INDEX}", ("devices",))
-    if axes.variant is not None and axes.variant not in VARIANTS:
-        raise PlanError(f"--variant {axes.variant!r}: choose from {', '.join(VARIANTS)}", ("variant",))
+        if gpu is not None:
+            check(check_gpu, gpu)
+    if axes.variant is not None:
+        check(check_variant, axes.variant)
     if axes.variant == "cpu" and any(gpu is not None for gpu in axes.devices):
-        raise PlanError("--variant cpu: the CPU images cannot run GPU jobs (the gpu images run "
-                        "both)", ("variant",))
+        found.append(PlanError("--variant cpu: the CPU images cannot run GPU jobs (the gpu images "
+                               "run both)", ("variant",)))
     if axes.repeats < 1:
-        raise PlanError("--repeats must be at least 1", ("repeats",))
-    if axes.seed is not None:
-        check_seeds(axes.seed, axes.repeats)
-    for key, values in axes.hyperparameters.items():
-        if not values:
-            raise PlanError(f"hyper-parameter {key!r} has no values", ("hyperparameters", key))
+        found.append(PlanError("--repeats must be at least 1", ("repeats",)))
+    elif axes.seed is not None:
+        check(check_seeds, axes.seed, axes.repeats)
+    tables = [((), axes.hyperparameters)] + [((fw,), table) for fw, table in
+                                             axes.framework_hyperparameters.items()]
+    for where, table in tables:
+        for key, values in table.items():
+            if not values:
+                found.append(PlanError(f"hyper-parameter {key!r} has no values",
+                                       ("hyperparameters",) + where + (key,)))
+    return found
+
+
+def _choose(value: str, allowed, what: str, option: str) -> str:
+    allowed = list(allowed)
+    if value not in allowed:
+        raise PlanError(f"unknown {what} {value!r} (choose from {', '.join(allowed)})", (what + "s",),
+                        f"{option} {value!r}: choose from {', '.join(allowed)}")
+    return value
+
+
+def check_name(name: str) -> str:
+    """A campaign's name: it names files and container labels."""
+    if not re.fullmatch(NAME_PATTERN, name):
+        raise PlanError(f"{name!r}: letters, digits, '.', '_' and '-' only", ("name",),
+                        f"--name {name!r}: letters, digits, '.', '_' and '-' only")
+    return name
+
+
+def check_profile(name: str) -> str:
+    return _choose(name, catalog.PROFILES, "profile", "--profile")
+
+
+def check_variant(name: str) -> str:
+    """An image variant (``dlbench run --variant``, ``dlbench build-images --variant``)."""
+    if name not in VARIANTS:
+        raise PlanError(f"--variant {name!r}: choose from {', '.join(VARIANTS)}", ("variant",))
+    return name
+
+
+def check_cpus(cpus: int, host_cpus: int, index: int = 0) -> int:
+    """A CPU count: at least 1, at most the host's."""
+    try:
+        _CPU_COUNT.validate_python(cpus)
+    except ValidationError as exc:
+        raise PlanError(exc.errors()[0]["msg"], ("threads", index),
+                        f"--cpus/--threads {cpus}: this host has {host_cpus} CPUs") from None
+    if cpus > host_cpus:
+        raise PlanError(f"--cpus/--threads {cpus}: this host has {host_cpus} CPUs", ("threads",))
+    return cpus
+
+
+def check_gpu(gpu: int) -> int:
+    if not 0 <= gpu <= MAX_GPU_INDEX:
+        raise PlanError(f"--gpu {gpu}: a GPU index is 0 or more, at most {MAX_GPU_INDEX}", ("devices",))
+    return gpu
 
 
 def check_seeds(first: int, repeats: int) -> None:
@@ -185,46 +281,52 @@ def check_seeds(first: int, repeats: int) -> None:
                             ("seed",)) from None
 
 
-def limits_for(axes: Axes, framework: str) -> dict:
-    """The framework's own limits where it has them, else the campaign's."""
+def limits_for(axes: Axes, framework: str, found: list[PlanError]) -> dict:
+    """The framework's own limits where it has them, else the campaign's: memory as given
+    and in bytes (parsed here, once), the time limit in seconds; a bad one joins ``found``."""
     own = axes.framework_limits.get(framework, Limits())
-    memory = own.memory if own.memory is not None else axes.limits.memory
-    timeout = own.timeout if own.timeout is not None else axes.limits.timeout
-    where = ("limits", framework) if own.memory is not None else ("limits",)
-    if memory is not None:
+    limits = {"memory": None, "memory_bytes": None, "timeout": None}
+    for name, check in (("memory", parse_memory), ("timeout", check_timeout)):
+        value = getattr(own, name)
+        where = ("limits", framework, name) if value is not None else ("limits", name)
+        if value is None:
+            value = getattr(axes.limits, name)
+        if value is None:
+            continue
         try:
-            parse_memory(memory)
+            parsed = check(value)
         except PlanError as exc:
-            raise PlanError(str(exc), where + ("memory",)) from None
-    if timeout is not None:
-        try:
-            check_timeout(timeout)
-        except PlanError as exc:
-            raise PlanError(str(exc), ("limits",) + ((framework,) if own.timeout is not None else ())
-                            + ("timeout",)) from None
-    return {"memory": memory, "timeout": timeout}
+            exc.key = where
+            found.append(exc)
+            continue
+        limits[name] = value
+        if name == "memory":
+            limits["memory_bytes"] = parsed
+    return limits
 
 
 # -- the parsers: one value, the same from the command line and from a file -------------------
-def parse_memory(text: str, what: str = "--memory") -> int:
+def parse_memory(text: str) -> int:
     """A memory size as Docker takes it (``512m``, ``4g``, ``4GiB``, bytes) -> bytes."""
     match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([bkmgt]?)(?:i?b)?\s*", str(text), re.IGNORECASE)
-    if not match:
-        raise PlanError(f"{what} {text!r}: give a size such as 512m or 4g", ("limits", "memory"))
-    size = float(match.group(1)) * _UNITS[match.group(2).lower()]
-    if size < MIN_MEMORY_BYTES:
-        raise PlanError(f"{what} {text!r}: Docker needs at least 6m", ("limits", "memory"))
-    if not size <= MAX_MEMORY_BYTES:
-        raise PlanError(f"{what} {text!r}: at most 1024t", ("limits", "memory"))
+    why = "give a size such as 512m or 4g"
+    if match:
+        size = float(match.group(1)) * _UNITS[match.group(2).lower()]
+        why = ("Docker needs at least 6m" if size < MIN_MEMORY_BYTES
+               else None if size <= MAX_MEMORY_BYTES else "at most 1024t")
+    if why:
+        raise PlanError(f"memory {text!r}: {why}", ("limits", "memory"), f"--memory {text!r}: {why}")
     return int(size)
 
 
-def check_timeout(timeout: float, what: str = "--timeout") -> float:
+def check_timeout(timeout: float) -> float:
     """A time limit in seconds: finite, more than 0, at most a week."""
-    if not 0 < timeout <= MAX_TIMEOUT_S:      # NaN fails this too
-        raise PlanError(f"{what} {timeout:g}: a time limit is more than 0 and at most "
-                        f"{MAX_TIMEOUT_S} seconds (7 days)", ("limits", "timeout"))
-    return timeout
+    try:
+        return _TIMEOUT.validate_python(timeout)
+    except ValidationError as exc:
+        raise PlanError(exc.errors()[0]["msg"], ("limits", "timeout"),
+                        f"--timeout {timeout:g}: a time limit is more than 0 and at most "
+                        f"{MAX_TIMEOUT_S} seconds (7 days)") from None
 
 
 def device(value) -> int | None:
@@ -249,16 +351,6 @@ def settings_source(value) -> str | None:
 def names(text: str | None) -> list[str] | None:
     """A comma list of names; None where not given."""
     return [n.strip() for n in text.split(",") if n.strip()] if text else None
-
-
-def choices(text: str | None, allowed, option: str) -> list[str] | None:
-    """A comma list of names, each one of ``allowed``."""
-    given = names(text)
-    allowed = list(allowed)
-    for name in given or ():
-        if name not in allowed:
-            raise UsageError(f"{option} {name!r}: choose from {', '.join(allowed)}")
-    return given
 
 
 def numbers(text: str | None, option: str, kind=float) -> list | None:

@@ -24,8 +24,7 @@ from dlbench_runner import contract
 
 from . import catalog
 from .errors import UsageError
-from .options import Axes, PlanError, check_axes, check_seeds, limits_for, parse_memory
-from .options import parse_overrides  # noqa: F401  (re-exported: make_plan's callers read --set with it)
+from .options import Axes, PlanError, axis_problems, check_seeds, limits_for, raise_problems
 
 MAX_JOBS = 100_000                  # a plan's size; DLBENCH_MAX_JOBS overrides it
 MAX_JOBS_VARIABLE = "DLBENCH_MAX_JOBS"
@@ -65,12 +64,13 @@ class Job(BaseModel):
     campaign: str | None = None    # the campaign's name, stored in the row
     unsupported: str | None = None     # why it cannot run (decided while planning): stored as such
     memory: str | None = None      # memory limit, as given (e.g. "4g"); None: none
+    memory_bytes: int | None = None    # the same limit in bytes, as the runtime applies it
     timeout: float | None = None   # seconds; None: none
     settings_from: str | None = None   # trained with this framework's defaults (cross-settings)
 
     # Not part of the identity: how a job was asked for, and the limits it ran under.
-    NOT_IDENTITY: ClassVar[frozenset] = frozenset({"overrides", "campaign", "memory", "timeout",
-                                                   "first_cpu", "unsupported"})
+    NOT_IDENTITY: ClassVar[frozenset] = frozenset({"overrides", "campaign", "memory", "memory_bytes",
+                                                   "timeout", "first_cpu", "unsupported"})
 
     @property
     def device(self) -> str:
@@ -104,10 +104,6 @@ class Job(BaseModel):
             return None
         last = self.first_cpu + self.cpus - 1
         return str(last) if self.cpus == 1 else f"{self.first_cpu}-{last}"
-
-    @property
-    def memory_bytes(self) -> int | None:
-        return None if self.memory is None else parse_memory(self.memory)
 
     def job_id(self, image_id: str | None, dataset_sha256: str | None) -> str:
         """Stable identity: the same definition on the same image and data, the same id."""
@@ -148,23 +144,16 @@ class Plan(BaseModel):
         return sorted({j.gpu for j in self.jobs if j.gpu is not None})
 
 
-def make_plan(frameworks: list[str] | None = None, datasets: list[str] | None = None,
-              profile: str = "paper", cpus: int | None = None, gpu: int | None = None,
-              overrides: dict | None = None, repeats: int = 1, seed: int | None = None,
-              host_cpus: int | None = None) -> Plan:
-    """One job per framework and data set (and repeat): the plain options of ``dlbench run``."""
-    axes = Axes(frameworks=frameworks, datasets=datasets, profiles=[profile],
-                hyperparameters={k: [v] for k, v in (overrides or {}).items()},
-                threads=[cpus], devices=[gpu], repeats=repeats, seed=seed)
-    return expand(axes, host_cpus)
-
-
 def expand(axes: Axes, host_cpus: int | None = None) -> Plan:
-    """The matrix as a plain list of jobs; every bad value is a PlanError naming its key."""
+    """The matrix as a plain list of jobs; every bad value is a PlanError naming its key,
+    raised with the others found (``PlanError.problems``): first each value alone, then,
+    those all good, the values against each framework's models."""
     host_cpus = host_cpus or os.cpu_count() or 1
-    check_axes(axes, host_cpus)
-    frameworks = catalog.check_frameworks(axes.frameworks) if axes.frameworks else catalog.available()
-    datasets = catalog.check_datasets(axes.datasets) if axes.datasets else list(catalog.DATASETS)
+    problems = axis_problems(axes, host_cpus)
+    frameworks = axes.frameworks or catalog.available()
+    limits = {framework: limits_for(axes, framework, problems) for framework in frameworks}
+    raise_problems(problems)
+    datasets = axes.datasets or list(catalog.DATASETS)
     _check_size(axes, frameworks, datasets)
     cells, skipped = [], []
     for framework in frameworks:
@@ -172,30 +161,39 @@ def expand(axes: Axes, host_cpus: int | None = None) -> Plan:
         grid = {k: v for k, v in axes.hyperparameters.items()
                 if k not in axes.framework_hyperparameters.get(framework, {})}
         grid.update(axes.framework_hyperparameters.get(framework, {}))
-        limits = limits_for(axes, framework)
         for dataset in datasets:
             if dataset not in models["models"]:
                 skipped.append(f"{framework} has no {dataset} model")
                 continue
             seed = axes.seed if axes.seed is not None else contract.default_seed(models, dataset)
-            check_seeds(seed, axes.repeats)
+            try:
+                check_seeds(seed, axes.repeats)
+            except PlanError as exc:
+                problems.append(exc)
             for profile, source, values in itertools.product(
                     axes.profiles, _sources(axes, framework), itertools.product(*grid.values())):
                 overrides = dict(zip(grid, values))
                 if source is not None:     # the other framework's settings, yours on top
-                    overrides = {**cross_settings(source, framework, dataset, profile), **overrides}
+                    try:
+                        overrides = {**cross_settings(source, framework, dataset, profile), **overrides}
+                    except PlanError as exc:
+                        problems.append(exc)
+                        continue
                 params = {}                # on the CPU, on a GPU (a model may differ there)
                 for threads, gpu in itertools.product(axes.threads, axes.devices):
                     on_gpu = gpu is not None
                     if on_gpu not in params:
                         params[on_gpu] = _resolve(axes, models, framework, dataset, profile,
-                                                  overrides, "cuda" if on_gpu else "cpu")
+                                                  overrides, "cuda" if on_gpu else "cpu", problems)
+                    if params[on_gpu] is None:
+                        continue
                     cells.append(dict(
                         framework=framework, dataset=dataset, profile=profile,
                         model=models["models"][dataset]["model"], hyperparameters=params[on_gpu],
                         overrides=overrides, threads=threads or host_cpus, cpus=threads,
                         gpu=gpu, image_variant=axes.variant, campaign=axes.campaign,
-                        settings_from=source, seed=seed, **limits))
+                        settings_from=source, seed=seed, **limits[framework]))
+    raise_problems(problems)
     if not cells:
         raise UsageError("nothing to run: " + "; ".join(skipped) if skipped else "nothing to run")
     if axes.datasets and skipped:
@@ -301,9 +299,11 @@ def _check_size(axes: Axes, frameworks: list[str], datasets: list[str]) -> None:
 
 
 def _resolve(axes: Axes, models: dict, framework: str, dataset: str, profile: str,
-             overrides: dict, device: str) -> dict:
-    """The hyper-parameters of one cell on its device; a key the model lacks, or a value
-    of the wrong type, is a PlanError naming framework/data set and the key."""
+             overrides: dict, device: str, problems: list[PlanError]) -> dict | None:
+    """The hyper-parameters of one cell on its device; None where a key the model lacks,
+    or a value of the wrong type, joins ``problems``: a PlanError naming framework/data set
+    and the key."""
+    bad = len(problems)
     for key, value in overrides.items():
         try:
             contract.resolve_hyperparameters(models, dataset, profile, {key: value}, device)
@@ -313,5 +313,7 @@ def _resolve(axes: Axes, models: dict, framework: str, dataset: str, profile: st
             message = str(exc)
             if not message.startswith(f"{framework}/"):
                 message = f"{framework}/{dataset}: {message}"
-            raise PlanError(message, where) from None
+            problems.append(PlanError(message, where))
+    if len(problems) > bad:
+        return None
     return contract.resolve_hyperparameters(models, dataset, profile, overrides, device)

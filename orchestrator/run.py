@@ -22,40 +22,35 @@ import threading
 import uuid
 from pathlib import Path
 
-from . import build, datasets, hostinfo, jobdir, runtimes, store
+from . import build, hostinfo, jobdir, runtimes, store
 from .collect import collect, unsupported
 from .display import NullDisplay
 from .errors import DlbenchError, DockerUnavailable, StoreError
 from .interrupts import signals_deferred
 from .plan import Plan
+from .prepare import Targets, prepare
 from .runtimes import Outcome, gpu_device
 
 
-def run_plan(plan: Plan, results: Path, data_dir=None, builder_options: dict | None = None,
-             display=None, resume: bool = False, fail_fast: bool = False,
-             runtime: str | runtimes.Runtime = "docker", python: str | None = None,
-             row_fields: dict | None = None) -> list:
-    """Run every job of the plan; returns the stored rows.
+def run_plan(plan: Plan, results: Path, runtime: runtimes.Runtime, data_dir=None, display=None,
+             resume: bool = False, fail_fast: bool = False, row_fields: dict | None = None,
+             targets: Targets | None = None) -> list:
+    """Run every job of the plan with the runtime the caller made; returns the stored rows.
 
-    Each job leaves exactly one row, whatever happened to it; a bad job never stops
-    the campaign unless ``fail_fast``.  ``runtime``: how each job executes, a runtime the
-    caller made (``execute``; a Slurm task: one that runs the image it was given), or the
-    name of one to make here, docker (containers) or native (processes of the ``python``
-    interpreter).  A Slurm task passes ``row_fields`` (node, Slurm ids).  The GPUs the
-    plan names were checked before (``execute``: before any download)."""
+    Each job leaves exactly one row, whatever happened to it; a bad job never stops the
+    campaign unless ``fail_fast``.  The setup (``prepare``) resolves each image's target,
+    unless ``targets`` are given (a Slurm task: its submitter's).  A Slurm task passes
+    ``row_fields`` (node, Slurm ids).  The GPUs the plan names were checked before
+    (``execute``: before any download)."""
     display = display or NullDisplay()
-    if isinstance(runtime, str):    # first: no Docker daemon is an error before anything is written
-        runtime = runtimes.make(runtime, builder_options, python, display)
     store.check_results(results)
-    data = datasets.prepare(plan.datasets, data_dir, progress=display.download_progress())
-    targets, todo = resolve(plan.jobs, runtime, data)
+    ready = prepare(plan, results, runtime, data_dir, display, resume, targets)
     provenance_host = dict(runtime.host_facts(), runtime=runtime.name, **(row_fields or {}))
-    if resume:
-        todo = not_stored(results, plan.campaign, todo, display)
-    display.start(len(todo))
-    loop = _Loop(results, runtime, targets, data, provenance_host, display, fail_fast, len(todo))
+    display.start(len(ready.todo))
+    loop = _Loop(results, runtime, ready.targets, ready.data, provenance_host, display, fail_fast,
+                 len(ready.todo))
     try:
-        alone, lanes = _lanes(todo)
+        alone, lanes = _lanes(ready.todo)
         loop.lane(alone)
         if lanes:
             loop.side_by_side(lanes)
@@ -127,8 +122,8 @@ class _Loop:
     def one(self, index: int, job, job_id: str):
         """One job, to its stored row; None when the run was interrupted meanwhile."""
         runtime = self.runtime
-        if job.memory is None and runtime.default_memory:
-            job = job.model_copy(update={"memory": str(runtime.default_memory)})
+        if job.memory_bytes is None and runtime.default_memory:
+            job = job.model_copy(update={"memory_bytes": runtime.default_memory})
         target = self.targets.get((job.framework, job.variant))   # none: planned unsupported
         dataset = self.data[job.dataset]
         run_id = uuid.uuid4().hex[:16]
@@ -177,31 +172,10 @@ class _Loop:
         return record
 
 
-def resolve(jobs: list, runtime, data: dict) -> tuple[dict, list]:
-    """Each job's target (found or built once per framework and variant; none for a job
-    planned unsupported) and each job with its id, which names what it runs: definition,
-    image and data."""
-    targets = {}
-    for job in jobs:
-        key = (job.framework, job.variant)
-        if key not in targets and job.unsupported is None:
-            targets[key] = runtime.target(*key)
-    return targets, [(job, job.job_id(targets[job.framework, job.variant].id if job.unsupported is None
-                                      else None, data[job.dataset].sha256)) for job in jobs]
-
-
 def planned_image(job, runtime) -> str | None:
     """The image a job planned unsupported would have run in: a container image's tag;
     None for a runtime without images."""
     return build.image_tag(job.framework, job.variant) if runtime.name == "docker" else None
-
-
-def not_stored(results: Path, campaign: str | None, todo: list, display) -> list:
-    """``--resume``: the (job, job id) pairs not yet stored as ok."""
-    done = store.ok_job_ids(results, campaign)
-    left = [(job, job_id) for job, job_id in todo if job_id not in done]
-    display.say(f"resume: {len(todo) - len(left)} job(s) already stored as ok, {len(left)} to run")
-    return left
 
 
 def _prepare(results: Path, run_id: str, index: int, job_dir: bool) -> tuple[store.Rescue, Path | None]:

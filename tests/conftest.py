@@ -137,3 +137,18 @@ def quick_results(request, quick_run) -> dict:
     """The quick rows of the test module's FRAMEWORK on both data sets, by data set."""
     frame = pd.read_parquet(quick_run(request.module.FRAMEWORK) / "runs")
     return {row.dataset: row for row in frame.itertuples()}
+
+
+def make_plan(frameworks: list[str] | None = None, datasets: list[str] | None = None,
+              profile: str = "paper", cpus: int | None = None, gpu: int | None = None,
+              overrides: dict | None = None, repeats: int = 1, seed: int | None = None,
+              host_cpus: int | None = None):
+    """One job per framework and data set (and repeat), as ``dlbench run`` plans it from
+    its plain options: the matrix of one value on each axis, expanded."""
+    from orchestrator.options import Axes
+    from orchestrator.plan import expand
+
+    axes = Axes(frameworks=frameworks, datasets=datasets, profiles=[profile],
+                hyperparameters={k: [v] for k, v in (overrides or {}).items()},
+                threads=[cpus], devices=[gpu], repeats=repeats, seed=seed)
+    return expand(axes, host_cpus)

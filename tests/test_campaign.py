@@ -18,6 +18,7 @@ import pytest
 from conftest import dlbench
 from orchestrator import campaign, store
 from orchestrator.errors import DeprecatedName, UsageError
+from orchestrator.options import RunOptions
 
 EXAMPLE = """\
 name = "lenet-sweep"
@@ -50,20 +51,20 @@ def write(tmp_path, text, name="campaign.toml") -> Path:
 
 
 def plan_of(path, host_cpus=2, **options):
-    return campaign.make_plan(path, campaign.Options(**options), host_cpus=host_cpus)
+    return campaign.read(path, RunOptions(**options), host_cpus=host_cpus).plan
 
 
 # -- where it runs: scheduler, and its old name backend -------------------------------------------
 def test_the_campaign_key_scheduler_and_its_deprecated_name_backend(tmp_path):
-    assert campaign.read(write(tmp_path, 'name = "s"\nscheduler = "slurm"\n'), campaign.Options(),
+    assert campaign.read(write(tmp_path, 'name = "s"\nscheduler = "slurm"\n'), RunOptions(),
                          host_cpus=2).scheduler == "slurm"
     with pytest.warns(DeprecatedName, match="backend is deprecated: it is now scheduler"):
-        old = campaign.read(write(tmp_path, 'name = "s"\nbackend = "slurm"\n'), campaign.Options(),
+        old = campaign.read(write(tmp_path, 'name = "s"\nbackend = "slurm"\n'), RunOptions(),
                             host_cpus=2)
     assert old.scheduler == "slurm"
     with pytest.raises(UsageError, match="give scheduler, not backend as well"):
         campaign.read(write(tmp_path, 'name = "s"\nbackend = "local"\nscheduler = "slurm"\n'),
-                      campaign.Options(), host_cpus=2)
+                      RunOptions(), host_cpus=2)
 
 
 def test_the_option_scheduler_and_its_deprecated_name_backend():
@@ -108,10 +109,10 @@ def test_command_line_options_replace_the_files_axes(tmp_path):
 
 
 def test_the_same_axes_as_options_without_a_file():
-    the_plan = campaign.make_plan(None, campaign.Options(
+    the_plan = campaign.read(None, RunOptions(
         frameworks=["caffe"], datasets=["mnist"], profiles=["quick"], threads=[1, 2],
         devices=[None, 0], hyperparameters={"batch_size": [8, 16], "max_iter": [10]}, repeats=2),
-        host_cpus=2)
+        host_cpus=2).plan
     assert len(the_plan.jobs) == 2 * 2 * 2 * 2
     assert {j.device for j in the_plan.jobs} == {"cpu", "cuda"}
     assert the_plan.campaign is None and the_plan.gpus == [0]
@@ -149,6 +150,45 @@ def test_every_mistake_is_one_line_naming_the_file_line_and_key(tmp_path, change
     message = str(raised.value)
     assert "\n" not in message
     assert __import__("re").search(expected, message), message
+
+
+def test_a_file_with_several_problems_lists_them_all_each_with_its_line(tmp_path):
+    text = (EXAMPLE.replace('profiles = ["quick"]', 'profiles = ["fast"]')
+            .replace("threads = [1, 2]", "threads = [1, 0]").replace("repeats = 3", "repeat = 3")
+            .replace('memory = "3g"', 'memory = "lots"').replace("timeout = 600", "timeout = -1"))
+    path = write(tmp_path, text)
+    with pytest.raises(UsageError) as raised:
+        plan_of(path)
+    assert str(raised.value).splitlines() == [
+        f"{path}:4: profiles: unknown profile 'fast' (choose from paper, quick) (and 4 more problems)",
+        f"{path}:5: threads[1]: Input should be greater than or equal to 1",
+        f"{path}:6: repeat: unknown key",
+        f"{path}:17: limits.timeout: Input should be greater than 0",
+        f"{path}:20: limits.pytorch.memory: memory 'lots': give a size such as 512m or 4g"]
+
+
+def test_every_bad_hyper_parameter_is_listed_once(tmp_path):
+    text = EXAMPLE.replace("max_iter = 50", "epochs = 2").replace("batch_size = [32, 64]",
+                                                                   'batch_size = [32, "big"]')
+    path = write(tmp_path, text)
+    with pytest.raises(UsageError) as raised:
+        plan_of(path)
+    first, second = str(raised.value).splitlines()
+    assert first.startswith(f"{path}:10: hyperparameters.batch_size: caffe/mnist: hyper-parameter "
+                            "'batch_size' must be int") and first.endswith(" (and 1 more problem)")
+    assert second.startswith(f"{path}:13: hyperparameters.caffe.epochs: caffe/mnist has no "
+                             "hyper-parameter 'epochs'")
+
+
+def test_past_20_problems_the_rest_are_counted_and_nothing_is_written(tmp_path):
+    path = write(tmp_path, 'name = "many"\n' + "".join(f"k{i} = 1\n" for i in range(25)))
+    proc = dlbench("run", "--campaign", path, "--results", tmp_path / "results")
+    assert proc.returncode == 2 and proc.stdout == ""
+    lines = proc.stderr.splitlines()
+    assert lines[0] == f"dlbench: error: {path}:2: k0: unknown key (and 24 more problems)"
+    assert lines[1:20] == [f"dlbench: error: {path}:{i + 2}: k{i}: unknown key" for i in range(1, 20)]
+    assert lines[20:] == [f"dlbench: error: {path}: 5 more problems not shown"]
+    assert not (tmp_path / "results").exists()
 
 
 TRICKY = '''\
@@ -207,7 +247,7 @@ def test_brackets_and_dots_in_strings_and_comments_are_not_nesting(tmp_path):
             "frameworks = ['caffe'] # " + "a." * 100 + "\n[hyperparameters]\n"
             + "\n".join(f"k{i} = '{'x.' * 100}'" for i in range(3)) + "\n")
     path = write(tmp_path, text)
-    assert campaign.load(path)[0].description == "[{" * DEEP
+    assert campaign.validate(campaign.load(path)[0])[0].description == "[{" * DEEP
     nested = "x = " + "[" * 32 + "]" * 32 + "\n" + ".".join(["k"] * 32) + " = 1\n"
     assert campaign.too_deep(nested) is None
     assert campaign.too_deep("[" + nested) == (1, "arrays and inline tables nested more than 32 deep")
@@ -535,10 +575,10 @@ class Immediate:
 def signal_at(monkeypatch):
     """``signal_at(module, name)``: SIGTERM arrives, as the signal handler takes it, just
     after ``module.name`` is called (the handlers are put back after the test)."""
-    from orchestrator import datasets, interrupts, run
+    from orchestrator import datasets, interrupts
 
     monkeypatch.setattr(interrupts, "received", [])
-    monkeypatch.setattr(run.datasets, "prepare", lambda names, *a, **k: {
+    monkeypatch.setattr(datasets, "prepare", lambda names, *a, **k: {
         name: datasets.VerifiedDataset(name, Path("/nonexistent"), "0" * 64, {}, None) for name in names})
     saved = {signum: signal.getsignal(signum) for signum in interrupts.STOP_SIGNALS}
 

@@ -17,7 +17,10 @@ import pandas as pd
 import pytest
 
 from conftest import dlbench
-from orchestrator import campaign, catalog, hostinfo, run, store
+from orchestrator import campaign, catalog, hostinfo, run, runtimes, store
+from orchestrator.build import BuildOptions
+from orchestrator.display import NullDisplay
+from orchestrator.options import RunOptions
 from orchestrator.runtimes import docker as docker_runtime
 
 pytestmark = pytest.mark.docker
@@ -170,8 +173,8 @@ class GarbageFirst:
 def test_a_runner_that_prints_garbage_is_a_no_result_row(results, data_root, tmp_path, monkeypatch):
     stored = Stored(results)
     monkeypatch.setattr(docker_runtime, "docker_client", lambda real=docker_runtime.docker_client(): GarbageFirst(real))
-    the_plan = campaign.make_plan(campaign_file(tmp_path, "garbage"), campaign.Options())
-    records = run.run_plan(the_plan, results, data_root)
+    the_plan = campaign.read(campaign_file(tmp_path, "garbage"), RunOptions()).plan
+    records = run.run_plan(the_plan, results, runtimes.make("docker", display=NullDisplay()), data_root)
     assert [r.status for r in records] == ["no_result", "ok"]
     rows = stored.new_rows("garbage")
     torch = rows["pytorch"]
@@ -192,9 +195,10 @@ def test_a_gpu_job_of_a_framework_without_a_cuda_build_is_an_unsupported_row(
     stored = Stored(results)
     path = campaign_file(tmp_path, "gpu", extra='devices = ["gpu:0", "cpu"]\n'
                                               '[hyperparameters.torch]\ntrain_subset = 1000')
-    the_plan = campaign.make_plan(path, campaign.Options(frameworks=["torch"]))
+    the_plan = campaign.read(path, RunOptions(frameworks=["torch"])).plan
     # Lua Torch7 builds from the pinned source archives: the local mirror, never GitHub
-    records = run.run_plan(the_plan, results, data_root, {"sources_dir": str(sources_root)})
+    runtime = runtimes.make("docker", display=NullDisplay(), build=BuildOptions(sources_dir=sources_root))
+    records = run.run_plan(the_plan, results, runtime, data_root)
     assert [(r.device, r.status) for r in records] == [("cuda", "unsupported"), ("cpu", "ok")]
     assert records[0].error.startswith("torch has no GPU image: the Lua Torch7 image is a CPU build")
     assert records[0].image == "dlbench/torch:gpu" and records[0].image_id is None

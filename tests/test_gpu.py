@@ -134,7 +134,7 @@ def test_a_model_without_a_gpu_version_is_stored_unsupported_without_any_image(
     axes = axes_of(dict(frameworks="torch", datasets="cifar10", profile="quick", gpu="0"))
     the_plan = plan.expand(axes, 2)
     assert the_plan.images == []
-    records = run.run_plan(the_plan, tmp_path / "r", data_root, runtime=NoImages())
+    records = run.run_plan(the_plan, tmp_path / "r", NoImages(), data_root)
     assert [(r.status, r.device) for r in records] == [("unsupported", "cuda")]
     assert records[0].error == "torch's cifar10 model has no GPU version: a layer the GPU library lacks"
     assert (records[0].image, records[0].image_id) == ("dlbench/torch:gpu", None)
@@ -200,11 +200,11 @@ class Watch:
 @pytest.mark.docker
 def test_gpu_lanes_run_side_by_side_on_disjoint_cpus(tmp_path, data_root, build_image):
     build_image("caffe")
-    runtime = WithoutTheGpu(None, NullDisplay())
+    runtime = WithoutTheGpu(NullDisplay())
     watch = Watch(runtime.client, runtime.owner.token)
     started = time.perf_counter()
     try:
-        records = run.run_plan(two_gpu_plan(repeats=2), tmp_path / "r", data_root, runtime=runtime)
+        records = run.run_plan(two_gpu_plan(repeats=2), tmp_path / "r", runtime, data_root)
     finally:
         watch.stop()
     wall = time.perf_counter() - started
@@ -222,7 +222,7 @@ def test_gpu_lanes_run_side_by_side_on_disjoint_cpus(tmp_path, data_root, build_
 @pytest.mark.docker
 def test_an_interrupt_stops_every_lane_and_keeps_what_was_stored(tmp_path, data_root, build_image):
     build_image("caffe")
-    runtime = WithoutTheGpu(None, NullDisplay())
+    runtime = WithoutTheGpu(NullDisplay())
     client = docker.from_env()
     owner = runtime.owner.token
 
@@ -242,7 +242,7 @@ def test_an_interrupt_stops_every_lane_and_keeps_what_was_stored(tmp_path, data_
     threading.Thread(target=interrupt_when_both_run, daemon=True).start()
     try:
         with pytest.raises(interrupts.Interrupted):
-            run.run_plan(two_gpu_plan(), tmp_path / "r", data_root, runtime=runtime)
+            run.run_plan(two_gpu_plan(), tmp_path / "r", runtime, data_root)
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)

@@ -21,8 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import build, campaign, jobdir, owners, run, store
+from orchestrator import build, campaign, jobdir, owners, run, runtimes, store
 from orchestrator.display import NullDisplay
+from orchestrator.options import RunOptions
 from orchestrator.runtimes import docker as docker_runtime, follow_output
 
 HOSTILE = Path(__file__).parent / "fixtures" / "hostile"
@@ -263,12 +264,13 @@ def run_hostile(monkeypatch, image, results, data_root, seed, repeats=1, during=
     """Run the hostile image as the jobs of a small plan, in a thread (a hang fails the test)."""
     tag, found = image
     monkeypatch.setattr(docker_runtime.DockerRuntime, "target",
-                        lambda self, framework, variant: docker_runtime.Target(tag, found.id, None, found))
-    plan = campaign.make_plan(None, campaign.Options(
+                        lambda self, framework, variant: docker_runtime.Target(tag, found.id, None))
+    plan = campaign.read(None, RunOptions(
         frameworks=["caffe"], datasets=["mnist"], profiles=["quick"], threads=[1],
-        seed=seed, repeats=repeats))
+        seed=seed, repeats=repeats)).plan
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        records = pool.submit(run.run_plan, plan, results, data_root)
+        runtime = runtimes.make("docker", display=NullDisplay())
+        records = pool.submit(run.run_plan, plan, results, runtime, data_root)
         if during is not None:
             during()
         return records.result(timeout=600)

@@ -106,3 +106,21 @@ def test_the_host_modules_import_no_cycle():
 
     for module in sorted(graph):
         visit(module)
+
+
+# The stages from the top down: a module imports only from its own layer or the ones below;
+# every module not named here is in the lowest layer (planning, images, runtimes, storage).
+LAYERS = {"orchestrator.__main__": 6, "orchestrator.entry": 6, "orchestrator.cli": 5,
+          "orchestrator.execute": 4, "orchestrator.schedulers": 3, "orchestrator.schedulers.slurm": 3,
+          "orchestrator.run": 2, "orchestrator.prepare": 1}
+
+
+def test_no_import_goes_up_a_layer():
+    modules = {module_of(p): p for p in HOST}
+    for name, path in modules.items():
+        for imported, line in imports(path):
+            parts = imported.split(".")
+            known = [".".join(parts[:n]) for n in range(len(parts), 0, -1) if ".".join(parts[:n]) in modules]
+            if known and known[0] != name:
+                assert LAYERS.get(known[0], 0) <= LAYERS.get(name, 0), \
+                    f"{path.relative_to(REPO)}:{line} imports {known[0]}, a layer above it"

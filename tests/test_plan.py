@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator import plan
+from conftest import make_plan
+from orchestrator import options, plan
 from orchestrator.errors import UsageError
 
 
 def test_default_plan_is_every_available_model_on_the_paper_profile():
-    the_plan = plan.make_plan(host_cpus=4)
+    the_plan = make_plan(host_cpus=4)
     torch_jobs = [j for j in the_plan.jobs if j.framework == "pytorch"]
     assert [j.dataset for j in torch_jobs][:1] == ["mnist"]
     job = torch_jobs[0]
@@ -19,7 +20,7 @@ def test_default_plan_is_every_available_model_on_the_paper_profile():
 
 
 def test_quick_profile_cpus_overrides_and_repeats():
-    the_plan = plan.make_plan(["pytorch"], ["mnist"], "quick", cpus=2, overrides={"batch_size": 32},
+    the_plan = make_plan(["pytorch"], ["mnist"], "quick", cpus=2, overrides={"batch_size": 32},
                               repeats=3, seed=7, host_cpus=4)
     assert len(the_plan.jobs) == 3
     assert [j.seed for j in the_plan.jobs] == [7, 8, 9]
@@ -30,10 +31,10 @@ def test_quick_profile_cpus_overrides_and_repeats():
 
 
 def test_job_id_is_stable_and_changes_with_what_defines_the_job():
-    a, = plan.make_plan(["pytorch"], ["mnist"], "quick", host_cpus=2).jobs
-    b, = plan.make_plan(["pytorch"], ["mnist"], "quick", host_cpus=2).jobs
+    a, = make_plan(["pytorch"], ["mnist"], "quick", host_cpus=2).jobs
+    b, = make_plan(["pytorch"], ["mnist"], "quick", host_cpus=2).jobs
     assert a.job_id("img1", "data1") == b.job_id("img1", "data1")
-    c, = plan.make_plan(["pytorch"], ["mnist"], "quick", overrides={"epochs": 2}, host_cpus=2).jobs
+    c, = make_plan(["pytorch"], ["mnist"], "quick", overrides={"epochs": 2}, host_cpus=2).jobs
     assert len({a.job_id("img1", "data1"), a.job_id("img2", "data1"), a.job_id("img1", "data2"),
                 c.job_id("img1", "data1")}) == 4
 
@@ -50,19 +51,19 @@ def test_job_id_is_stable_and_changes_with_what_defines_the_job():
 ])
 def test_bad_options_are_usage_errors(kwargs, message):
     with pytest.raises(UsageError, match=message):
-        plan.make_plan(host_cpus=4, **kwargs)
+        make_plan(host_cpus=4, **kwargs)
 
 
 def test_overrides_parse_as_json_values():
-    assert plan.parse_overrides(["epochs=3", "learning_rate=0.1", "name=x"]) == \
+    assert options.parse_overrides(["epochs=3", "learning_rate=0.1", "name=x"]) == \
         {"epochs": 3, "learning_rate": 0.1, "name": "x"}
     with pytest.raises(UsageError, match="KEY=VALUE"):
-        plan.parse_overrides(["epochs"])
+        options.parse_overrides(["epochs"])
 
 
 # -- cross-settings: another framework's defaults ------------------------------------------
 def cross(source, framework, dataset, profile="paper", **kwargs):
-    axes = plan.Axes(frameworks=[framework], datasets=[dataset], profiles=[profile],
+    axes = options.Axes(frameworks=[framework], datasets=[dataset], profiles=[profile],
                      settings_from=[source], **kwargs)
     job, = plan.expand(axes, host_cpus=2).jobs
     return job
@@ -97,7 +98,7 @@ def test_own_settings_stay_own_and_the_users_overrides_win():
     assert job.settings_from is None and job.overrides == {}
     job = cross("caffe", "pytorch", "mnist", hyperparameters={"epochs": [2]})
     assert job.hyperparameters["epochs"] == 2 and job.hyperparameters["batch_size"] == 64
-    axes = plan.Axes(frameworks=["caffe", "pytorch"], datasets=["mnist"], settings_from=[None, "caffe"])
+    axes = options.Axes(frameworks=["caffe", "pytorch"], datasets=["mnist"], settings_from=[None, "caffe"])
     jobs = plan.expand(axes, host_cpus=2).jobs
     assert [(j.framework, j.settings_from) for j in jobs] == [
         ("caffe", None), ("pytorch", None), ("pytorch", "caffe")]
@@ -114,28 +115,28 @@ def test_settings_from_on_the_quick_profile_uses_the_sources_quick_settings():
 def test_theano_plans_float64_on_the_cpu_and_float32_on_a_gpu_unless_told():
     """GTDLBench's Theano ran floatX=float64 on the CPU (Theano's default there) and, by its
     GPU times, float32 on the GPU (Theano's GPU setting); --set dtype= still chooses."""
-    cpu, gpu = plan.make_plan(["theano"], ["mnist"], host_cpus=2).jobs + \
-        plan.make_plan(["theano"], ["mnist"], gpu=0, host_cpus=2).jobs
+    cpu, gpu = make_plan(["theano"], ["mnist"], host_cpus=2).jobs + \
+        make_plan(["theano"], ["mnist"], gpu=0, host_cpus=2).jobs
     assert (cpu.hyperparameters["dtype"], gpu.hyperparameters["dtype"]) == ("float64", "float32")
-    told, = plan.make_plan(["theano"], ["cifar10"], gpu=0, overrides={"dtype": "float64"}, host_cpus=2).jobs
+    told, = make_plan(["theano"], ["cifar10"], gpu=0, overrides={"dtype": "float64"}, host_cpus=2).jobs
     assert told.hyperparameters["dtype"] == "float64" and told.overrides == {"dtype": "float64"}
 
 
 def test_a_model_keeps_its_originals_seed_unless_one_is_given():
     """The Theano tutorial's LeNet5 draws its weights from RandomState(23455): its default
     seed, and its repeats' seeds follow it; every other model starts at 1."""
-    jobs = plan.make_plan(["caffe", "theano"], ["mnist"], "quick", repeats=2, host_cpus=2).jobs
+    jobs = make_plan(["caffe", "theano"], ["mnist"], "quick", repeats=2, host_cpus=2).jobs
     assert [(j.framework, j.seed) for j in jobs] == [("caffe", 1), ("theano", 23455),
                                                      ("caffe", 2), ("theano", 23456)]
-    given = plan.make_plan(["theano"], ["mnist"], "quick", seed=5, host_cpus=2).jobs
+    given = make_plan(["theano"], ["mnist"], "quick", seed=5, host_cpus=2).jobs
     assert [j.seed for j in given] == [5]
 
 
 def test_the_pytorch_port_of_cifar10_trains_without_decay_as_the_lua_run_did():
     """Under th, train-on-cifar-10.lua's config table never reached optim.sgd (Penlight's
     module took its name), so the Lua run had no learning-rate decay; MNIST's sgdState had it."""
-    cifar, = plan.make_plan(["pytorch"], ["cifar10"], host_cpus=2).jobs
-    mnist, = plan.make_plan(["pytorch"], ["mnist"], host_cpus=2).jobs
+    cifar, = make_plan(["pytorch"], ["cifar10"], host_cpus=2).jobs
+    mnist, = make_plan(["pytorch"], ["mnist"], host_cpus=2).jobs
     assert cifar.hyperparameters["learning_rate_decay"] == 0.0
     assert mnist.hyperparameters["learning_rate_decay"] == 5e-7
 
@@ -143,7 +144,7 @@ def test_the_pytorch_port_of_cifar10_trains_without_decay_as_the_lua_run_did():
 def test_a_job_that_cannot_run_is_planned_unsupported_and_needs_no_image(monkeypatch):
     from orchestrator import catalog
     monkeypatch.setitem(catalog.models("caffe")["variants"], "gpu", {"unsupported": "no CUDA build"})
-    the_plan = plan.make_plan(["caffe", "pytorch"], ["mnist"], gpu=0, host_cpus=2)
+    the_plan = make_plan(["caffe", "pytorch"], ["mnist"], gpu=0, host_cpus=2)
     caffe, pytorch = the_plan.jobs
     assert caffe.unsupported == "caffe has no GPU image: no CUDA build" and pytorch.unsupported is None
     assert the_plan.images == [("pytorch", "gpu")]

@@ -34,8 +34,8 @@ import pyarrow.parquet as pq
 import pytest
 from markdown_it import MarkdownIt
 
-from conftest import dlbench
-from orchestrator import plan, store
+from conftest import dlbench, make_plan
+from orchestrator import store
 from orchestrator.report import compare, views
 from orchestrator.collect import Outcome, collect
 from orchestrator.report.text import report_markdown
@@ -487,7 +487,7 @@ def runner_rows(directory: Path, specs: list[dict]) -> Path:
         spec = dict(spec)
         framework, dataset = spec.pop("framework"), spec.pop("dataset", "mnist")
         profile, status = spec.pop("profile", "paper"), spec.pop("status", "ok")
-        job, = plan.make_plan([framework], [dataset], profile=profile,
+        job, = make_plan([framework], [dataset], profile=profile,
                               overrides=spec.pop("overrides", None), host_cpus=2).jobs
         if "settings_from" in spec:
             job = job.model_copy(update={"settings_from": spec.pop("settings_from")})

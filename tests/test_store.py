@@ -13,13 +13,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from orchestrator import plan, store
+from conftest import make_plan
+from orchestrator import store
 from orchestrator.collect import Outcome, collect
 from orchestrator.errors import StoreError, StoreWarning
 from orchestrator.schema import ARROW_SCHEMA, SCHEMA_VERSION
 
 FIXTURES = Path(__file__).parent / "fixtures"
-JOB, = plan.make_plan(["torch"], ["mnist"], "quick", host_cpus=2).jobs
+JOB, = make_plan(["torch"], ["mnist"], "quick", host_cpus=2).jobs
 
 
 def good_result(**changes):

@@ -17,9 +17,9 @@ import textwrap
 import pandas as pd
 import pytest
 
-from conftest import REPO, dlbench
+from conftest import REPO, dlbench, make_plan
 from dlbench_runner.runner import adapter_module
-from orchestrator import catalog, plan, store
+from orchestrator import catalog, store
 from orchestrator.report import compare
 from orchestrator.collect import Outcome, collect
 from orchestrator.errors import UsageError
@@ -333,18 +333,18 @@ def test_theano_computes_in_float64_as_gtdlbench_ran_it_unless_told_float32():
     assert catalog.models("theano")["models"]["cifar10"]["model"] == RESLAB
     for dataset in ("mnist", "cifar10"):
         for profile in ("paper", "quick"):
-            job, = plan.make_plan(["theano"], [dataset], profile, host_cpus=2).jobs
+            job, = make_plan(["theano"], [dataset], profile, host_cpus=2).jobs
             assert job.hyperparameters["dtype"] == "float64"
-        single, = plan.make_plan(["theano"], [dataset], overrides={"dtype": "float32"}, host_cpus=2).jobs
+        single, = make_plan(["theano"], [dataset], overrides={"dtype": "float32"}, host_cpus=2).jobs
         # a change of the model's own settings: stored as such, never judged against the paper
         own = compare.defaults("theano", dataset, "paper")
         assert {k: v for k, v in single.hyperparameters.items() if own[k] != v} == {"dtype": "float32"}
         with pytest.raises(UsageError, match="'dtype' must be one of float64, float32, not 'float16'"):
-            plan.make_plan(["theano"], [dataset], overrides={"dtype": "float16"}, host_cpus=2)
+            make_plan(["theano"], [dataset], overrides={"dtype": "float16"}, host_cpus=2)
     adapter = theano_adapter()
     assert "floatX=float64" in adapter.theano_flags(2, "/compile/x", "float64").split(",")
     assert "floatX=float32" in adapter.theano_flags(2, "/compile/x", "float32").split(",")
-    job, = plan.make_plan(["theano"], ["cifar10"], host_cpus=2).jobs
+    job, = make_plan(["theano"], ["cifar10"], host_cpus=2).jobs
     assert {k: job.hyperparameters[k] for k in ("epochs", "batch_size", "learning_rate", "momentum",
                                                 "grayscale")} == \
         {"epochs": 50, "batch_size": 50, "learning_rate": 0.01, "momentum": 0.9, "grayscale": False}
@@ -393,7 +393,7 @@ def test_the_papers_theano_cifar10_cell_judges_the_reconstruction_and_never_lene
     ref = compare.reference()
     assert ref.cell("theano", "cifar10", "cpu", RESLAB)["accuracy_pct"] == 49.66
     assert ref.cell("theano", "cifar10", "cpu", "theano-lenet5-cifar10") is None
-    job, = plan.make_plan(["theano"], ["cifar10"], host_cpus=2).jobs
+    job, = make_plan(["theano"], ["cifar10"], host_cpus=2).jobs
     records = []
     for i, model in enumerate((RESLAB, "theano-lenet5-cifar10")):
         one = job.model_copy(update={"model": model})

@@ -13,13 +13,12 @@ from .base import Outcome, Runtime, Target, follow_output, gpu_device
 RUNTIMES = ("docker", "native")
 
 
-def make(runtime: str, builder_options: dict | None = None, python: str | None = None,
-         display=None, given=None) -> Runtime:
-    """The runtime of that name, ready to run jobs (docker: ``given``, the images a Slurm
-    task was given, see ``docker.DockerRuntime``)."""
+def make(runtime: str, python: str | None = None, display=None, build=None) -> Runtime:
+    """The runtime of that name, ready to run jobs: docker builds the images it lacks as
+    ``build`` (a ``build.BuildOptions``) says; native runs ``python``."""
     if runtime == "docker":
         from .docker import DockerRuntime
-        return DockerRuntime(builder_options, display, given)
+        return DockerRuntime(display, build)
     from .native import NativeRuntime
     return NativeRuntime(python)
 

@@ -36,15 +36,14 @@ MAX_LOG_BYTES = 64 << 20     # log.txt keeps this much of a job's output
 MAX_LINE_CHARS = 10_000      # a log-tail line is cut here
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class Target:
-    """What a framework's jobs run on: an image (or a host Python), its identity, and
-    why it cannot run them, if it cannot."""
+    """What a framework's jobs run on, as plain values: an image (or a host Python), its
+    identity, and why it cannot run them, if it cannot."""
 
     name: str                     # the image tag, or native:PYTHON
     id: str | None                # the image id: part of every job's identity
     reason: str | None = None     # set: the jobs are stored as unsupported
-    image: object = None
 
 
 @dataclasses.dataclass

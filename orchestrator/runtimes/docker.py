@@ -66,20 +66,17 @@ def image_unsupported(image, tag: str) -> str | None:
 
 
 class DockerRuntime:
-    """Jobs in hardened containers of the framework images, built when missing, or given:
-    ``given(client, framework, variant)`` returns the image a job of that framework and
-    variant runs in, or None where it has none (a Slurm task: the submitter's images,
-    loaded when the node lacks them), and nothing is built."""
+    """Jobs in hardened containers of the framework images; ``target`` finds an image, or
+    builds it as ``build`` (a ``build.BuildOptions``) says."""
 
     name = "docker"
 
-    def __init__(self, builder_options: dict | None, display, given=None):
-        self.given = given
+    def __init__(self, display, build_options: build.BuildOptions | None = None):
         self.client = docker_client()
         for short_id in remove_stale(self.client):
             display.say(f"removed container {short_id} left by an interrupted run")
         self.owner = owners.current()
-        self.builder = build.Builder(self.client, say=display.say, **(builder_options or {}))
+        self.builder = build.Builder(self.client, build_options, say=display.say)
         self.default_memory = default_memory(self.client)
         self.running = Running(lambda container: _kill(container, threading.Event()))
 
@@ -89,13 +86,8 @@ class DockerRuntime:
     def target(self, framework: str, variant: str) -> Target:
         # a variant the framework lacks never gets here: its jobs were planned unsupported
         tag = build.image_tag(framework, variant)
-        if self.given is None:
-            image = self.builder.framework(framework, variant=variant)   # reused when nothing changed
-        else:
-            image = self.given(self.client, framework, variant)
-            if image is None:
-                return Target(tag, None, f"no image {tag} for this job")
-        return Target(tag, image.id, image_unsupported(image, tag), image)
+        image = self.builder.framework(framework, variant=variant)   # reused when nothing changed
+        return Target(tag, image.id, image_unsupported(image, tag))
 
     def unsupported(self, target: Target, job: Job) -> str | None:
         return target.reason
@@ -174,7 +166,7 @@ def container_options(job: Job, tag: str, run_id: str, job_id: str, job_dir: Pat
     )
     if job.cpus:
         kwargs.update(cpuset_cpus=job.cpuset, nano_cpus=job.cpus * 10**9)
-    if job.memory:
+    if job.memory_bytes:
         kwargs["mem_limit"] = job.memory_bytes
     if job.gpu is not None:
         import docker.types

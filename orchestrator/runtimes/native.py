@@ -101,16 +101,16 @@ def _quiet_env() -> dict:
     return {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONDONTWRITEBYTECODE": "1"}
 
 
-def unsupported(target: Interpreter, job: Job) -> str | None:
+def unsupported(target: Target, job: Job) -> str | None:
     """Why the job cannot run natively (stored as an ``unsupported`` row), or None."""
     if target.reason:
         return target.reason
-    if job.memory is not None:
+    if job.memory_bytes is not None:
         return "the native runtime cannot limit memory: run it with --runtime docker or without --memory"
     return None
 
 
-def run_process(job: Job, target: Interpreter, run_id: str, job_id: str, job_dir: Path,
+def run_process(job: Job, python: str, run_id: str, job_id: str, job_dir: Path,
                 dataset_path: Path, display, device: str | None = None,
                 running: Running | None = None) -> Outcome:
     """Run one job as a child process; what it left behind becomes the row as for a
@@ -129,7 +129,7 @@ def run_process(job: Job, target: Interpreter, run_id: str, job_id: str, job_dir
         try:
             with signals_deferred():    # never a started process we do not know of
                 process = subprocess.Popen(
-                    [target.python, "-m", "dlbench_runner", "--framework-dir",
+                    [python, "-m", "dlbench_runner", "--framework-dir",
                      str(catalog.framework_dir(job.framework)), "--data", data_root,
                      "--spec", str(job_dir / "job.json"), "--out", str(job_dir / jobdir.OUT)],
                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -247,15 +247,15 @@ class NativeRuntime:
 
     def target(self, framework: str, variant: str) -> Target:
         found = Interpreter(self.python, framework)
-        return Target(found.name, found.id, found.reason, found)
+        return Target(found.name, found.id, found.reason)
 
     def unsupported(self, target: Target, job: Job) -> str | None:
-        return unsupported(target.image, job)
+        return unsupported(target, job)
 
     gpus: list[str] | None = None
 
     def run(self, job, target, run_id, job_id, job_dir, dataset_path, display) -> Outcome:
-        return run_process(job, target.image, run_id, job_id, job_dir, dataset_path, display,
+        return run_process(job, self.python, run_id, job_id, job_dir, dataset_path, display,
                            gpu_device(job, self.gpus), self.running)
 
     def cancel(self) -> None:

@@ -37,10 +37,12 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from .. import datasets, store
+from .. import store
 from ..errors import DlbenchError, docker_errors
 from ..plan import Job, Plan
-from ..run import not_stored, resolve, run_plan
+from ..prepare import prepare
+from ..run import run_plan
+from ..runtimes import Runtime, Target, make
 
 SLURM_DIR = "_slurm"
 COMMANDS = ("sbatch", "squeue", "sacct", "scancel")
@@ -69,8 +71,11 @@ class SlurmOptions(BaseModel):
 
 
 class Image(BaseModel):
+    """A target the submitter resolved: an image (or a host Python), as the tasks get it."""
+
     tag: str
     id: str | None
+    reason: str | None = None           # why its jobs cannot run (stored as unsupported)
     archive: str | None = None          # docker save output, relative to the results directory
 
 
@@ -242,14 +247,12 @@ def _indices(text: str) -> list[int]:
 
 
 # -- submitting ------------------------------------------------------------------------------
-def submit(plan: Plan, results: Path, options: SlurmOptions, data_dir=None,
-           builder_options: dict | None = None, display=None, resume: bool = False,
-           runtime="docker", python: str | None = None) -> tuple[str | None, ArrayFile | None]:
+def submit(plan: Plan, results: Path, options: SlurmOptions, runtime: Runtime, data_dir=None,
+           display=None, resume: bool = False) -> tuple[str | None, ArrayFile | None]:
     """Submit the plan as one job array; returns (array id, its file), or (None, None)
-    when nothing is left to run.  ``runtime``: the runtime the caller made, or the name
-    of one to make here (docker or native, with ``python``)."""
+    when nothing is left to run.  ``runtime``: the runtime the caller made, whose targets
+    (images, or a host Python) the tasks run."""
     from ..display import NullDisplay
-    from ..runtimes import make
 
     display = display or NullDisplay()
     check_commands()
@@ -268,25 +271,22 @@ def submit(plan: Plan, results: Path, options: SlurmOptions, data_dir=None,
         probe = [Task(job=j, job_id="0" * 16) for j in plan.jobs]
         _command(sbatch_args(probe, options, results, name) + ["--test-only", "--wrap=true"],
                  "sbatch", check=True)
-    if isinstance(runtime, str):
-        runtime = make(runtime, builder_options, python, display)
-    data = datasets.prepare(plan.datasets, data_dir, progress=display.download_progress())
-    targets, todo = resolve(plan.jobs, runtime, data)
-    if resume:
-        todo = not_stored(results, plan.campaign, todo, display)
-    if not todo:
+    ready = prepare(plan, results, runtime, data_dir, display, resume)
+    if not ready.todo:
         return None, None
-    images = {f"{fw}:{variant}": Image(tag=target.name, id=target.id)
-              for (fw, variant), target in targets.items()}
+    images = {f"{fw}:{variant}": Image(tag=target.name, id=target.id, reason=target.reason)
+              for (fw, variant), target in ready.targets.items()}
     if runtime.name == "docker":
-        for (fw, variant), target in targets.items():
-            if target.reason is None and any((j.framework, j.variant) == (fw, variant) for j, _ in todo):
-                images[f"{fw}:{variant}"].archive = save_image(runtime.client, target.image,
-                                                              results, display)
-    tasks = [Task(job=job, job_id=job_id) for job, job_id in todo]
+        for (fw, variant), target in ready.targets.items():
+            if target.reason is None and any((j.framework, j.variant) == (fw, variant)
+                                             for j, _ in ready.todo):
+                with docker_errors(f"looking for image {target.name}"):
+                    image = runtime.client.images.get(target.id)
+                images[f"{fw}:{variant}"].archive = save_image(runtime.client, image, results, display)
+    tasks = [Task(job=job, job_id=job_id) for job, job_id in ready.todo]
     array = ArrayFile(submission=submission, campaign=plan.campaign, tasks=tasks, images=images,
                       data_dir=str(Path(data_dir).resolve()) if data_dir else None,
-                      runtime=runtime.name, python=python)
+                      runtime=runtime.name, python=getattr(runtime, "python", None))
     plan_file = _dir(results) / "plans" / f"{submission}.json"
     _write_json(plan_file, array.model_dump_json(indent=1))
     args = sbatch_args(tasks, options, results, name)
@@ -356,10 +356,9 @@ def task_fields() -> dict:
             if env.get("SLURM_ARRAY_TASK_ID", "").isdigit() else None}
 
 
-def run_task(plan_file: Path, index: int, results: Path, display=None, builder_options=None) -> list:
-    """Run one job of an array's plan on this node, exactly as a local run does."""
-    from ..runtimes import make
-
+def run_task(plan_file: Path, index: int, results: Path, display=None) -> list:
+    """Run one job of an array's plan on this node, exactly as a local run does, on the
+    target its submitter resolved (an image: loaded here when the node lacks it)."""
     try:
         array = ArrayFile.model_validate_json(plan_file.read_text())
     except (OSError, ValueError) as exc:
@@ -372,21 +371,28 @@ def run_task(plan_file: Path, index: int, results: Path, display=None, builder_o
             {"job_id": os.environ.get("SLURM_JOB_ID"), "node": fields["node"],
              "started_at": dt.datetime.now(dt.timezone.utc).isoformat()}))
     task = array.tasks[index]
-
-    def given(client, framework, variant):
-        """The image the submitter resolved, by id (loaded here when missing); never built."""
-        ref = array.images[f"{framework}:{variant}"]
-        return None if ref.id is None else ensure_image(client, ref, results,
-                                                        display.say if display else print)
-
-    runtime = make(array.runtime, builder_options, array.python, display or _Quiet(), given)
+    runtime = make(array.runtime, array.python, display or _Quiet())
     if os.environ.get("SLURM_JOB_GPUS"):        # a GPU job: the GPU Slurm gave it, not GPU N
         runtime.gpus = os.environ["SLURM_JOB_GPUS"].split(",")
     # The node runs this one job: its CPUs are the ones Slurm gave the task, never a
     # side-by-side share of a single host's (``plan.share_cpus``).
     one = Plan(jobs=[task.job.model_copy(update={"first_cpu": 0})], campaign=array.campaign)
-    return run_plan(one, results, array.data_dir, display=display, runtime=runtime,
-                    row_fields=fields)
+    targets = None                  # a host Python: checked here, on the node that runs it
+    if runtime.name == "docker":
+        targets = {key: given_image(runtime.client, array.images[f"{key[0]}:{key[1]}"], results,
+                                    display) for key in one.images}
+    return run_plan(one, results, runtime, array.data_dir, display=display, row_fields=fields,
+                    targets=targets)
+
+
+def given_image(client, image: Image, results: Path, display=None) -> Target:
+    """The image the submitter resolved, as this node's target: by id, loaded here from its
+    saved copy when missing, never built."""
+    if image.id is None:
+        return Target(image.tag, None, f"no image {image.tag} for this job")
+    if image.reason is None:
+        ensure_image(client, image, results, display.say if display else print)
+    return Target(image.tag, image.id, image.reason)
 
 
 class _Quiet:
@@ -525,13 +531,13 @@ def status(results: Path) -> list[dict]:
     return out
 
 
-def run_array(plan: Plan, results: Path, options: SlurmOptions, detach: bool, say, display,
-              **kwargs) -> tuple[str | None, list | None]:
+def run_array(plan: Plan, results: Path, options: SlurmOptions, runtime: Runtime, detach: bool,
+              say, display, **kwargs) -> tuple[str | None, list | None]:
     """``dlbench run --scheduler slurm``: submit the plan as one job array, then follow it
     until it ends and store a row for every task Slurm ended without one; returns
     (the array id, its rows), the rows None when detached, (None, None) when nothing is
     left to run."""
-    array_id, array = submit(plan, results, options, display=display, **kwargs)
+    array_id, array = submit(plan, results, options, runtime, display=display, **kwargs)
     if array_id is None:
         return None, None
     say(f"submitted {len(array.tasks)} job(s) as Slurm array {array_id}; results in {results}")
