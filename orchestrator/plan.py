@@ -18,13 +18,14 @@ import math
 import os
 from typing import ClassVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, model_validator
 
 from dlbench_runner import contract
 
 from . import catalog
 from .errors import UsageError
-from .options import Axes, PlanError, axis_problems, check_seeds, limits_for, raise_problems
+from .options import (Axes, PlanError, axis_problems, check_seeds, limits_for, parse_memory,
+                      raise_problems)
 
 MAX_JOBS = 100_000                  # a plan's size; DLBENCH_MAX_JOBS overrides it
 MAX_JOBS_VARIABLE = "DLBENCH_MAX_JOBS"
@@ -71,6 +72,14 @@ class Job(BaseModel):
     # Not part of the identity: how a job was asked for, and the limits it ran under.
     NOT_IDENTITY: ClassVar[frozenset] = frozenset({"overrides", "campaign", "memory", "memory_bytes",
                                                    "timeout", "first_cpu", "unsupported"})
+
+    @model_validator(mode="after")
+    def _memory_in_bytes(self):
+        """A job read from a file written before jobs carried ``memory_bytes`` (a Slurm
+        array file, say) keeps its memory limit: the bytes are parsed from it."""
+        if self.memory is not None and self.memory_bytes is None:
+            object.__setattr__(self, "memory_bytes", parse_memory(self.memory))
+        return self
 
     @property
     def device(self) -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from conftest import make_plan
@@ -150,3 +152,13 @@ def test_a_job_that_cannot_run_is_planned_unsupported_and_needs_no_image(monkeyp
     assert the_plan.images == [("pytorch", "gpu")]
     # not part of what defines the job: its id is the same either way
     assert caffe.job_id("i", "d") == caffe.model_copy(update={"unsupported": None}).job_id("i", "d")
+
+
+def test_a_job_written_before_memory_bytes_keeps_its_memory_limit():
+    # a Slurm array file of an older dlbench holds the limit as written only
+    job = make_plan(["caffe"], ["mnist"], "quick").jobs[0]
+    older = json.loads(job.model_dump_json())
+    older["memory"] = "4g"
+    del older["memory_bytes"]
+    assert plan.Job.model_validate(older).memory_bytes == 4 * 2**30
+    assert plan.Job.model_validate(older).job_id("i", "d") == job.job_id("i", "d")   # no part of it
