@@ -63,15 +63,16 @@ SPAN_KEYS = {"paper_train_time_s": "paper_train", "paper_test_time_s": "paper_te
 MEASURED_KEYS = SETTING_KEYS + ["runs", "train", "test", "accuracy", "train_rate", "test_rate",
                                 *SPAN_KEYS.values(), *RESOURCE_KEYS.values()]
 MEASURED_DROP = ["gpu_memory", "gpu", "memory", "cpu", "test_rate", "train_rate", "paper_test",
-                 "paper_train", "test"]
+                 "paper_train", "test", "threads", "device"]
 AGAINST_KEYS = SETTING_KEYS[:5] + ["accuracy", "published_accuracy", "diff", "accuracy_verdict",
                                    "accuracy_caveats", "train", "published_train", "test",
                                    "published_test", "held_against"]
 AGAINST_DROP = ["held_against", "published_test", "test", "published_train", "train",
-                "accuracy_caveats", "published_accuracy"]
+                "accuracy_caveats", "published_accuracy", "device"]
 RATIO_KEYS = SETTING_KEYS + ["span", "train", "ratio", "published_ratio", "ratio_vs_published",
                              "ratio_verdict", "ratio_caveats"]
-RATIO_DROP = ["ratio_caveats", "span", "train", "published_ratio", "ratio_vs_published"]
+RATIO_DROP = ["ratio_caveats", "span", "train", "published_ratio", "ratio_vs_published", "threads",
+              "device"]
 DISTURBED_KEYS = ["run", "framework", "data", "profile", "train", "cpu", "load", "why"]
 DISTURBED_DROP = ["load", "cpu", "profile"]
 REPORT_KEYS = list(dict.fromkeys(MEASURED_KEYS + AGAINST_KEYS + RATIO_KEYS + DISTURBED_KEYS))
