@@ -38,7 +38,7 @@ def _verdicts(rep: compare.Report, judgement: reference_rows.Judgement) -> list[
     if len(judged):
         missed = judged[judged["verdict"] == reference_rows.NOT_AS_EXPECTED]
         text = (f"{len(judged)} quick {_jobs(len(judged))} judged: "
-                f"{len(judged) - len(missed)} {reference_rows.AS_EXPECTED}")
+                f"{len(judged) - len(missed)} trained as expected")
         if len(missed):
             text += "; not: " + ", ".join(f"{g.framework} {g.dataset} ({g.diff_points:+.2f} "
                                           f"points)" for g in missed.itertuples())
@@ -78,8 +78,9 @@ def _paper_command(rep: compare.Report, command_results: Path | None) -> list[st
     known = estimate.speeds(rows, estimate.THIS_MACHINE)
     found = estimate.of_jobs(estimate.paper_jobs(models), known)
     command = paper_command(quick, rows, command_results)
-    head = (f"A verdict against the paper: about {estimate.duration(found.seconds)} here"
-            if found.jobs else "A verdict against the paper")
+    head = "For a verdict against the paper (full-length runs)"
+    if found.jobs:
+        head += f", about {estimate.duration(found.seconds)} on this machine"
     if found.missing:
         head += f" (not counted: {', '.join(found.missing)})"
     return _wrap(head + ":") + [f"  {command}"]
