@@ -137,13 +137,15 @@ class Estimate:
     missing: list[str]          # jobs not estimated: no speed measured for their model
 
     def line(self, what: str) -> str:
-        text = f"{what}: about {duration(self.seconds)} on this machine" if self.jobs else \
-            f"{what}: no estimate on this machine"
+        if not self.jobs:
+            return (f"{what}: none (no speed measured for its models, neither in this machine's "
+                    f"rows of the results directory nor in the reference rows)")
         how = ", ".join(f"{n} from {source}" for source, n in self.sources.items())
         if self.missing:
-            how += ("; " if how else "") + (f"{len(self.missing)} not estimated (no speed measured: "
-                                            f"{', '.join(dict.fromkeys(self.missing))})")
-        return text + (f" ({how})" if how else "")
+            named = list(dict.fromkeys(self.missing))
+            how += (f"; {len(self.missing)} not estimated, no speed measured: "
+                    + ", ".join(named[:3]) + (f" and {len(named) - 3} more" if len(named) > 3 else ""))
+        return f"{what}: about {duration(self.seconds)} on this machine ({how})"
 
 
 def of_jobs(jobs, known: dict[tuple, Speed]) -> Estimate:
