@@ -271,6 +271,7 @@ def run(frameworks: Frameworks = None,
         err.print(f"{len(planned.plan.jobs)} job(s)" + (f" in campaign {planned.plan.campaign}"
                                                           if planned.plan.campaign else ""),
                   highlight=False)
+        _estimate(planned.plan.jobs, results)
         return
     done = execute.execute(request, RichDisplay(err, verbose=verbose, on_start=_warn_unstable),
                            lambda line: err.print(line, markup=False, highlight=False), planned)
@@ -282,8 +283,34 @@ def run(frameworks: Frameworks = None,
         return
     err.print(f"{len(done.records) - len(done.not_ok)} ok, {len(done.not_ok)} not ok; "
               f"results in {done.results}")
+    _summarise(done, results)
     if done.not_ok:
         raise typer.Exit(3)
+
+
+def _estimate(jobs, results: Path | None) -> None:
+    """--dry-run's last line: the plan's time on this machine (report/estimate.py)."""
+    from .report import estimate
+
+    try:
+        line = estimate.of_plan(jobs, store.results_dir(results)).line("estimated time")
+    except DlbenchError as exc:
+        line = f"estimated time: none ({exc})"
+    err.print(line, markup=False, highlight=False)
+
+
+def _summarise(done, results: Path | None) -> None:
+    """The lines a run ends with (report/summary.py); the rows are stored whatever they say."""
+    from .report import summary
+
+    try:
+        lines = summary.run_summary(done.results, [r.run_id for r in done.records],
+                                    command_results=results)
+    except DlbenchError as exc:
+        _warn_line(f"no summary of the run: {exc}")
+        return
+    for line in lines:
+        err.print(line, markup=False, highlight=False)
 
 
 WhereOpt = Annotated[list[str], typer.Option(

@@ -7,21 +7,24 @@ from pathlib import Path
 
 from .. import store
 from ..errors import StoreError, UsageError
-from . import compare, select, text
+from . import compare, reference_rows, select, text
 
 
 def make_report(results: Path, fmt: str | None, html_dir: Path | None, tolerance: float | None = None,
                 width: int | None = 80, color_system: str | None = None,
                 where: list[select.Condition] = (), columns: list[str] | None = None,
-                wide: bool = False, exclude_disturbed: bool = False) -> tuple[str | None, Path | None]:
+                wide: bool = False, exclude_disturbed: bool = False,
+                reference: Path | None = None) -> tuple[str | None, Path | None]:
     """The whole `dlbench report`: load, choose, compare, render; returns (text, page written).
-    ``width`` None draws for a file or a pipe (tables whole, nothing wrapped)."""
+    ``width`` None draws for a file or a pipe (tables whole, nothing wrapped).  Quick groups
+    are held against the reference rows (``reference_rows.LOCATION`` unless ``reference``)."""
     tolerance = compare.TOLERANCE_POINTS if tolerance is None else tolerance
     if not 0 <= tolerance <= 100:
         raise UsageError(f"--tolerance {tolerance:g}: a tolerance is 0 points or more, at most 100")
     frame = load(results, where)
     traces = store.load_traces(results) if html_dir is not None else None   # only the page plots them
     rep = compare.build(frame, traces, tolerance, exclude_disturbed=exclude_disturbed)
+    rep.against_reference = reference_rows.judge(rep, reference)
     page = None
     if html_dir is not None:
         from . import html     # matplotlib: imported only for the page

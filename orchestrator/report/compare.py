@@ -141,6 +141,9 @@ class Report:
     reference: Reference
     ratio_tolerance: float = RATIO_TOLERANCE   # training-time ratios, a factor either way
     disturbed_left_out: int = 0   # runs the noise rule marked, left out (--exclude-disturbed)
+    # the quick groups held against dlbench's reference rows (reference_rows.Judgement);
+    # set by report.make_report, None where not asked
+    against_reference: object | None = None
 
     def notes(self) -> list[str]:
         """The report's rules, printed with it."""
@@ -178,7 +181,8 @@ class Report:
             "are reported apart, never averaged together.",
             noise.RULE + (f" {self.disturbed_left_out} disturbed run(s) left out here."
                           if self.disturbed_left_out else ""),
-        ]
+        ] + (self.against_reference.notes() if self.against_reference is not None
+             and len(self.against_reference.groups) else [])
 
 
 def build(frame: pd.DataFrame, traces: pd.DataFrame | None = None,

@@ -17,7 +17,7 @@ from matplotlib.figure import Figure
 from .. import __version__, catalog
 from ..errors import DlbenchError
 from . import compare
-from .views import View, section_views
+from .views import View, reference_lines, section_views
 
 PAGE = "index.html"
 COLOURS = dict(zip(catalog.FRAMEWORKS, ("#d62728", "#ff7f0e", "#1f77b4", "#2ca02c", "#9467bd")))
@@ -73,6 +73,10 @@ def render_page(rep: compare.Report) -> str:
     for section in rep.sections:
         parts.append(f"<h2>Rows from {esc(section.title)}</h2>")
         parts += [_table(view) for view in section_views(rep, section)]
+        heading, lines = reference_lines(rep, section)
+        if lines:
+            parts.append(f"<h3>{esc(heading)}</h3><ul>"
+                         + "".join(f"<li>{esc(line)}</li>" for line in lines) + "</ul>")
         rows = rep.rows[rep.rows["section"] == section.index]
         groups = rep.groups[rep.groups["section"] == section.index]
         for (dataset, device, profile), panel in groups.groupby(["dataset", "device", "profile"],

@@ -26,8 +26,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..errors import UsageError
-from . import ab, compare
-from .views import COMPARISON_KEYS, REPORT_KEYS, View, comparison_view, runs_view, section_views
+from . import ab, compare, reference_rows
+from .views import (COMPARISON_KEYS, REPORT_KEYS, View, comparison_view, reference_lines,
+                    runs_view, section_views)
 
 GAP = 2     # the space between two columns of a table
 
@@ -155,6 +156,11 @@ def report_table(rep: compare.Report, width: int | None = 80, color_system: str 
                 if not view.keys:
                     continue
             draw(console, view, fit=width is not None and not wide, drop=columns is None)
+        heading, lines = reference_lines(rep, section)
+        if lines and columns is None:
+            console.print(f"\n[bold]{escape(heading)}[/bold]")
+            for line in lines:
+                console.print(f"- {line}", markup=False)
     for note in rep.notes():
         console.print(f"- {note}", markup=False)
     return console.file.getvalue()
@@ -175,6 +181,9 @@ def report_markdown(rep: compare.Report) -> str:
                       "|" + "|".join("---:" if i in view.numeric else "---"
                                      for i in range(len(view.columns))) + "|"]
             lines += [_md_row(row) for row in view.rows] + [""]
+        heading, found = reference_lines(rep, section)
+        if found:
+            lines += [f"### {heading}", ""] + [f"- {line}" for line in found] + [""]
     lines += ["## Notes", ""] + [f"- {note}" for note in rep.notes()]
     return "\n".join(lines) + "\n"
 
@@ -197,7 +206,15 @@ LISTS = ["framework_versions", "accuracy_caveats", "ratio_caveats"]   # "; "-joi
 #      ratio_vs_published, ratio_verdict with ratio_caveats, framework_versions.
 #   3  "disturbed_left_out" (runs left out by --exclude-disturbed); a group's "disturbed", its
 #      ok runs the noise rule marks (report/noise.py), counted in its statistics.
+#      Added later, as a key that readers of 3 may ignore: "reference_rows", present only where
+#      the report holds quick groups (their verdicts against dlbench's reference rows).
 JSON_FORMAT_VERSION = 3
+# the quick groups' columns against the reference rows, as the CSV and JSON name them
+REFERENCE_COLUMNS = {"verdict": "reference_verdict", "reference_accuracy_pct": "reference_accuracy_pct",
+                     "diff_points": "reference_diff_points",
+                     "tolerance_points": "reference_tolerance_points",
+                     "reference_train_time_s": "reference_train_time_s",
+                     "speed_ratio": "reference_speed_ratio", "reference_runs": "reference_runs"}
 
 
 def report_frame(rep: compare.Report, join_lists: bool = True) -> pd.DataFrame:
@@ -225,7 +242,31 @@ def report_json(rep: compare.Report) -> str:
         "machines": [dataclasses.asdict(s) | {"title": s.title} for s in rep.sections],
         "groups": json.loads(frame.to_json(orient="records", double_precision=15)),
     }
+    judgement = rep.against_reference
+    if judgement is not None and len(judgement.groups):
+        quick = judgement.groups.assign(section=judgement.groups["group"].map(
+            rep.groups.set_index("group")["section"]))
+        document["reference_rows"] = {
+            "machine": judgement.machine,
+            "tolerance_points": reference_rows.TOLERANCE_POINTS,
+            "spread_factor": reference_rows.SPREAD_FACTOR,
+            "speed_ratio": {str(section): judgement.speed_ratio(part["group"])
+                            for section, part in quick.groupby("section")},
+            "groups": json.loads(quick[["section", "group", "verdict", "accuracy_pct",
+                                        *list(REFERENCE_COLUMNS)[1:], "train_time_s"]].rename(
+                columns=REFERENCE_COLUMNS).to_json(orient="records", double_precision=15)),
+        }
     return json.dumps(document, indent=1, ensure_ascii=False)
+
+
+def _csv(rep: compare.Report) -> str:
+    """The CSV: ``report_frame``, and each quick group's verdict against the reference rows."""
+    frame = report_frame(rep)
+    judgement = rep.against_reference
+    if judgement is not None:
+        frame = frame.merge(judgement.groups[["group", *REFERENCE_COLUMNS]].rename(
+            columns=REFERENCE_COLUMNS), on="group", how="left")
+    return frame.to_csv(index=False)
 
 
 def render_report(rep: compare.Report, fmt: str, width: int | None = 80,
@@ -235,7 +276,7 @@ def render_report(rep: compare.Report, fmt: str, width: int | None = 80,
     if fmt == "md":
         return report_markdown(rep)
     if fmt == "csv":
-        return report_frame(rep).to_csv(index=False)
+        return _csv(rep)
     if fmt == "json":
         return report_json(rep)
     return report_table(rep, width, color_system, columns, wide)

@@ -50,6 +50,36 @@ def section_views(rep: compare.Report, section: compare.Section) -> list[View]:
     return views + ([_disturbed(rows)] if len(rows) else [])
 
 
+def reference_lines(rep: compare.Report, section: compare.Section) -> tuple[str, list[str]]:
+    """A section's quick groups against dlbench's reference rows, one line each, and this
+    machine's speed beside the reference machine's: (heading, lines); no lines where the
+    section has no quick group."""
+    judgement = rep.against_reference
+    if judgement is None:
+        return "", []
+    ids = rep.groups.loc[rep.groups["section"] == section.index, "group"]
+    groups = judgement.groups[judgement.groups["group"].isin(ids)]
+    if not len(groups):
+        return "", []
+    lines = []
+    for g in groups.itertuples():
+        text = f"{g.framework} {g.dataset} {g.device}, {g.settings}: {g.verdict}"
+        if compare.present(g.diff_points):
+            text += (f", {_pct(g.accuracy_pct)}% against {_pct(g.reference_accuracy_pct)}% "
+                     f"({g.diff_points:+.2f} points, within {g.tolerance_points:g} expected)")
+        if compare.present(g.speed_ratio):
+            text += (f"; training time {_ratio(g.speed_ratio)} the reference machine's "
+                     f"({_seconds(g.train_time_s)} s against {_seconds(g.reference_train_time_s)} s)")
+        lines.append(text)
+    ratio = judgement.speed_ratio(ids)
+    if ratio is not None:
+        judged = judgement.judged["group"].isin(ids).sum()
+        lines.append(f"speed: training here takes {_ratio(ratio)} the reference machine's time "
+                     f"(geometric mean over {judged} group(s))")
+    where = judgement.machine or "none ship with this dlbench"
+    return f"Quick runs against dlbench's reference rows ({where})", lines
+
+
 def _setting_cells(g) -> list[str]:
     return [g.framework, g.dataset, g.device, g.profile, g.settings,
             "-" if pd.isna(g.threads) else str(g.threads)]

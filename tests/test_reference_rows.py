@@ -1,0 +1,206 @@
+"""Quick runs against dlbench's reference rows, the end-of-run summary and the estimates.
+
+The rows are the committed Lua Torch7 MNIST quick rows (docs/measurements/): one with two
+epochs, one with one.  Both were measured before the quick defaults changed (train_subset
+5,000 then, 3,500 now; test_subset 0 then, 1,000 now), so as committed they are "changed
+settings"; where a test needs rows of today's defaults it relabels their hyper-parameters
+and says so.  The reference directory is a temporary copy (``reference=``), the shipped one
+(``reference_rows.LOCATION``) being the lead's to fill.  A rule's other side (an accuracy
+that misses, another framework version) is the real row with that one field changed.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import tomllib
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from conftest import dlbench
+from orchestrator import hostinfo, plan, store
+from orchestrator.report import compare, estimate, make_report, reference_rows, summary
+from orchestrator.schema import SCHEMA_VERSION, RunRecord, dumps
+
+REPO = Path(__file__).resolve().parent.parent
+TORCH7 = REPO / "docs" / "measurements" / "2026-11-25-torch7-test-pass"
+TODAY = dumps(compare.defaults("torch", "mnist", "quick"))     # today's quick defaults
+
+
+def committed() -> dict[int, RunRecord]:
+    """The committed rows by their epochs: 1 (the quick defaults of the day) and 2."""
+    rows = [RunRecord(**dict(row, schema_version=SCHEMA_VERSION))
+            for f in store.row_files(TORCH7) for row in pq.read_table(f).to_pylist()]
+    return {len(r.epoch_time_s): r for r in rows}
+
+
+def today(record: RunRecord, **changes) -> RunRecord:
+    """A committed row relabelled with today's quick defaults (and ``changes``)."""
+    return record.model_copy(update={"hyperparameters": TODAY, **changes})
+
+
+def here(record: RunRecord, run_id: str) -> RunRecord:
+    """A row relabelled as measured on this machine, as another run."""
+    return record.model_copy(update={"run_id": run_id, "host_name": socket.gethostname(),
+                                     "host_cpu_model": hostinfo.cpu_model()})
+
+
+def directory(path: Path, *records: RunRecord) -> Path:
+    store.append(path, list(records))
+    return path
+
+
+@pytest.fixture
+def reference(tmp_path) -> Path:
+    """The reference rows: the one-epoch row, relabelled with today's quick defaults."""
+    return directory(tmp_path / "reference", today(committed()[1]))
+
+
+def judged(results: Path, reference: Path) -> reference_rows.Judgement:
+    return reference_rows.judge(compare.build(store.load(results)), reference)
+
+
+def test_the_committed_rows_as_they_are_are_not_comparable_and_say_which_settings(tmp_path):
+    shutil.copytree(TORCH7 / "runs", tmp_path / "reference" / "runs")
+    j = judged(TORCH7, tmp_path / "reference")
+    assert j.machine == "AMD EPYC, 2 CPUs"
+    assert sorted(j.groups["verdict"]) == [
+        "not comparable: changed hyper-parameters (epochs=2, test_subset=0, train_subset=5000)",
+        "not comparable: changed hyper-parameters (test_subset=0, train_subset=5000)"]
+    assert j.judged.empty and j.speed_ratio() is None
+
+
+def test_a_quick_run_of_todays_defaults_trains_as_expected_with_a_speed_ratio(tmp_path, reference):
+    one, two = committed()[1], committed()[2]
+    results = directory(tmp_path / "results", today(two, run_id="two-epochs", host_name="other"))
+    j = judged(results, reference)
+    g = j.groups.iloc[0]
+    assert g["verdict"] == reference_rows.AS_EXPECTED
+    assert g["diff_points"] == pytest.approx(100 * (two.accuracy - one.accuracy))   # +1.16
+    assert g["tolerance_points"] == reference_rows.TOLERANCE_POINTS
+    assert g["speed_ratio"] == pytest.approx(two.train_time_s / one.train_time_s)    # 2.37
+    assert j.speed_ratio() == pytest.approx(two.train_time_s / one.train_time_s)
+
+
+def test_an_accuracy_beyond_the_tolerance_does_not_train_as_expected(tmp_path, reference):
+    one = committed()[1]
+    results = directory(tmp_path / "results", today(one, run_id="broken", accuracy=one.accuracy - 0.0301))
+    g = judged(results, reference).groups.iloc[0]
+    assert g["verdict"] == reference_rows.NOT_AS_EXPECTED
+    assert g["diff_points"] == pytest.approx(-3.01)
+
+
+def test_a_wide_reference_range_widens_the_tolerance(tmp_path):
+    one, two = committed()[1], committed()[2]
+    spread = directory(tmp_path / "reference", today(one), today(two))          # 94.42 and 95.58
+    results = directory(tmp_path / "results", today(one, run_id="low", accuracy=one.accuracy - 0.02))
+    g = judged(results, spread).groups.iloc[0]
+    assert g["tolerance_points"] == pytest.approx(3 * 100 * (two.accuracy - one.accuracy))   # 3.48
+    assert g["verdict"] == reference_rows.AS_EXPECTED       # 2.58 points below the median 95.0
+
+
+@pytest.mark.parametrize("change, reason", [
+    (dict(framework_version="torch7@other"), "torch7@other here, torch7@3e9e141"),
+    (dict(hyperparameters=dumps({**compare.defaults("torch", "mnist", "quick"), "epochs": 2})),
+     "changed hyper-parameters (epochs=2)"),
+    (dict(status="failed", accuracy=None), "no ok run"),
+])
+def test_what_is_not_comparable_says_why(tmp_path, reference, change, reason):
+    results = directory(tmp_path / "results", today(committed()[1], run_id="other", **change))
+    verdict = judged(results, reference).groups.iloc[0]["verdict"]
+    assert verdict.startswith(f"not comparable: {reason}")
+
+
+def test_reference_rows_of_other_settings_or_none_say_so(tmp_path):
+    results = directory(tmp_path / "results", today(committed()[1], run_id="now"))
+    shutil.copytree(TORCH7 / "runs", tmp_path / "stale" / "runs")
+    assert judged(results, tmp_path / "stale").groups.iloc[0]["verdict"] == (
+        "not comparable: the reference rows of torch mnist were measured with other settings "
+        "(epochs=2, test_subset=0, train_subset=5000)")
+    (tmp_path / "empty").mkdir()
+    assert judged(results, tmp_path / "empty").groups.iloc[0]["verdict"] == (
+        "not comparable: no reference rows ship with this dlbench")
+
+
+def test_the_work_of_a_job_is_counted_from_its_settings():
+    paper = estimate.paper_hyperparameters
+    assert estimate.work("torch", "mnist", paper("torch", "mnist")) == (20 * 60_000, 10_000)
+    assert estimate.work("caffe", "cifar10", paper("caffe", "cifar10")) == (5_000 * 100, 10_000)
+    assert estimate.work("torch", "mnist", compare.defaults("torch", "mnist", "quick")) == (3_500, 1_000)
+    assert estimate.work("mxnet", "mnist", compare.defaults("mxnet", "mnist", "quick")) == (200 * 64, 10_000)
+
+
+def test_the_run_ends_with_a_summary_and_the_paper_commands_estimate(tmp_path, reference):
+    two = committed()[2]
+    results = directory(tmp_path / "results", today(two, run_id="two-epochs"))
+    lines = summary.run_summary(results, ["two-epochs"], reference)
+    assert all(len(line) <= 80 for line in lines), lines
+    text = " ".join(" ".join(lines).split())       # the words, however wrapped
+    assert "Against dlbench's reference rows (AMD EPYC, 2 CPUs):" in text
+    assert "1 quick job judged: 1 trained as expected" in text
+    assert f"training here takes {two.train_time_s / committed()[1].train_time_s:.2f}x" in text
+    seconds = 20 * 60_000 / two.train_images_per_s + 10_000 / two.test_images_per_s
+    assert f"about {estimate.duration(seconds)} on this machine" in text
+    assert lines[-1] == "  dlbench run --frameworks torch --datasets mnist"
+    assert "not judged" not in text
+
+    stale = tmp_path / "stale"
+    shutil.copytree(TORCH7 / "runs", stale / "runs")
+    text = " ".join(" ".join(summary.run_summary(results, ["two-epochs"], stale, tmp_path / "r")).split())
+    assert "1 not judged: torch mnist: the reference rows of torch mnist were measured with" in text
+    assert "dlbench run --results " in text and "speed:" not in text
+
+
+def test_the_estimate_prefers_this_machines_rows_then_scales_the_reference(tmp_path):
+    one, two = committed()[1], committed()[2]
+    cifar = dumps(compare.defaults("torch", "cifar10", "quick"))
+    reference = directory(tmp_path / "reference", today(one), today(
+        one, run_id="cifar", dataset="cifar10", model="torch7-cifar10-convnet", hyperparameters=cifar))
+    paper = plan.make_plan(["torch"], None, profile="paper", host_cpus=2).jobs
+    mnist, cifar10 = paper
+    only_reference = estimate.of_plan(paper, tmp_path / "none", reference)
+    assert only_reference.sources == {estimate.REFERENCE: 2}
+    assert only_reference.seconds == pytest.approx(
+        (1_200_000 + 2_250_000) / one.train_images_per_s + 2 * 10_000 / one.test_images_per_s)
+
+    results = directory(tmp_path / "results", here(today(two), "mine"))      # slower here
+    found = estimate.of_plan(paper, results, reference)
+    assert found.sources == {estimate.THIS_MACHINE: 1, estimate.SCALED: 1}
+    factor = one.train_images_per_s / two.train_images_per_s
+    assert found.seconds == pytest.approx(
+        1_200_000 / two.train_images_per_s + 10_000 / two.test_images_per_s
+        + factor * (2_250_000 / one.train_images_per_s + 10_000 / one.test_images_per_s))
+    assert "about" in found.line("estimated time") and "1 from this machine's rows" in found.line("x")
+
+
+def test_dry_run_prints_the_plans_estimated_time(tmp_path):
+    args = ["run", "--dry-run", "--frameworks", "torch", "--datasets", "mnist"]
+    proc = dlbench(*args, "--results", tmp_path / "none", check=True)
+    assert proc.stderr.strip().splitlines()[-1].startswith("estimated time: ")
+    results = directory(tmp_path / "results", here(today(committed()[1]), "mine"))
+    proc = dlbench(*args, "--profile", "quick", "--results", results, check=True)
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("estimated time: about ") and "(1 from this machine's rows)" in last
+
+
+def test_the_report_shows_quick_groups_against_the_reference_rows(tmp_path, reference):
+    results = directory(tmp_path / "results", today(committed()[2], run_id="two-epochs"))
+    md, _ = make_report(results, "md", None, reference=reference)
+    assert "### Quick runs against dlbench's reference rows (AMD EPYC, 2 CPUs)" in md
+    assert "- torch mnist cpu, own defaults: trains as expected, 95.58% against 94.42%" in md
+    assert "not comparable: quick profile" in md            # the paper's verdicts, unchanged
+    table, _ = make_report(results, "table", None, reference=reference)
+    assert "trains as expected" in " ".join(table.split())
+    document = __import__("json").loads(make_report(results, "json", None, reference=reference)[0])
+    assert document["format_version"] == 3
+    assert document["reference_rows"]["groups"][0]["reference_verdict"] == "trains as expected"
+    csv, _ = make_report(results, "csv", None, reference=reference)
+    assert "reference_verdict" in csv.splitlines()[0] and "trains as expected" in csv
+
+
+def test_the_reference_rows_ship_in_the_package():
+    data = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    assert "reference/quick/runs/*.parquet" in data["orchestrator.report"]
+    assert reference_rows.LOCATION == REPO / "orchestrator" / "report" / "reference" / "quick"
