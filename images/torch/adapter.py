@@ -62,7 +62,8 @@ class Adapter:
     # -- setup: the data as the script's .t7 files hold it, then th up to its first train()
     def setup(self):
         self.work = os.environ.get("DLBENCH_TORCH7_WORK") or _tmpdir()
-        arrays = self.ctx.load_data()
+        # whole: the script's files hold every image, and it takes its first N itself
+        arrays = self.ctx.load_data(cut=False)
         files = (self._mnist_files if self.ctx.dataset == "mnist" else self._cifar_files)(arrays)
         config = {"files": files, "epochs": self.hp["epochs"]}
         if self.ctx.gpu is not None:
@@ -70,7 +71,7 @@ class Adapter:
                 raise ValueError("device %r: this image's Lua Torch7 is a CPU build, without "
                                  "cutorch and cunn" % self.ctx.device)
             config["gpu"] = self.ctx.gpu    # checked by cutorch
-        for key in ("train_subset", "test_subset"):    # the arrays are cut already (load_data)
+        for key in ("train_subset", "test_subset"):    # the script's trsize, tesize, ...
             if self.hp[key]:            # absent, not null: cjson's null is true in Lua
                 config[key] = self.hp[key]
         config_path = os.path.join(self.work, "dlbench-config.json")

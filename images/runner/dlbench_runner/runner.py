@@ -116,18 +116,22 @@ class Context:
         self.synchronize()
         return time.perf_counter()
 
-    def load_data(self):
+    def load_data(self, cut=True):
         """The data set's arrays; a model whose settings hold ``train_subset`` or
-        ``test_subset`` N > 0 gets the first N images of that split (the quick profile's
-        sizes; the Torch scripts' own non-full mode)."""
+        ``test_subset`` N > 0 trains or tests on the first N images of that split (the quick
+        profile's sizes; the Torch scripts' own non-full mode).  ``cut``: the arrays hold
+        only those; else they are whole, for a program that takes the first N itself."""
         arrays = data.load(self.dataset, self.data_dir)
+        samples = {}
         for split in ("train", "test"):
+            samples[split] = len(arrays[split + "_labels"])
             subset = self.hp.get(split + "_subset") or 0
-            if subset:
-                arrays[split + "_images"] = arrays[split + "_images"][:subset]
-                arrays[split + "_labels"] = arrays[split + "_labels"][:subset]
-        self.train_samples = len(arrays["train_labels"])
-        self.test_samples = len(arrays["test_labels"])
+            if subset and subset < samples[split]:
+                samples[split] = subset
+                if cut:
+                    arrays[split + "_images"] = arrays[split + "_images"][:subset]
+                    arrays[split + "_labels"] = arrays[split + "_labels"][:subset]
+        self.train_samples, self.test_samples = samples["train"], samples["test"]
         return arrays
 
     def epoch_start(self):
