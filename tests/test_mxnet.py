@@ -266,7 +266,8 @@ def test_resnet110_on_cifar10(quick_results):
     row = quick_results["cifar10"]
     assert row.model == "mxnet-resnet110"
     assert row.param_count == RESNET110_PARAMS == 1730784
-    assert row.accuracy > 0.15           # well above chance (10%), after a few dozen batches
+    # above chance (10%) by over 3 standard errors of 1,000 test images, after 50 batches
+    assert row.accuracy > 0.13
     hp = json.loads(row.hyperparameters)
     assert (hp["num_layers"], hp["image_shape"], hp["batch_size"]) == (110, "3,28,28", 128)
     assert row.train_samples == 50000 and len(row.epoch_loss) == 1

@@ -38,7 +38,7 @@ def test_quick_cifar_run_learns_and_counts_only_connected_weights(quick_row):
     row = quick_row
     assert (row.framework, row.dataset, row.profile, row.status) == ("pytorch", "cifar10", "quick", "ok")
     assert row.model == "torch7-cifar10-convnet"
-    assert row.accuracy > 0.15                  # well above chance, on a few hundred images
+    assert row.accuracy >= 0.20                 # twice chance
     assert row.param_count == CIFAR_PARAMS == 846890
     quick = quick_profile("pytorch", "cifar10")
     assert (row.train_samples, row.test_samples) == (quick["train_subset"], quick["test_subset"])
