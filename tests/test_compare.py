@@ -124,8 +124,8 @@ def test_runs_started_under_load_are_marked_with_the_load(tmp_path):
     groups = report_json(TORCH7)["groups"]
     assert [g["disturbed"] for g in groups] == [1, 1]
     markdown = dlbench("report", "--results", TORCH7, "--format", "md", check=True).stdout
-    assert "load 2.99 at start, 2 of 2 CPUs used" in markdown
-    assert "load 4.11 at start, 2 of 2 CPUs used" in markdown
+    assert "load 2.99 at start on 2 CPUs" in markdown
+    assert "load 4.11 at start on 2 CPUs" in markdown
     one_line_error(dlbench("report", "--results", TORCH7, "--exclude-disturbed"),
                    r"every chosen run is disturbed")
 

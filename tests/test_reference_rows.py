@@ -19,7 +19,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import dlbench
+from conftest import dlbench, make_plan
 from orchestrator import hostinfo, plan, store
 from orchestrator.report import compare, estimate, make_report, reference_rows, summary
 from orchestrator.schema import SCHEMA_VERSION, RunRecord, dumps
@@ -158,7 +158,7 @@ def test_the_estimate_prefers_this_machines_rows_then_scales_the_reference(tmp_p
     cifar = dumps(compare.defaults("torch", "cifar10", "quick"))
     reference = directory(tmp_path / "reference", today(one), today(
         one, run_id="cifar", dataset="cifar10", model="torch7-cifar10-convnet", hyperparameters=cifar))
-    paper = plan.make_plan(["torch"], None, profile="paper", host_cpus=2).jobs
+    paper = make_plan(["torch"], None, profile="paper", host_cpus=2).jobs
     mnist, cifar10 = paper
     only_reference = estimate.of_plan(paper, tmp_path / "none", reference)
     assert only_reference.sources == {estimate.REFERENCE: 2}

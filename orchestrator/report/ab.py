@@ -5,9 +5,10 @@ Rules, stated once here and printed with every comparison (``Comparison.notes``)
   (``framework_version=2.20.0``, as ``--where`` takes it) or a campaign's name there; the
   filters ``--where``, ``--framework``, ``--dataset`` hold on both sides.
 - A group is one job definition as the report groups it (framework, data set, model,
-  device, profile, settings, threads).  Within a side, rows of another machine, image or
-  framework version are another group, never merged; a group of A is compared with each
-  group of B of the same definition (a new version against the old is the point).
+  device, profile, settings).  Within a side, rows of another thread count, machine, image
+  or framework version are another group, never merged; a group of A is compared with the
+  group of B of the same definition and thread count, or, where B has none of that thread
+  count, with each of B's (a new version against the old, or 1 CPU against 2, is the point).
 - Only ok runs count, those the noise rule marks too unless ``--exclude-disturbed``.
 - Per pair: the two medians of the metric; their ratio B ÷ A with a bootstrap confidence
   interval (``RESAMPLES`` resamples of each side, percentiles, seeded: the same rows give the
@@ -42,8 +43,8 @@ EXIT_SLOWER = 4
 METRICS = {"train_time_s": ("train_time_s", 1.0, "s", "lower"),
            "test_time_s": ("test_time_s", 1.0, "s", "lower"),
            "accuracy": ("accuracy", 100.0, "%", "higher")}
-KEYS = ["framework", "dataset", "model", "device", "profile", "settings", "threads"]
-SPLIT = ["host_name", "image_id", "framework_version"]
+KEYS = ["framework", "dataset", "model", "device", "profile", "settings"]
+SPLIT = ["threads", "host_name", "image_id", "framework_version"]
 FASTER, SLOWER, HIGHER, LOWER = "faster", "slower", "higher", "lower"
 SAME, TOO_FEW = "no significant difference", "too few runs"
 
@@ -78,8 +79,9 @@ class Comparison:
             f"A: {self.a.what}; B: {self.b.what}. Metric {self.metric} over the ok runs "
             f"({'disturbed runs left out' if self.exclude_disturbed else 'disturbed runs counted'}); "
             f"B ÷ A above 1 means B's is {'longer' if better == 'lower' else 'higher'}.",
-            f"A group is one job definition; within a side, rows of another machine, image or "
-            f"framework version are another group, compared with each group of the other side.",
+            f"A group is one job definition; within a side, rows of another thread count, "
+            f"machine, image or framework version are another group, compared with the other "
+            f"side's group of the same thread count, else with each of its groups.",
             f"Verdict: a two-sided Mann-Whitney U test, significant where p < {ALPHA:g}; "
             f"\"{TOO_FEW}\" where the runs could not show a difference however far apart "
             f"(under 4 a side). The interval: {CONFIDENCE:.0%} bootstrap percentiles of the ratio "
@@ -138,8 +140,11 @@ def build(a: Side, b: Side, metric: str = "train_time_s", exclude_disturbed: boo
     records = []
     for key in dict.fromkeys(list(parts["a"]) + list(parts["b"])):
         mine, theirs = parts["a"].get(key, []), parts["b"].get(key, [])
-        pairs = [(x, y) for x in mine for y in theirs] or [(x, None) for x in mine] or \
-            [(None, y) for y in theirs]
+        pairs = [(x, y) for x in mine for y in theirs
+                 if x[0]["threads"] == y[0]["threads"]
+                 or not any(z[0]["threads"] == x[0]["threads"] for z in theirs)
+                 and not any(z[0]["threads"] == y[0]["threads"] for z in mine)]
+        pairs = pairs or [(x, None) for x in mine] or [(None, y) for y in theirs]
         for x, y in pairs:
             records.append(dict(zip(KEYS, key)) | _pair(x, y, metric))
     columns = KEYS + ["a_split", "b_split", "a_median", "b_median", "a_runs", "b_runs",
@@ -152,7 +157,7 @@ def build(a: Side, b: Side, metric: str = "train_time_s", exclude_disturbed: boo
 def _subgroups(rows: pd.DataFrame, metric: str, exclude_disturbed: bool) -> dict:
     """Definition -> [(its split: machine, image, version), the ok values, disturbed ones]."""
     column, scale, _, _ = METRICS[metric]
-    rows = rows.assign(disturbed=noise.reasons(rows, KEYS))
+    rows = rows.assign(disturbed=noise.reasons(rows, KEYS + ["threads"]))
     ok = rows[(rows["status"] == "ok") & pd.to_numeric(rows[column], errors="coerce").notna()]
     if exclude_disturbed:
         ok = ok[ok["disturbed"] == ""]

@@ -2,9 +2,11 @@
 
 The rule, stated once here and printed with every report that marks a run (``RULE``):
 an ok run is *disturbed* when
-- load: the 1-minute load average when ``dlbench run`` started (``host_load_avg``), plus
-  the CPUs the job could use (``cpus``, else all of the host's), is more than the host's
-  CPUs + ``LOAD_MARGIN``: other work held CPUs the job needed; or, among the ok runs of its
+- load: the 1-minute load average when ``dlbench run`` started (``host_load_avg``) is more
+  than the host's CPUs + ``LOAD_MARGIN``: more work than CPUs was running as it started.
+  (Not less: a job that has just ended leaves up to its threads in the load average for a
+  minute or two, so runs started one after another would all count as disturbed.)  Or,
+  among the ok runs of its
   group (one job definition on one machine, image and framework version) when the group
   has two or more,
 - CPU use: its mean CPU use (``cpu_percent_mean``) is under ``CPU_SHARE`` of that of the
@@ -26,8 +28,7 @@ SPREAD = 1.5
 SPLIT = ["host_name", "host_cpu_model", "image_id", "framework_version"]
 
 RULE = (f"Disturbed runs: an ok run is marked disturbed when the load average at the start of "
-        f"dlbench run plus the CPUs the job could use exceeds the host's CPUs by more than "
-        f"{LOAD_MARGIN:g} (load), or, in a group of two or more ok runs (one job on one machine, "
+        f"dlbench run exceeds the host's CPUs by more than {LOAD_MARGIN:g} (load), or, in a group of two or more ok runs (one job on one machine, "
         f"image and framework version), when its mean CPU use is under {CPU_SHARE:.0%} of the "
         f"group's fastest run's (CPU use) or its training time is more than {SPREAD:g}× the "
         f"fastest's (spread). --exclude-disturbed leaves them out.")
@@ -42,9 +43,8 @@ def reasons(rows: pd.DataFrame, keys: list[str]) -> pd.Series:
         load, host = _number(row, "host_load_avg"), _number(row, "host_cpus")
         if load is None or host is None:
             continue
-        allowance = min(_number(row, "cpus") or host, host)
-        if load + allowance > host + LOAD_MARGIN:
-            found[row.Index].append(f"load {load:.2f} at start, {allowance:g} of {host:g} CPUs used")
+        if load > host + LOAD_MARGIN:
+            found[row.Index].append(f"load {load:.2f} at start on {host:g} CPUs")
     columns = [k for k in keys + SPLIT if k in rows.columns]
     for _, group in ok.groupby(columns, sort=False, dropna=False):
         timed = group[pd.to_numeric(group["train_time_s"], errors="coerce").notna()]

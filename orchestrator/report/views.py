@@ -292,8 +292,9 @@ def comparison_view(cmp) -> View:
                "B runs", "framework version A / B", "image A / B", "machine A / B"]
     rows = []
     for g in cmp.groups.itertuples():
-        group = f"{g.framework} {g.dataset} {g.device} {g.profile}, {g.settings}" + (
-            "" if pd.isna(g.threads) else f", {g.threads} threads")
+        threads = _pair_of(g.a_split, g.b_split, "threads")
+        group = f"{g.framework} {g.dataset} {g.device} {g.profile}, {g.settings}, " + (
+            f"threads {threads}" if "/" in threads else f"{threads} threads")
         ratio = "-" if not compare.present(g.ratio) else _ratio(g.ratio) + (
             f" [{_ratio(g.ratio_low)}–{_ratio(g.ratio_high)}]" if compare.present(g.ratio_low) else "")
         rows.append([group, _num(g.a_median, fmt), _num(g.b_median, fmt), ratio,
