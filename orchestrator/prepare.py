@@ -33,7 +33,11 @@ class Prepared:
 
 def resolve(plan: Plan, runtime: Runtime) -> Targets:
     """The image stage: the target of each (framework, variant) the plan's jobs run in (a
-    job planned unsupported runs in none)."""
+    job planned unsupported runs in none); a runtime that resolves several at once (the
+    Docker runtime builds missing images side by side) is given them all."""
+    several = getattr(runtime, "targets", None)
+    if several is not None:
+        return several(list(plan.images))
     return {(framework, variant): runtime.target(framework, variant)
             for framework, variant in plan.images}
 

@@ -76,7 +76,8 @@ class DockerRuntime:
         for short_id in remove_stale(self.client):
             display.say(f"removed container {short_id} left by an interrupted run")
         self.owner = owners.current()
-        self.builder = build.Builder(self.client, build_options, say=display.say)
+        self.builder = build.Builder(self.client, build_options, say=display.say,
+                                     on_step=getattr(display, "build_step", None))
         self.default_memory = default_memory(self.client)
         self.running = Running(lambda container: _kill(container, threading.Event()))
 
@@ -88,6 +89,15 @@ class DockerRuntime:
         tag = build.image_tag(framework, variant)
         image = self.builder.framework(framework, variant=variant)   # reused when nothing changed
         return Target(tag, image.id, image_unsupported(image, tag))
+
+    def targets(self, images: list[tuple[str, str]]) -> dict[tuple[str, str], Target]:
+        """``target`` of each (framework, variant), the missing images built side by side
+        (``build.DEFAULT_JOBS`` at once), as ``dlbench build-images`` builds them."""
+        if not images:
+            return {}
+        found = dict(build.build_images(self.builder, dict.fromkeys(images)))
+        return {(fw, v): Target(tag, found[tag].id, image_unsupported(found[tag], tag))
+                for fw, v in images for tag in [build.image_tag(fw, v)]}
 
     def unsupported(self, target: Target, job: Job) -> str | None:
         return target.reason
