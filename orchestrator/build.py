@@ -122,6 +122,7 @@ class Builder:
         self.log_dir = log_dir
         self.sources_dir = options.sources_dir
         self._built = {}   # tag -> image, built or checked by this builder
+        self._sources_ready = set()    # (framework, variant) whose archives were checked
 
     # -- stage 1: the root file system ------------------------------------------
     def root(self, rebuild: bool = False):
@@ -207,7 +208,10 @@ class Builder:
     def prepare_sources(self, images, rebuild: bool = False) -> None:
         """Before any build: the pinned source archives of those of the images that must be
         built, verified (fetched if need be); a present image of the same pins needs none."""
-        sources.prepare_for(self.to_build(images, rebuild), self.sources_dir)
+        images = [key for key in images if key not in self._sources_ready]
+        if images:      # `dlbench run` checks them before anything is written, then builds
+            sources.prepare_for(self.to_build(images, rebuild), self.sources_dir)
+            self._sources_ready.update(images)
 
     def _base_inputs(self, root):
         files = {"Dockerfile": catalog.images_dir() / "base" / "Dockerfile",
