@@ -159,8 +159,9 @@ class WithoutTheGpu(docker_runtime.DockerRuntime):
     """The real Docker runtime, but a GPU job runs in the CPU image on the CPU (its CPU set
     and everything else as planned): the stand-in for a GPU this host does not have."""
 
-    def target(self, framework, variant):
-        return super().target(framework, "cpu")
+    def targets(self, images):
+        on_cpu = super().targets(sorted({(framework, "cpu") for framework, _ in images}))
+        return {(framework, variant): on_cpu[framework, "cpu"] for framework, variant in images}
 
     def run(self, job, target, run_id, job_id, job_dir, dataset_path, display):
         on_cpu = job.model_copy(update={"gpu": None})

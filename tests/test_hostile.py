@@ -263,8 +263,9 @@ def hostile_image(arena):
 def run_hostile(monkeypatch, image, results, data_root, seed, repeats=1, during=None):
     """Run the hostile image as the jobs of a small plan, in a thread (a hang fails the test)."""
     tag, found = image
-    monkeypatch.setattr(docker_runtime.DockerRuntime, "target",
-                        lambda self, framework, variant: docker_runtime.Target(tag, found.id, None))
+    monkeypatch.setattr(docker_runtime.DockerRuntime, "targets",
+                        lambda self, images: {i: docker_runtime.Target(tag, found.id, None)
+                                              for i in images})
     plan = campaign.read(None, RunOptions(
         frameworks=["caffe"], datasets=["mnist"], profiles=["quick"], threads=[1],
         seed=seed, repeats=repeats)).plan

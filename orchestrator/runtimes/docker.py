@@ -85,14 +85,13 @@ class DockerRuntime:
         return hostinfo.host_facts(self.client.version().get("Version"))
 
     def target(self, framework: str, variant: str) -> Target:
-        # a variant the framework lacks never gets here: its jobs were planned unsupported
-        tag = build.image_tag(framework, variant)
-        image = self.builder.framework(framework, variant=variant)   # reused when nothing changed
-        return Target(tag, image.id, image_unsupported(image, tag))
+        return self.targets([(framework, variant)])[(framework, variant)]
 
     def targets(self, images: list[tuple[str, str]]) -> dict[tuple[str, str], Target]:
-        """``target`` of each (framework, variant), the missing images built side by side
-        (``build.DEFAULT_JOBS`` at once), as ``dlbench build-images`` builds them."""
+        """The target of each (framework, variant), the missing images built side by side
+        (``build.DEFAULT_JOBS`` at once), as ``dlbench build-images`` builds them; an image
+        is reused when nothing in its context changed.  A variant the framework lacks never
+        gets here: its jobs were planned unsupported."""
         if not images:
             return {}
         found = dict(build.build_images(self.builder, dict.fromkeys(images)))
