@@ -132,7 +132,7 @@ def main():
     parser = argparse.ArgumentParser(description="dlbench's own overhead, measured.")
     parser.add_argument("--data-dir", type=Path, default=os.environ.get("DLBENCH_DATA_DIR"),
                         help="data sets in the canonical layout (default: $DLBENCH_DATA_DIR)")
-    parser.add_argument("--frameworks", default=",".join(catalog.FRAMEWORKS))
+    parser.add_argument("--frameworks", default=",".join(catalog.STUDY_ORDER))
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--cpus", type=int, default=os.cpu_count())
     parser.add_argument("--native-python", help="a Python with the frameworks, for way (d)")
@@ -142,7 +142,7 @@ def main():
     if args.rounds < 1 or not 1 <= args.cpus <= (os.cpu_count() or 1):
         fail("--rounds must be >= 1 and --cpus between 1 and this host's CPUs")
     frameworks = [f.strip() for f in args.frameworks.split(",") if f.strip()]
-    if unknown := [f for f in frameworks if f not in catalog.FRAMEWORKS]:
+    if unknown := [f for f in frameworks if f not in catalog.names()]:
         fail(f"unknown framework(s): {', '.join(unknown)}")
     try:
         datasets.verify("mnist", args.data_dir)

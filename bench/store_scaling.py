@@ -72,7 +72,7 @@ def make_job(rng: random.Random, index: int, samples: int):
     from orchestrator.report import compare
     from orchestrator.schema import RunRecord, dumps
 
-    fw, ds = rng.choice(catalog.FRAMEWORKS), rng.choice(catalog.DATASETS)
+    fw, ds = rng.choice(catalog.STUDY_ORDER), rng.choice(catalog.DATASETS)
     profile, threads = rng.choice(("paper", "quick", "quick")), rng.choice((None, 1, 2))
     models = catalog.models(fw)
     hp = compare.defaults(fw, ds, profile)          # the framework's models.json values

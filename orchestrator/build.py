@@ -4,6 +4,9 @@
    debootstrap from Debian's mirror and imported, or a pulled debian image.
 2. base  ``dlbench/base:<suite>``: Python 3 and the host's CA bundle.
 3. ``dlbench/<framework>:<variant>``: the framework, the shared runner, the adapter.
+   Its build context holds the variant's Dockerfile, the runner under
+   ``runner/dlbench_runner/`` and the framework directory's other files (not its
+   sub-folders) under ``<framework>/``, for any framework ``catalog`` finds.
    Variant ``cpu`` is built from the framework's ``Dockerfile``; ``gpu`` from its
    ``Dockerfile.gpu`` (CUDA builds from the package index), where there is one.
    The framework's models.json says, under ``variants``, each variant's version,
@@ -220,12 +223,12 @@ class Builder:
         return base_tag(self.suite), files, {"ROOT_IMAGE": root.id}, labels
 
     def _framework_inputs(self, framework: str, variant: str, base):
-        images = catalog.images_dir()
-        fw_dir = images / framework
+        # The context: the variant's Dockerfile, the shared runner and the framework's own
+        # files under <framework>/, wherever its directory is (catalog.frameworks).
         files = {"Dockerfile": catalog.dockerfile(framework, variant)}
-        for path in sorted((images / "runner" / "dlbench_runner").glob("*.py")):
+        for path in sorted((catalog.images_dir() / "runner" / "dlbench_runner").glob("*.py")):
             files[f"runner/dlbench_runner/{path.name}"] = path
-        for path in sorted(fw_dir.iterdir()):
+        for path in sorted(catalog.framework_dir(framework).iterdir()):
             if path.is_file() and not path.name.startswith("Dockerfile"):
                 files[f"{framework}/{path.name}"] = path
         info = catalog.variant_info(framework, variant)

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import bisect
 import datetime as dt
+import functools
 import json
 import re
 import sys
@@ -75,7 +76,7 @@ def _values(value) -> list:
     for item in values:
         if isinstance(item, dict):
             raise ValueError("a table here must be named after a framework "
-                             f"({', '.join(catalog.FRAMEWORKS)})")
+                             f"({', '.join(catalog.names())})")
         if not isinstance(item, (bool, int, float, str)) or isinstance(item, (dt.date, dt.time)):
             raise ValueError(f"{item!r}: a hyper-parameter is a number, a string or a boolean")
     return values
@@ -90,18 +91,11 @@ class FileLimits(BaseModel):
     timeout: Optional[float] = None
 
 
-# ``[limits.FRAMEWORK]`` and ``[hyperparameters.FRAMEWORK]``: a table for each framework.
-CampaignLimits = create_model("CampaignLimits", __base__=FileLimits,
-                              **{fw: (Optional[FileLimits], None) for fw in catalog.FRAMEWORKS})
-
-
-class _Hyperparameters(BaseModel):
+class Hyperparameters(BaseModel):
+    """``[hyperparameters]``: every framework's (the extra keys), and a table for each
+    framework (the fields ``file_model`` adds)."""
     model_config = ConfigDict(extra="allow")
     __pydantic_extra__: dict[str, Values]
-
-
-Hyperparameters = create_model("Hyperparameters", __base__=_Hyperparameters,
-                               **{fw: (dict[str, Values], {}) for fw in catalog.FRAMEWORKS})
 
 
 class SlurmTable(BaseModel):
@@ -130,8 +124,8 @@ class CampaignFile(BaseModel):
     seed: Optional[StrictInt] = None        # None: each model's own (1 unless models.json says)
     settings_from: list[Annotated[Optional[str], PlainValidator(settings_source)]] = Field(
         [None], min_length=1)
-    hyperparameters: Hyperparameters = Hyperparameters()
-    limits: CampaignLimits = CampaignLimits()
+    hyperparameters: Hyperparameters = Hyperparameters()     # their tables for each framework:
+    limits: FileLimits = FileLimits()                         # the subclass ``file_model`` makes
     scheduler: Optional[Literal[SCHEDULERS]] = None     # where it runs (default: local)
     slurm: SlurmTable = SlurmTable()
 
@@ -149,16 +143,28 @@ class CampaignFile(BaseModel):
 
     def axes(self) -> Axes:
         hp = self.hyperparameters
-        limits = {fw: Limits(**getattr(self.limits, fw).model_dump())
-                  for fw in catalog.FRAMEWORKS if getattr(self.limits, fw) is not None}
+        limits = {fw: Limits(**value.model_dump()) for fw, value in self.limits
+                  if fw not in FileLimits.model_fields and value is not None}
         return Axes(campaign=self.name, frameworks=self.frameworks, datasets=self.datasets,
                     profiles=self.profiles, hyperparameters=dict(hp.__pydantic_extra__ or {}),
-                    framework_hyperparameters={fw: getattr(hp, fw) for fw in catalog.FRAMEWORKS
-                                               if getattr(hp, fw)},
+                    framework_hyperparameters={fw: value for fw, value in hp
+                                               if fw in type(hp).model_fields and value},
                     threads=self.threads or [None], devices=self.devices, variant=self.variant,
                     repeats=self.repeats, seed=self.seed, settings_from=self.settings_from,
                     limits=Limits(memory=self.limits.memory, timeout=self.limits.timeout),
                     framework_limits=limits)
+
+
+@functools.cache
+def file_model(frameworks: tuple[str, ...]) -> type[CampaignFile]:
+    """The campaign file's schema where these are the frameworks: a ``[limits.FRAMEWORK]``
+    and a ``[hyperparameters.FRAMEWORK]`` table for each."""
+    limits = create_model("CampaignLimits", __base__=FileLimits,
+                          **{fw: (Optional[FileLimits], None) for fw in frameworks})
+    hyperparameters = create_model("FrameworkHyperparameters", __base__=Hyperparameters,
+                                   **{fw: (dict[str, Values], {}) for fw in frameworks})
+    return create_model("CampaignFile", __base__=CampaignFile,
+                        hyperparameters=(hyperparameters, hyperparameters()), limits=(limits, limits()))
 
 
 # -- reading a file, errors pointing at its lines --------------------------------------------
@@ -394,7 +400,7 @@ def validate(document: dict) -> tuple[CampaignFile | None, list[tuple[tuple, str
     one; with problems, the file less the keys they name (None where that cannot be made),
     so that its other values can be checked too."""
     try:
-        return CampaignFile.model_validate(document), []
+        return file_model(tuple(catalog.names())).model_validate(document), []
     except ValidationError as exc:
         errors = exc.errors(include_url=False)
     problems = [(tuple(error["loc"]), _message(error)) for error in errors]
@@ -409,7 +415,7 @@ def validate(document: dict) -> tuple[CampaignFile | None, list[tuple[tuple, str
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecatedName)     # said once, the first time
-            return CampaignFile.model_validate(rest), problems
+            return file_model(tuple(catalog.names())).model_validate(rest), problems
     except ValidationError:
         return None, problems
 

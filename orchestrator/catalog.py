@@ -1,39 +1,224 @@
-"""What each framework offers: its image directory and its models.json.
+"""Where frameworks come from, and what each offers.
 
-The five frameworks of the study are fixed; a framework is available once its
-directory under images/ holds a Dockerfile, an adapter and a models.json.
+A framework is a directory: its ``Dockerfile`` (and ``Dockerfile.gpu`` where it has a GPU
+image), its ``adapter.py`` (the runner's adapter contract) and its ``models.json`` (its
+models and their default hyper-parameters); any other file beside them goes into its
+image's build context too.  ``frameworks()`` finds them, the only place that does, in two
+ways:
+
+1. Entry points of the group ``dlbench.frameworks``: the entry point's name is the
+   framework's, its value ``package`` (the package's own folder is the framework's
+   directory) or ``package:folder`` (a folder inside it).  dlbench's own six are
+   registered so in its pyproject.toml, from the package ``dlbench_images``.
+2. ``DLBENCH_FRAMEWORKS_PATH``, directories separated by ``os.pathsep``: an entry that
+   holds a ``models.json`` is one framework's directory; any other is a folder of
+   them, each of its sub-folders (but those whose names begin with ``.`` or ``_``) one.
+
+A framework's name is its models.json's ``framework``.  Every directory found is checked
+before anything uses it: a name given twice (by two directories), a missing file or a
+models.json that breaks the contract is one ``FrameworkError`` line naming the path.
+The study's frameworks come in the study's order (``STUDY_ORDER``), any others after
+them, sorted by name.
 """
 
+from __future__ import annotations
+
+import dataclasses
 import functools
+import importlib.metadata
 import importlib.resources
+import json
+import os
+import re
+import sys
 from pathlib import Path
 
 from dlbench_runner import contract
 
-from .errors import UsageError
+from . import files
+from .errors import FrameworkError, UsageError
 
-FRAMEWORKS = ("caffe", "tensorflow", "torch", "pytorch", "mxnet", "theano")
+ENTRY_POINTS = "dlbench.frameworks"
+PATH_VARIABLE = "DLBENCH_FRAMEWORKS_PATH"
+STUDY_ORDER = ("caffe", "tensorflow", "torch", "pytorch", "mxnet", "theano")
 DATASETS = ("mnist", "cifar10")
 PROFILES = contract.PROFILES
+REQUIRED_FILES = ("Dockerfile", "adapter.py", "models.json")
+# A name is an image's name (dlbench/NAME:cpu), a folder of its build context and a key of
+# a campaign file's tables; the base images' names and the runner's folder are taken.
+NAME = re.compile(r"[a-z][a-z0-9_]{0,39}")
+RESERVED = ("base", "root", "runner")
+MAX_MODELS_JSON = 1 << 20
 
 
-def images_dir() -> Path:
-    return Path(str(importlib.resources.files("dlbench_images")))
+@dataclasses.dataclass(frozen=True)
+class Framework:
+    name: str
+    directory: Path         # absolute
+    origin: str             # where it was found, in words: an entry point or the path variable
+    models: dict            # its models.json, checked
+
+
+def frameworks() -> dict[str, Framework]:
+    """Every framework found, by name: the study's in its order, then the others sorted;
+    raises FrameworkError for the first directory that is not a complete framework."""
+    return _discover(os.environ.get(PATH_VARIABLE, ""), tuple(sys.path))
+
+
+def names() -> list[str]:
+    return list(frameworks())
 
 
 def framework_dir(framework: str) -> Path:
-    return images_dir() / framework
+    return _get(framework).directory
 
 
-def available() -> list[str]:
-    """Frameworks whose image directory is complete, in the study's order."""
-    return [fw for fw in FRAMEWORKS
-            if all((framework_dir(fw) / f).is_file() for f in ("Dockerfile", "adapter.py", "models.json"))]
-
-
-@functools.lru_cache(maxsize=None)
 def models(framework: str) -> dict:
-    return contract.load_catalog(str(framework_dir(framework)))
+    """The framework's models.json (one dict for as long as the frameworks found stay the same)."""
+    return _get(framework).models
+
+
+def _get(framework: str) -> Framework:
+    found = frameworks()
+    if framework not in found:
+        raise UsageError(f"unknown framework {framework!r} (choose from {', '.join(found)})")
+    return found[framework]
+
+
+def images_dir() -> Path:
+    """dlbench's own image folder: the base image's Dockerfile, the runner, the built-in frameworks."""
+    return Path(str(importlib.resources.files("dlbench_images")))
+
+
+@functools.lru_cache(maxsize=8)
+def _discover(path_variable: str, sys_path: tuple) -> dict[str, Framework]:
+    found: dict[str, Framework] = {}
+    for directory, origin, name in _entry_point_dirs() + _path_dirs(path_variable):
+        framework = _load(directory, origin)
+        if name is not None and name != framework.name:
+            raise FrameworkError(f"{directory / 'models.json'}: framework is {framework.name!r}, "
+                                 f"but {origin} names it {name!r}")
+        other = found.get(framework.name)
+        if other is not None and other.directory != framework.directory:
+            raise FrameworkError(f"framework {framework.name!r} is found twice: {other.directory} "
+                                 f"({other.origin}) and {framework.directory} ({origin})")
+        found.setdefault(framework.name, framework)
+    order = {name: i for i, name in enumerate(STUDY_ORDER)}
+    return {name: found[name] for name in sorted(found, key=lambda n: (order.get(n, len(order)), n))}
+
+
+def _entry_point_dirs() -> list[tuple[Path, str, str]]:
+    """(directory, origin, the entry point's name) of every entry point of the group."""
+    dirs = []
+    for entry in sorted(importlib.metadata.entry_points(group=ENTRY_POINTS), key=lambda e: e.name):
+        origin = f"entry point {entry.name} = {entry.value}"
+        package, _, folder = entry.value.partition(":")
+        try:
+            root = Path(str(importlib.resources.files(package.strip())))
+        except (ImportError, TypeError, ValueError) as exc:
+            raise FrameworkError(f"{origin} (group {ENTRY_POINTS}): cannot import "
+                                 f"{package.strip()!r}: {exc}") from None
+        directory = root.joinpath(*folder.strip().split(".")) if folder.strip() else root
+        if not directory.is_dir():
+            raise FrameworkError(f"{directory}: no such directory ({origin}, group {ENTRY_POINTS})")
+        dirs.append((directory.absolute(), origin, entry.name))
+    return dirs
+
+
+def _path_dirs(variable: str) -> list[tuple[Path, str, None]]:
+    """(directory, origin, None) of every framework directory the path variable names."""
+    dirs = []
+    for entry in (e for e in variable.split(os.pathsep) if e):
+        path = Path(entry).expanduser().absolute()
+        origin = f"{PATH_VARIABLE} entry {entry}"
+        if not path.is_dir():
+            raise FrameworkError(f"{path}: no such directory ({PATH_VARIABLE})")
+        if (path / "models.json").exists():
+            dirs.append((path, origin, None))
+            continue
+        dirs += [(sub, origin, None) for sub in sorted(path.iterdir())
+                 if sub.is_dir() and not sub.name.startswith((".", "_"))]
+    return dirs
+
+
+def _load(directory: Path, origin: str) -> Framework:
+    """The framework in ``directory``, its files and its models.json checked."""
+    for name in REQUIRED_FILES:
+        if not (directory / name).is_file():
+            raise FrameworkError(f"{directory}: not a framework directory, {name} is missing ({origin})")
+    path = directory / "models.json"
+    try:
+        info = json.loads(files.read_regular(path, MAX_MODELS_JSON))
+    except (OSError, files.Refused) as exc:
+        raise FrameworkError(f"{path}: cannot read it: {exc}") from None
+    except ValueError as exc:       # JSONDecodeError, UnicodeDecodeError
+        raise FrameworkError(f"{path}: not valid JSON: {exc}") from None
+    problem = _models_problem(info)
+    if problem:
+        raise FrameworkError(f"{path}: {problem}")
+    return Framework(info["framework"], directory, origin, info)
+
+
+def _models_problem(info) -> str | None:
+    """What breaks the models.json contract (see docs/frameworks/adding.md), or None."""
+    if not isinstance(info, dict):
+        return "not a JSON object"
+    name = info.get("framework")
+    if not isinstance(name, str) or not NAME.fullmatch(name):
+        return (f"framework {name!r}: a name is a lower-case letter, then up to 39 lower-case "
+                "letters, digits or underscores")
+    if name in RESERVED:
+        return f"framework {name!r}: the name is taken ({', '.join(RESERVED)} are dlbench's own)"
+    if not isinstance(info.get("version"), str) or not info["version"]:
+        return "version: give the framework's version as a string"
+    for key, kind in (("variants", dict), ("sources", list), ("native", dict)):
+        if not isinstance(info.get(key, kind()), kind):
+            return f"{key}: must be a JSON {'object' if kind is dict else 'array'}"
+    native = info.get("native", {})
+    if not all(isinstance(native.get(key, ""), str) for key in ("module", "unsupported")):
+        return "native: module and unsupported are strings"
+    model_set = info.get("models")
+    if not isinstance(model_set, dict) or not model_set:
+        return "models: give at least one data set's model"
+    for dataset, entry in model_set.items():
+        problem = _model_problem(info, dataset, entry)
+        if problem:
+            return f"models.{dataset}: {problem}"
+    return None
+
+
+def _model_problem(info: dict, dataset: str, entry) -> str | None:
+    if dataset not in DATASETS:
+        return f"unknown data set (choose from {', '.join(DATASETS)})"
+    if not isinstance(entry, dict):
+        return "not a JSON object"
+    if not isinstance(entry.get("model"), str) or not entry["model"]:
+        return "model: give the model's name as a string"
+    params = entry.get("hyperparameters")
+    if not isinstance(params, dict) or "batch_size" not in params:
+        return "hyperparameters: a JSON object with batch_size at least"
+    for key in ("profiles", "gpu_hyperparameters"):
+        if not isinstance(entry.get(key, {}), dict):
+            return f"{key}: must be a JSON object"
+    if unknown := sorted(set(entry.get("profiles", {})) - set(PROFILES)):
+        return f"profiles: unknown profile {unknown[0]!r} (choose from {', '.join(PROFILES)})"
+    settings = entry.get("settings")
+    if not isinstance(settings, dict):
+        return "settings: a JSON object of length, learning_rate and train_images"
+    for key in ("length", "learning_rate"):
+        keys = settings.get(key)
+        if not isinstance(keys, list) or not keys or not all(k in params for k in keys):
+            return f"settings.{key}: a list of the hyper-parameters that hold it"
+    images = settings.get("train_images")
+    if isinstance(images, bool) or not isinstance(images, int) or images < 1:
+        return "settings.train_images: the number of images a pass over the training set takes"
+    for profile in PROFILES:
+        for device in ("cpu", "cuda"):
+            try:
+                contract.resolve_hyperparameters(info, dataset, profile, device=device)
+            except (contract.SpecError, TypeError, ValueError) as exc:
+                return f"the {profile} profile ({device}): {exc}"
+    return None
 
 
 def sources(framework: str, variant: str = "cpu") -> list[str]:
@@ -79,20 +264,26 @@ def job_unsupported(framework: str, dataset: str, variant: str, gpu: int | None)
         gpu_unsupported(framework, dataset) if gpu is not None else None)
 
 
+def native_module(framework: str) -> tuple[str | None, str | None]:
+    """(the module a host's Python must import to run the framework natively, None), or
+    (None, why it cannot run natively): models.json's ``native``; the module is the
+    framework's name unless it says otherwise."""
+    native = models(framework).get("native", {})
+    if native.get("unsupported"):
+        return None, native["unsupported"]
+    return native.get("module") or framework, None
+
+
 def compiles_code(framework: str) -> bool:
     """Whether the framework compiles code at run time and loads it (its jobs then get
     an exec scratch directory, ``$DLBENCH_COMPILE_DIR``: their /tmp is noexec)."""
     return bool(models(framework).get("compiles_code"))
 
 
-def check_frameworks(names: list[str]) -> list[str]:
-    ready = available()
-    for name in names:
-        if name not in FRAMEWORKS:
-            raise UsageError(f"unknown framework {name!r} (choose from {', '.join(FRAMEWORKS)})")
-        if name not in ready:
-            raise UsageError(f"framework {name!r} has no image yet (available: {', '.join(ready)})")
-    return names
+def check_frameworks(given: list[str]) -> list[str]:
+    for name in given:
+        _get(name)
+    return given
 
 
 def check_datasets(names: list[str]) -> list[str]:

@@ -56,7 +56,8 @@ def _one_of(choices) -> str:
 
 
 Frameworks = Annotated[Optional[str], typer.Option(
-    help=f"Comma-separated, from {', '.join(catalog.FRAMEWORKS)} (default: all that have images).")]
+    help=f"Comma-separated, from {', '.join(catalog.STUDY_ORDER)} and any added on "
+         f"${catalog.PATH_VARIABLE} or by an installed package (default: all).")]
 BaseOpt = Annotated[BaseSource, typer.Option(
     "--base", help="Root file system: pull debian:bullseye-slim, make one with debootstrap, "
                    "or auto (pull, else debootstrap).")]
@@ -134,7 +135,7 @@ def build_images(frameworks: Frameworks = None, base: BaseOpt = BaseSource["auto
     from .runtimes.docker import docker_client
 
     variants = [options_.check_variant(v) for v in _names(variant) or []]
-    names = catalog.check_frameworks(_names(frameworks)) if frameworks else catalog.available()
+    names = catalog.check_frameworks(_names(frameworks)) if frameworks else catalog.names()
     todo = build.images_to_build(names, variants, named=bool(frameworks))
     display = RichDisplay(err, verbose=verbose)
     builder = build.Builder(docker_client(), _build_options(base, mirror, ca_bundle, build_network,

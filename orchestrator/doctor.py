@@ -25,7 +25,7 @@ def checks(data_dir=None, results: Path | None = None, sources_dir=None):
     except DlbenchError as exc:
         yield "docker", FAIL, str(exc)
     if client is not None:
-        for tag in [build.root_tag(), build.base_tag()] + [build.image_tag(f) for f in catalog.available()]:
+        for tag in [build.root_tag(), build.base_tag()] + [build.image_tag(f) for f in catalog.names()]:
             image = build.find_image(client, tag)
             yield f"image {tag}", NOTE if image is None else OK, \
                 "not built yet (dlbench build-images, or the first run builds it)" if image is None \
@@ -97,7 +97,7 @@ def gpu_checks(client):
         yield "container toolkit", FAIL if count else NOTE, (
             "no NVIDIA Container Toolkit: Docker cannot give a container a GPU (install "
             "nvidia-container-toolkit and restart Docker)")
-    for framework in catalog.available():
+    for framework in catalog.names():
         tag = build.image_tag(framework, "gpu")
         reason = catalog.variant_unsupported(framework, "gpu")
         image = None if reason else build.find_image(client, tag)

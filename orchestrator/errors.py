@@ -47,6 +47,11 @@ class BuildError(DlbenchError):
     pass
 
 
+class FrameworkError(DlbenchError):
+    """A framework directory that is not one (a file missing, a models.json that breaks
+    the contract), or two of the same name; the message names the path."""
+
+
 class GpuError(DlbenchError):
     pass
 

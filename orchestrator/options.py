@@ -343,8 +343,8 @@ def settings_source(value) -> str | None:
     """``own`` (each framework's defaults) or a framework whose defaults the others use."""
     if value == "own":
         return None
-    if value not in catalog.FRAMEWORKS:
-        raise ValueError(f"{value!r}: give own or one of {', '.join(catalog.FRAMEWORKS)}")
+    if value not in catalog.names():
+        raise ValueError(f"{value!r}: give own or one of {', '.join(catalog.names())}")
     return value
 
 

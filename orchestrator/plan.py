@@ -159,7 +159,7 @@ def expand(axes: Axes, host_cpus: int | None = None) -> Plan:
     those all good, the values against each framework's models."""
     host_cpus = host_cpus or os.cpu_count() or 1
     problems = axis_problems(axes, host_cpus)
-    frameworks = axes.frameworks or catalog.available()
+    frameworks = axes.frameworks or catalog.names()
     limits = {framework: limits_for(axes, framework, problems) for framework in frameworks}
     raise_problems(problems)
     datasets = axes.datasets or list(catalog.DATASETS)

@@ -258,6 +258,8 @@ def defaults(framework: str, dataset: str, profile: str, device: str = "cpu") ->
     know them."""
     from dlbench_runner import contract
 
+    if framework not in catalog.names():     # rows of a framework not found any more
+        return None
     try:
         return contract.resolve_hyperparameters(catalog.models(framework), dataset, profile,
                                                 device=device)
@@ -287,13 +289,14 @@ def _first(series):
 
 def _order(frame: pd.DataFrame) -> pd.DataFrame:
     """The study's order: section, data set, device, profile, framework, settings, threads."""
-    rank = {name: i for i, name in enumerate(catalog.FRAMEWORKS)}
+    rank = {name: i for i, name in enumerate(catalog.names())}
     data_rank = {name: i for i, name in enumerate(catalog.DATASETS)}
     kind_rank = {"own": 0, "changed": 1, "cross": 2}
     keys = pd.DataFrame({
         "s": frame["section"], "d": frame["dataset"].map(data_rank).fillna(99),
         "v": frame["device"], "p": frame["profile"] != "paper",
-        "f": frame["framework"].map(rank).fillna(99), "k": frame["settings_kind"].map(kind_rank),
+        "f": frame["framework"].map(rank).fillna(len(rank)), "n": frame["framework"],
+        "k": frame["settings_kind"].map(kind_rank),
         "x": frame["settings"], "t": frame["threads"].fillna(0)})
     return frame.loc[keys.sort_values(list(keys.columns)).index].reset_index(drop=True)
 

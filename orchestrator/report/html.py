@@ -20,7 +20,11 @@ from . import compare
 from .views import View, reference_lines, section_views
 
 PAGE = "index.html"
-COLOURS = dict(zip(catalog.FRAMEWORKS, ("#d62728", "#ff7f0e", "#1f77b4", "#2ca02c", "#9467bd")))
+# A framework's colour: the study's six first, then any added, by their order (catalog.names);
+# one that is not found any more (rows of a framework since removed) is grey.
+PALETTE = ("#d62728", "#ff7f0e", "#1f77b4", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#bcbd22",
+           "#17becf")
+OTHER_COLOUR = "#7f7f7f"
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">")
 
 STYLE = """
@@ -139,12 +143,17 @@ class _Figures:
 
 
 
+def colour(framework: str) -> str:
+    known = catalog.names()
+    return PALETTE[known.index(framework) % len(PALETTE)] if framework in known else OTHER_COLOUR
+
+
 def _styles(panel: pd.DataFrame) -> dict:
     """Colour by framework; marker by series within a framework."""
     styles, seen = {}, {}
     for g in panel.itertuples():
         index = seen[g.framework] = seen.get(g.framework, -1) + 1
-        styles[g.group] = {"color": COLOURS.get(g.framework, "#7f7f7f"),
+        styles[g.group] = {"color": colour(g.framework),
                            "marker": MARKERS[index % len(MARKERS)]}
     return styles
 
@@ -246,7 +255,7 @@ def _traces_figure(traces: pd.DataFrame, rows: pd.DataFrame, labels: dict, title
         labelled.add(row["group"])
         for ax, (column, _, scale) in zip(axes, panels):
             ax.plot(samples["t_s"], pd.to_numeric(samples[column]) * scale,
-                    color=COLOURS.get(row["framework"], "#7f7f7f"), alpha=0.8, label=label)
+                    color=colour(row["framework"]), alpha=0.8, label=label)
     for ax, (_, label, _) in zip(axes, panels):
         ax.set(xlabel="time since the job started, s", ylabel=label)
     figure.legend(*axes[0].get_legend_handles_labels(), loc="outside right upper", fontsize=8)

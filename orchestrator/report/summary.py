@@ -92,8 +92,10 @@ def paper_command(groups, rows, results: Path | None = None) -> str:
     frameworks = list(dict.fromkeys(groups["framework"]))
     datasets = list(dict.fromkeys(groups["dataset"]))
     words = ["dlbench run"]
-    if sorted(frameworks) != sorted(catalog.available()):
-        words.append("--frameworks " + ",".join(f for f in catalog.FRAMEWORKS if f in frameworks))
+    known = catalog.names()
+    if sorted(frameworks) != sorted(known):
+        words.append("--frameworks " + ",".join(sorted(frameworks, key=lambda f: (
+            known.index(f) if f in known else len(known), f))))
     if sorted(datasets) != sorted(catalog.DATASETS):
         words.append("--datasets " + ",".join(d for d in catalog.DATASETS if d in datasets))
     if gpus := sorted({str(g) for g in rows["gpu"] if compare.present(g)}):

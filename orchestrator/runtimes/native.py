@@ -81,9 +81,9 @@ class Interpreter:
 
 def _import_check(python: str, framework: str) -> tuple[str | None, str | None]:
     """(the framework's version in that Python, None) or (None, why it cannot run)."""
-    if framework == "torch":
-        return None, "Lua Torch7 runs GTDLBench's scripts with th in its image only (no native runtime)"
-    module = {"pytorch": "torch"}.get(framework, framework)
+    module, reason = catalog.native_module(framework)
+    if reason:
+        return None, reason
     code = (f"import {module} as m, sys; "
             "sys.stdout.write(str(getattr(m, '__version__', 'unknown')))")
     try:
