@@ -548,7 +548,7 @@ def test_every_accuracy_verdict_kind_with_its_reason_and_caveats(tmp_path):
         "theano: one ok run only"]
     expected = {
         ("theano", "mnist", "paper", "own defaults"): "not comparable: no ok run",
-        ("mxnet", "mnist", "paper", "own defaults"): "not comparable: no paper cell for mxnet on mnist (cpu)",
+        ("mxnet", "mnist", "paper", "own defaults"): "not comparable: mxnet is not in the paper",
         ("pytorch", "mnist", "paper", "own defaults"): "not comparable: different framework (the "
             "paper's Torch is Lua Torch7; pytorch is dlbench's PyTorch port of its models)",
         ("caffe", "mnist", "quick", "own defaults"):
@@ -632,7 +632,7 @@ def test_every_time_ratio_verdict_kind_and_the_span_it_used(tmp_path):
     assert torch["ratio_verdict"] == ("not comparable: the spans differ: torch has a paper span, "
                                       "caffe training steps only") and torch["ratio_caveats"] == []
     assert paper["pytorch"]["ratio_verdict"].startswith("not comparable: different framework")
-    assert paper["mxnet"]["ratio_verdict"] == "not comparable: no paper cell for mxnet on mnist (cpu)"
+    assert paper["mxnet"]["ratio_verdict"] == "not comparable: mxnet is not in the paper"
     changed, = (g for g in groups if g["settings"].startswith("changed"))
     assert changed["ratio_verdict"] == "not comparable: changed hyper-parameters (learning_rate=0.02)"
     assert changed["ratio_baseline"] is None and changed["train_time_ratio"] is None

@@ -90,6 +90,11 @@ class Reference:
             return None
         return cell
 
+    def publishes(self, framework: str) -> bool:
+        """Whether the paper has numbers of the framework at all (MXNet and any framework
+        added to dlbench have none)."""
+        return any(key[0] == framework for key in self.cells)
+
     def software(self, framework: str) -> dict | None:
         """The paper's {"name", "version"} of a framework (version None where it names none)."""
         return self.meta.get("framework_versions", {}).get(framework)
@@ -342,6 +347,8 @@ def _not_comparable(g, ref: Reference) -> str | None:
         return "no ok run"
     if g.framework in ref.meta.get("not_comparable", {}):
         return ref.meta["not_comparable"][g.framework].removeprefix(f"{NOT_COMPARABLE}: ")
+    if not ref.publishes(g.framework):
+        return f"{g.framework} is not in the paper"
     if published is None:
         return f"no paper cell for {g.framework} on {g.dataset} ({g.device})"
     if ref.cell(g.framework, g.dataset, g.device, g.model) is None:
