@@ -62,7 +62,13 @@ class Framework:
 def frameworks() -> dict[str, Framework]:
     """Every framework found, by name: the study's in its order, then the others sorted;
     raises FrameworkError for the first directory that is not a complete framework."""
-    return _discover(os.environ.get(PATH_VARIABLE, ""), tuple(sys.path))
+    found = _discover(os.environ.get(PATH_VARIABLE, ""), tuple(sys.path))
+    if not any(name in found for name in STUDY_ORDER):
+        # the entry points are written at install time: an install older than them has none
+        raise FrameworkError("dlbench's own frameworks are not registered in this Python "
+                             "(an install from before they were entry points?); reinstall "
+                             "dlbench: scripts/setup, or pip install -e .")
+    return found
 
 
 def names() -> list[str]:
