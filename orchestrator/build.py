@@ -43,8 +43,8 @@ from collections import deque
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
 
-from . import __version__, catalog, options, sources
-from .errors import BuildError, UsageError, docker_errors
+from . import __version__, build_progress, catalog, options, sources
+from .errors import BuildError, DlbenchError, DockerUnavailable, UsageError, docker_errors
 
 SUITE = "bullseye"
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
@@ -55,7 +55,6 @@ CA_CANDIDATES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bu
                  "/etc/ssl/cert.pem")
 PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy")
 DEFAULT_JOBS = 2        # framework images built at once
-_STEP = re.compile(r"^Step (\d+)/(\d+) : (.*)")
 
 
 def root_tag(suite=SUITE):
@@ -106,19 +105,53 @@ class BuildOptions:
     sources_dir: Path | None = None     # the pinned archives' mirror; None: $DLBENCH_SOURCES_DIR or the cache
 
 
+class Activity:
+    """The image builds a builder runs: how many now, and how many began so far, so that a
+    job can count the builds that ran at any point beside it (``since``)."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self.running = self.begun = 0
+
+    def begin(self) -> None:
+        with self._lock:
+            self.running += 1
+            self.begun += 1
+
+    def end(self) -> None:
+        with self._lock:
+            self.running -= 1
+
+    def mark(self) -> tuple[int, int]:
+        with self._lock:
+            return self.running, self.begun
+
+    def since(self, mark: tuple[int, int]) -> int:
+        """The builds that ran at any point since ``mark``: those running then, and those
+        begun after."""
+        with self._lock:
+            return mark[0] + self.begun - mark[1]
+
+
 class Builder:
     """Builds the images; ``say`` receives one line per step for the display, and
-    ``on_step(tag, step, steps, instruction)`` each Dockerfile step a build starts
-    (``step`` 0 when it ends).  Framework images may be built from several threads at
-    once (``build_images``); the root and base images are built first, by one."""
+    ``on_step(tag, progress)`` each Dockerfile step a build starts (a
+    ``build_progress.BuildProgress``, which the display may read at any time; None when the
+    build ends, built or not).  ``times``: where each image's last build time is kept for the
+    next build's estimate (``build_progress.Times``; None: nowhere).  Framework images may be
+    built from several threads at once (``build_images``); the root and base images are
+    built first, by one.  ``activity`` counts the builds running."""
 
     def __init__(self, client, options: BuildOptions | None = None, say=print,
-                 log_dir: Path | None = None, suite: str = SUITE, on_step=None):
+                 log_dir: Path | None = None, suite: str = SUITE, on_step=None,
+                 times: build_progress.Times | None = None):
         options = options or BuildOptions()
         if options.base_source not in BASE_SOURCES:
             raise UsageError(f"--base {options.base_source}: choose {', '.join(BASE_SOURCES)}")
         self.client, self.say, self.base_source = client, say, options.base_source
-        self.on_step = on_step or (lambda tag, step, steps, instruction: None)
+        self.on_step = on_step or (lambda tag, progress: None)
+        self.times = times
+        self.activity = Activity()
         self.cancelled = threading.Event()      # set: builds in flight stop at their next line
         self.mirror, self.network, self.suite = options.mirror, options.network, suite
         self.ca_bundle = find_ca_bundle(options.ca_bundle)
@@ -274,6 +307,22 @@ class Builder:
         proxies = {k: os.environ[k] for k in PROXY_VARIABLES if k in os.environ}
         self.say(f"{tag}: building")
         started = time.monotonic()
+        progress = build_progress.BuildProgress(self.times.last(tag) if self.times else None)
+        self.activity.begin()
+        try:
+            self._stream(tag, files, archives, buildargs, labels, proxies, progress)
+        finally:
+            self.activity.end()
+            self.on_step(tag, None)
+        if self.times is not None:
+            self.times.keep(tag, progress.finish())
+        self.say(f"{tag}: built in {time.monotonic() - started:.0f} s")
+        self._built[tag] = self.client.images.get(tag)
+        return self._built[tag]
+
+    def _stream(self, tag, files, archives, buildargs, labels, proxies, progress) -> None:
+        """The build itself: Docker's output followed line by line, to the log, ``say`` and
+        ``progress``."""
         with tempfile.TemporaryDirectory(prefix="dlbench-context-") as tmp:
             for name, source in {**files, **archives}.items():
                 (Path(tmp) / name).parent.mkdir(parents=True, exist_ok=True)
@@ -296,14 +345,9 @@ class Builder:
                         log.append(text)
                         tail.append(text)
                         self.say(text)
-                        step = _STEP.match(text)
-                        if step:
-                            self.on_step(tag, int(step[1]), int(step[2]), step[3])
+                        if any([progress.line(line) for line in text.splitlines()]):
+                            self.on_step(tag, progress)
             self._write_log(tag, log)
-        self.on_step(tag, 0, 0, "")
-        self.say(f"{tag}: built in {time.monotonic() - started:.0f} s")
-        self._built[tag] = self.client.images.get(tag)
-        return self._built[tag]
 
     def _write_log(self, tag, lines):
         if self.log_dir:
@@ -323,11 +367,14 @@ def images_to_build(frameworks: list[str], variants: list[str], named: bool = Fa
 
 
 def build_images(builder: Builder, todo: dict, rebuild: bool = False, skip=lambda reason: None,
-                 jobs: int = DEFAULT_JOBS):
+                 jobs: int = DEFAULT_JOBS, keep_going: bool = False):
     """Carry out ``images_to_build``' plan: the source archives of the images to build checked
     first, then the base, then the framework images, ``jobs`` at a time, each yielded as
-    (tag, image) as soon as it is ready; a variant a framework lacks is passed to ``skip``.
-    The first build that fails stops the others (at their next line of output) and raises."""
+    (tag, image) as soon as it is ready: those present and up to date first, then the others
+    in the plan's order as they are built.  A variant a framework lacks is passed to ``skip``.
+    The first build that fails stops the others (at their next line of output) and raises;
+    with ``keep_going`` it is yielded as (tag, its ``DlbenchError``) and the others go on
+    (Docker out of reach still raises)."""
     if jobs < 1:
         raise UsageError(f"--jobs {jobs}: build at least one image at a time")
     builder.prepare_sources([key for key, reason in todo.items() if reason is None], rebuild)
@@ -338,14 +385,24 @@ def build_images(builder: Builder, todo: dict, rebuild: bool = False, skip=lambd
             skip(reason)
         else:
             wanted.append(key)
+    missing = set(builder.to_build(wanted, rebuild))
+    wanted.sort(key=lambda key: key in missing)     # the pool takes them in this order
     pool = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="dlbench-build")
     pending = {pool.submit(builder.framework, fw, rebuild, v): (fw, v) for fw, v in wanted}
     try:
         while pending:
             done, _ = wait(pending, return_when=FIRST_COMPLETED)
-            for future in done:
+            for future in sorted(done, key=lambda f: wanted.index(pending[f])):
                 framework, variant = pending.pop(future)
-                yield image_tag(framework, variant), future.result()
+                try:
+                    image = future.result()
+                except DockerUnavailable:
+                    raise
+                except DlbenchError as exc:
+                    if not keep_going or builder.cancelled.is_set():
+                        raise
+                    image = exc
+                yield image_tag(framework, variant), image
     finally:
         if pending:                 # a failure, an interrupt, or the caller stopped early
             builder.cancelled.set()

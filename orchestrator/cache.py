@@ -1,6 +1,7 @@
 """The user cache: ``~/.cache/dlbench`` on Linux (``$XDG_CACHE_HOME/dlbench`` when that
 is set), holding the data sets, the source archives, the owners' lock files, the build
-logs and the record of data sets already verified.  Each of them is a folder made here,
+logs, each image's last build time on this machine (``build_times``) and the record of data
+sets already verified.  Each of them is a folder made here,
 so that a cache that cannot be a directory (``XDG_CACHE_HOME`` naming a file, a
 read-only disk) is one error line, wherever it is first needed."""
 
@@ -26,3 +27,8 @@ def folder(name: str) -> Path:
         raise DlbenchError(f"{path}: cannot make the cache directory: {exc.strerror} (dlbench "
                            "keeps its cache in $XDG_CACHE_HOME/dlbench, else ~/.cache/dlbench)") from None
     return path
+
+
+def build_times() -> Path:
+    """The file of each image's last build time, by machine (``build_progress.Times``)."""
+    return folder("builds") / "times.json"

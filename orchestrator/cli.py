@@ -13,7 +13,7 @@ import typer
 from typer.exceptions import TyperException
 from rich.console import Console
 
-from . import __version__, build, cache, catalog, datasets, execute, store
+from . import __version__, build, build_progress, cache, catalog, datasets, execute, store
 from . import options as options_
 from .options import RunOptions, names as _names
 from .interrupts import interrupted, received
@@ -140,7 +140,8 @@ def build_images(frameworks: Frameworks = None, base: BaseOpt = BaseSource["auto
     display = RichDisplay(err, verbose=verbose)
     builder = build.Builder(docker_client(), _build_options(base, mirror, ca_bundle, build_network,
                                                             sources_dir),
-                            say=display.say, log_dir=cache.folder("build-logs"), on_step=display.build_step)
+                            say=display.say, log_dir=cache.folder("build-logs"), on_step=display.build_step,
+                            times=build_progress.Times())
     for tag, image in build.build_images(builder, todo, rebuild, skip=_skipped, jobs=jobs):
         out.print(f"{tag}  {image.short_id}  {image.labels.get(build.LABEL + '.framework-version', '')}")
 

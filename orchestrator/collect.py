@@ -7,8 +7,8 @@ row comes out:
     ok           the runner's result, valid, and the container exited with 0
     failed       the runner reported a failure, or the container exited non-zero
                  (killed from outside: 137), or the host failed it (it could not be
-                 started, or its out/ went past its bounds, ``jobdir.over_limit``);
-                 exit code and the last 50 log lines
+                 started, its image could not be built, or its out/ went past its
+                 bounds, ``jobdir.over_limit``); exit code and the last 50 log lines
     timeout      stopped by dlbench at the job's --timeout
     oom          killed by the kernel at the job's --memory limit (Docker's OOMKilled)
     unsupported  never started: the image cannot run the job (a GPU job on a CPU image)
@@ -65,13 +65,20 @@ def unsupported(job: Job, run_id: str, job_id: str, reason: str, provenance: dic
     return RunRecord(status="unsupported", error=reason, **_job_fields(job, run_id, job_id, provenance))
 
 
+def failed(job: Job, run_id: str, job_id: str, error: str, provenance: dict) -> RunRecord:
+    """The row of a job that could not be started: its image could not be built (``error``,
+    the build's own words)."""
+    return RunRecord(status="failed", error=error, **_job_fields(job, run_id, job_id, provenance))
+
+
 def collect(job: Job, run_id: str, job_id: str, job_dir: Path, outcome: Outcome,
             provenance: dict) -> RunRecord:
     result, problem = read_result(job_dir)
     status, error = _status(outcome, result, problem)
     fields = _job_fields(job, run_id, job_id, provenance)
     fields.update(status=status, error=error, exit_code=outcome.exit_code,
-                  log_tail="\n".join(outcome.log_tail) or None, wall_time_s=outcome.wall_time_s)
+                  log_tail="\n".join(outcome.log_tail) or None, wall_time_s=outcome.wall_time_s,
+                  builds_alongside=outcome.builds_alongside)
     if outcome.trace is not None:
         fields.update(dataclasses.asdict(outcome.trace))
     if result is not None:

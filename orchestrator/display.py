@@ -5,8 +5,9 @@ from __future__ import annotations
 import threading
 
 from rich.console import Console
-from rich.progress import (BarColumn, DownloadColumn, Progress, SpinnerColumn, TextColumn,
-                           TimeElapsedColumn, TransferSpeedColumn)
+from rich.progress import (BarColumn, DownloadColumn, Progress, ProgressColumn, SpinnerColumn,
+                           TextColumn, TimeElapsedColumn, TransferSpeedColumn)
+from rich.text import Text
 
 
 # Lines of ``say`` shown without --verbose (besides "building" and "up to date").
@@ -22,7 +23,7 @@ class RichDisplay:
         self.on_start = on_start
         self.progress = Progress(
             SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
-            TextColumn("{task.fields[detail]}"), TimeElapsedColumn(),
+            _Detail(), TimeElapsedColumn(),
             console=self.console, transient=False)
         self.overall = None
         self._lanes = threading.local()     # each lane's (thread's) own job line
@@ -51,12 +52,14 @@ class RichDisplay:
         elif text.endswith(("building", "up to date")) or text.startswith(SHOWN) or ": built in " in text:
             self.console.print(f"[dim]{text}[/dim]", highlight=False)
 
-    def build_step(self, tag, step, steps, instruction):
-        """One line per image being built: its Dockerfile step, a bar over the steps, the
-        time so far; gone when the build ends (``step`` 0)."""
+    def build_step(self, tag, progress):
+        """One line per image being built: a bar over its Dockerfile steps, then the step,
+        the time left and what apt and pip have downloaded (``progress.text()``, read again
+        at every refresh), and the time so far; gone when the build ends (``progress``
+        None)."""
         with self._lock:
             task = self._builds.get(tag)
-            if step == 0:
+            if progress is None:
                 if task is not None:
                     self.progress.remove_task(self._builds.pop(tag))
                 if not self._builds and self.overall is None:
@@ -64,10 +67,9 @@ class RichDisplay:
                 return
             if task is None:
                 self.progress.start()
-                task = self._builds[tag] = self.progress.add_task(tag, total=steps, detail="")
-            words = " ".join(instruction.split())
-            self.progress.update(task, completed=step - 1, total=steps,
-                                 detail=f"step {step}/{steps} {words[:48]}")
+                task = self._builds[tag] = self.progress.add_task(tag, total=progress.steps,
+                                                                  detail=progress.text)
+            self.progress.update(task, completed=progress.step - 1, total=progress.steps)
 
     def download_progress(self):
         return _Downloads(self.console)
@@ -77,6 +79,13 @@ class RichDisplay:
             self.on_start()
         self.progress.start()
         self.overall = self.progress.add_task("jobs", total=total, detail="")
+        self._total = total
+
+    def jobs_left_out(self, count):
+        """``count`` jobs of those ``start`` counted will not run (``--resume``: stored)."""
+        if self.overall is not None and count:
+            self._total = max(0, self._total - count)
+            self.progress.update(self.overall, total=self._total)
 
     def job_started(self, index, job):
         if self.current is not None:
@@ -134,6 +143,15 @@ def describe(job) -> str:
     return " ".join(parts)
 
 
+class _Detail(ProgressColumn):
+    """A line's detail: its ``detail`` field, or what that returns where it is a function
+    (an image build's step and time left, which change between lines of its output)."""
+
+    def render(self, task):
+        detail = task.fields.get("detail", "")
+        return Text(detail() if callable(detail) else str(detail))
+
+
 class _Downloads:
     """A progress bar per downloaded archive, as datasets.download expects."""
 
@@ -161,13 +179,16 @@ class NullDisplay:
     def say(self, text):
         pass
 
-    def build_step(self, tag, step, steps, instruction):
+    def build_step(self, tag, progress):
         pass
 
     def download_progress(self):
         return None
 
     def start(self, total):
+        pass
+
+    def jobs_left_out(self, count):
         pass
 
     def job_started(self, index, job):

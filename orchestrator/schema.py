@@ -41,6 +41,10 @@ metadata.  History of the row schema:
        its NVIDIA driver and its memory, from the driver (NVML) on the host; empty for
        CPU jobs and in every older row (a GPU row's ``device_name`` still says what the
        framework saw).
+    7  ``builds_alongside``: how many image builds of the same ``dlbench run`` ran at any
+       point during the job (a job starts as soon as its own image is ready, while others
+       may still build, and shares the CPUs with them); 0 for a job that ran alone, empty
+       for a job that never started and in every older row (they ran after every build).
 Readers refuse rows newer than they know; older ones are upgraded step by step
 by ``store.upgrade``.
 
@@ -62,7 +66,7 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
 from dlbench_runner.contract import SCHEMA_VERSION as RUNNER_SCHEMA_VERSION
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 TRACE_SCHEMA_VERSION = 1
 MAX_RESULT_BYTES = 4 << 20
 STATUSES = ("ok", "failed", "timeout", "oom", "unsupported", "no_result", "node_fail", "cancelled")
@@ -181,6 +185,7 @@ class RunRecord(BaseModel):
     wall_time_s: float | None = None
     memory_limit_bytes: int | None = None
     timeout_s: float | None = None
+    builds_alongside: int | None = None           # image builds running at any point during it
     # the resource trace, summarised (the samples are in RESULTS/traces/)
     cpu_percent_mean: float | None = None         # 100 = one CPU busy
     memory_peak_bytes: int | None = None          # as the kernel charges the container
@@ -250,6 +255,7 @@ ADDED_IN = {
         "host_isolated_cpus", "node", "slurm_job_id", "slurm_array_task_id",
         "script_train_time_s", "script_test_time_s"],
     6: ["gpu_name", "gpu_driver", "gpu_memory_total_bytes"],
+    7: ["builds_alongside"],
 }
 # Columns a version renamed, old name -> new name.
 RENAMED_IN = {5: {"script_train_time_s": "paper_train_time_s",

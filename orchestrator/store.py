@@ -344,8 +344,9 @@ def _to_4(table: pa.Table) -> pa.Table:
 # resource summary; 3 the cross-settings source; 4 the version a row was written with,
 # the host's timing facts, the Slurm node and ids and the script's own times (and torch
 # rows of the PyTorch port read as pytorch); 5 renamed the script's times to the paper
-# spans; 6 added the GPU's model, driver and memory.
-UPGRADES = {1: _add_empty(2), 2: _add_empty(3), 3: _to_4, 4: _renamed(5), 5: _add_empty(6)}
+# spans; 6 added the GPU's model, driver and memory; 7 the image builds a job ran beside.
+UPGRADES = {1: _add_empty(2), 2: _add_empty(3), 3: _to_4, 4: _renamed(5), 5: _add_empty(6),
+            6: _add_empty(7)}
 
 
 def upgrade(table: pa.Table, version: int) -> pa.Table:

@@ -160,8 +160,10 @@ class WithoutTheGpu(docker_runtime.DockerRuntime):
     and everything else as planned): the stand-in for a GPU this host does not have."""
 
     def targets(self, images):
-        on_cpu = super().targets(sorted({(framework, "cpu") for framework, _ in images}))
-        return {(framework, variant): on_cpu[framework, "cpu"] for framework, variant in images}
+        for (framework, _), target in super().targets(sorted({(fw, "cpu") for fw, _ in images})):
+            for key in images:
+                if key[0] == framework:
+                    yield key, target
 
     def run(self, job, target, run_id, job_id, job_dir, dataset_path, display):
         on_cpu = job.model_copy(update={"gpu": None})

@@ -264,8 +264,8 @@ def run_hostile(monkeypatch, image, results, data_root, seed, repeats=1, during=
     """Run the hostile image as the jobs of a small plan, in a thread (a hang fails the test)."""
     tag, found = image
     monkeypatch.setattr(docker_runtime.DockerRuntime, "targets",
-                        lambda self, images: {i: docker_runtime.Target(tag, found.id, None)
-                                              for i in images})
+                        lambda self, images: ((i, docker_runtime.Target(tag, found.id, None))
+                                              for i in images))
     plan = campaign.read(None, RunOptions(
         frameworks=["caffe"], datasets=["mnist"], profiles=["quick"], threads=[1],
         seed=seed, repeats=repeats)).plan

@@ -204,3 +204,25 @@ def test_the_reference_rows_ship_in_the_package():
     data = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
     assert "reference/quick/runs/*.parquet" in data["orchestrator.report"]
     assert reference_rows.LOCATION == REPO / "orchestrator" / "report" / "reference" / "quick"
+
+
+def test_the_summarys_speed_leaves_out_runs_that_builds_disturbed(tmp_path, reference):
+    """A job that ran beside image builds shared the CPUs with them: the speed ratio is taken
+    from the runs no build (or other work) disturbed, and says how many it left out."""
+    one = committed()[1]
+    quiet = dict(host_load_avg=0.5)         # the committed rows started under load
+    alone = today(one, run_id="alone", builds_alongside=0, **quiet)
+    # 1.3x slower: within the spread rule's 1.5x, so only the builds mark it
+    beside = today(one, run_id="beside", builds_alongside=2, train_time_s=1.3 * one.train_time_s, **quiet)
+    results = directory(tmp_path / "results", alone, beside)
+    rows = compare.build(store.load(results)).rows.set_index("run_id")
+    assert rows.loc["beside", "disturbed"] == "2 image build(s) ran beside it"
+    assert rows.loc["alone", "disturbed"] == ""
+    text = " ".join(" ".join(summary.run_summary(results, ["alone", "beside"], reference)).split())
+    assert ("training here takes 1.00x the reference machine's time (geometric mean over 1 job; "
+            "1 disturbed run left out)") in text
+
+    only = directory(tmp_path / "only", beside)
+    text = " ".join(" ".join(summary.run_summary(only, ["beside"], reference)).split())
+    assert "training here takes 1.30x the reference machine's time" in text
+    assert "every run disturbed" in text and "not a fair figure" in text

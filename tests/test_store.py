@@ -727,3 +727,29 @@ def test_rows_of_schema_version_5_get_empty_gpu_facts(tmp_path):
         assert new["written_schema_version"] == 5 and new["schema_version"] == SCHEMA_VERSION
         assert all(new[name] is None for name in added)
         assert all(new[name] == value for name, value in old.items() if name != "schema_version")
+
+
+def test_rows_of_schema_version_6_get_no_count_of_builds_beside_them(tmp_path):
+    """Golden files written with schema version 6 (a GPU row with its GPU's facts and a CPU
+    row): read with ``builds_alongside`` empty (version 6 ran every job after every build
+    and did not count them) and not marked disturbed for it; ``dlbench upgrade`` rewrites
+    them in place with every value kept."""
+    from conftest import dlbench
+
+    from orchestrator.report import noise
+
+    results = copy_fixture("results-v6", tmp_path / "results")
+    before = pq.read_table(next((results / store.RUNS).iterdir())).to_pylist()
+    assert {r["schema_version"] for r in before} == {6} and "builds_alongside" not in before[0]
+    frame = store.load(results)
+    assert frame["builds_alongside"].isna().all() and str(frame["builds_alongside"].dtype) == "Int64"
+    assert not any("image build" in why for why in noise.reasons(frame, ["framework"]))
+    proc = dlbench("upgrade", "--results", results)
+    assert proc.returncode == 0, proc.stderr
+    rows = {r["run_id"]: r for r in pq.read_table(next((results / store.RUNS).iterdir())).to_pylist()}
+    assert set(rows) == {"v6gpurun00000001", "v6cpurun00000001"}
+    for old in before:
+        new = rows[old["run_id"]]
+        assert new["written_schema_version"] == 6 and new["schema_version"] == SCHEMA_VERSION
+        assert new["builds_alongside"] is None
+        assert all(new[name] == value for name, value in old.items() if name != "schema_version")

@@ -2,6 +2,9 @@
 
 The rule, stated once here and printed with every report that marks a run (``RULE``):
 an ok run is *disturbed* when
+- builds: image builds of its own ``dlbench run`` ran beside it (``builds_alongside`` > 0:
+  a job starts as soon as its image is ready, while other images may still build, and
+  shares the CPUs with them); or
 - load: the 1-minute load average when ``dlbench run`` started (``host_load_avg``) is more
   than the host's CPUs + ``LOAD_MARGIN``: more work than CPUs was running as it started.
   (Not less: a job that has just ended leaves up to its threads in the load average for a
@@ -27,7 +30,8 @@ SPREAD = 1.5
 # within a group, rows of another image or framework version are another group
 SPLIT = ["host_name", "host_cpu_model", "image_id", "framework_version"]
 
-RULE = (f"Disturbed runs: an ok run is marked disturbed when the load average at the start of "
+RULE = (f"Disturbed runs: an ok run is marked disturbed when image builds of its dlbench run "
+        f"ran beside it (builds), when the load average at the start of "
         f"dlbench run exceeds the host's CPUs by more than {LOAD_MARGIN:g} (load), or, in a group of two or more ok runs (one job on one machine, "
         f"image and framework version), when its mean CPU use is under {CPU_SHARE:.0%} of the "
         f"group's fastest run's (CPU use) or its training time is more than {SPREAD:g}× the "
@@ -40,6 +44,9 @@ def reasons(rows: pd.DataFrame, keys: list[str]) -> pd.Series:
     found = {i: [] for i in rows.index}
     ok = rows[rows["status"] == "ok"]
     for row in ok.itertuples():
+        builds = _number(row, "builds_alongside")
+        if builds:
+            found[row.Index].append(f"{builds:.0f} image build(s) ran beside it")
         load, host = _number(row, "host_load_avg"), _number(row, "host_cpus")
         if load is None or host is None:
             continue

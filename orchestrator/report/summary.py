@@ -22,7 +22,7 @@ def run_summary(results: Path, run_ids, reference: Path | None = None,
         return []
     rep = compare.build(frame)
     judgement = reference_rows.judge(rep, reference)
-    lines = _verdicts(rep, judgement)
+    lines = _verdicts(rep, judgement) + _speed(frame, rep, judgement, reference)
     lines += _paper_command(rep, command_results)
     return lines
 
@@ -51,11 +51,33 @@ def _verdicts(rep: compare.Report, judgement: reference_rows.Judgement) -> list[
     if reasons:
         lines += _wrap(f"{len(reasons)} not judged: " + "; ".join(
             _grouped(reasons)), "  ")
-    ratio = judgement.speed_ratio()
-    if ratio is not None:
-        lines += _wrap(f"speed: training here takes {ratio:.2f}x the reference machine's time "
-                       f"(geometric mean over {len(judged)} {_jobs(len(judged))})", "  ")
     return lines
+
+
+def _speed(frame, rep: compare.Report, judgement: reference_rows.Judgement,
+           reference: Path | None) -> list[str]:
+    """This machine's speed beside the reference machine's, from the quick runs that no
+    other work disturbed (``noise.RULE``: image builds beside them, load, CPU use, spread)
+    where there are any; from disturbed ones only when there are no others, and then said."""
+    quick = rep.rows[(rep.rows["status"] == "ok") & (rep.rows["profile"] == "quick")]
+    disturbed = quick["disturbed"] != ""
+    note = ""
+    if disturbed.any() and not disturbed.all():
+        judgement = reference_rows.judge(compare.build(frame, exclude_disturbed=True), reference)
+        note = f"; {int(disturbed.sum())} disturbed {_runs(int(disturbed.sum()))} left out"
+    elif disturbed.any():
+        note = ("; every run disturbed (image builds or other work beside it, `dlbench report` "
+                "says which), so not a fair figure")
+    ratio = judgement.speed_ratio()
+    if ratio is None:
+        return []
+    timed = [r for r in judgement.judged["speed_ratio"] if compare.present(r) and r > 0]
+    return _wrap(f"speed: training here takes {ratio:.2f}x the reference machine's time "
+                 f"(geometric mean over {len(timed)} {_jobs(len(timed))}{note})", "  ")
+
+
+def _runs(n: int) -> str:
+    return "run" if n == 1 else "runs"
 
 
 def _grouped(reasons: list[tuple[str, str]]) -> list[str]:

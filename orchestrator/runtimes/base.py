@@ -7,9 +7,12 @@ implements.  The job loop (``run.py``) sees runtimes only through this protocol.
         default_memory: int | None       # the memory limit a job gets without --memory
         def host_facts(self) -> dict     # the host's provenance, on every row
         def target(framework, variant) -> Target          # build or find what jobs run on
+        # optional: targets(images) -> iterator of ((framework, variant), Target), each
+        # yielded as soon as it is ready (the Docker runtime builds images side by side)
         def unsupported(target, job) -> str | None         # why a job cannot run, if it cannot
         def run(job, target, run_id, job_id, job_dir, dataset_path, display) -> Outcome
-        def cancel(self)                 # stop every job it is running (from another thread)
+        def cancel(self)                 # stop every job it is running and every build in
+                                         # flight (from another thread)
         def close(self)                  # give back what it holds (a lock, a client)
         gpus: list[str] | None           # GPUs a scheduler assigned, that job indices select
 
@@ -44,6 +47,8 @@ class Target:
     name: str                     # the image tag, or native:PYTHON
     id: str | None                # the image id: part of every job's identity
     reason: str | None = None     # set: the jobs are stored as unsupported
+    error: str | None = None      # set: it could not be made (its build failed, in these
+                                  # words); the jobs are stored as failed, never started
 
 
 @dataclasses.dataclass
@@ -59,6 +64,7 @@ class Outcome:
     samples: list[dict] = dataclasses.field(default_factory=list)   # the resource trace
     trace: Summary | None = None
     ran_as: str = "container"       # or "process" (the native runtime), for messages
+    builds_alongside: int = 0       # image builds of this dlbench that ran at any point beside it
 
 
 def follow_output(lines, log, display, keep: int = LOG_TAIL_LINES,

@@ -19,7 +19,7 @@ import threading
 import time
 from pathlib import Path
 
-from .. import build, catalog, hostinfo, jobdir, owners, store
+from .. import build, build_progress, catalog, hostinfo, jobdir, owners, store
 from ..errors import docker_errors
 from ..interrupts import signals_deferred
 from ..plan import Job
@@ -77,7 +77,8 @@ class DockerRuntime:
             display.say(f"removed container {short_id} left by an interrupted run")
         self.owner = owners.current()
         self.builder = build.Builder(self.client, build_options, say=display.say,
-                                     on_step=getattr(display, "build_step", None))
+                                     on_step=getattr(display, "build_step", None),
+                                     times=build_progress.Times())
         self.default_memory = default_memory(self.client)
         self.running = Running(lambda container: _kill(container, threading.Event()))
 
@@ -85,18 +86,23 @@ class DockerRuntime:
         return hostinfo.host_facts(self.client.version().get("Version"))
 
     def target(self, framework: str, variant: str) -> Target:
-        return self.targets([(framework, variant)])[(framework, variant)]
+        return dict(self.targets([(framework, variant)]))[(framework, variant)]
 
-    def targets(self, images: list[tuple[str, str]]) -> dict[tuple[str, str], Target]:
-        """The target of each (framework, variant), the missing images built side by side
+    def targets(self, images: list[tuple[str, str]]):
+        """Each (framework, variant) with its target, yielded as soon as it is ready: the
+        images present first, then the missing ones as they are built side by side
         (``build.DEFAULT_JOBS`` at once), as ``dlbench build-images`` builds them; an image
-        is reused when nothing in its context changed.  A variant the framework lacks never
-        gets here: its jobs were planned unsupported."""
+        is reused when nothing in its context changed.  A build that fails is a target with
+        its error, and the others go on.  A variant the framework lacks never gets here: its
+        jobs were planned unsupported."""
         if not images:
-            return {}
-        found = dict(build.build_images(self.builder, dict.fromkeys(images)))
-        return {(fw, v): Target(tag, found[tag].id, image_unsupported(found[tag], tag))
-                for fw, v in images for tag in [build.image_tag(fw, v)]}
+            return
+        keys = {build.image_tag(fw, v): (fw, v) for fw, v in images}
+        for tag, found in build.build_images(self.builder, dict.fromkeys(images), keep_going=True):
+            if isinstance(found, Exception):
+                yield keys[tag], Target(tag, None, error=str(found))
+            else:
+                yield keys[tag], Target(tag, found.id, image_unsupported(found, tag))
 
     def unsupported(self, target: Target, job: Job) -> str | None:
         return target.reason
@@ -106,11 +112,16 @@ class DockerRuntime:
     def run(self, job, target, run_id, job_id, job_dir, dataset_path, display) -> Outcome:
         # The image id checked and stored in the row, not the tag: a tag can be moved by
         # another build between the check and the start.
-        return run_container(self.client, job, target.id or target.name, run_id, job_id, job_dir,
-                             dataset_path, display, self.owner.token, gpu_device(job, self.gpus),
-                             self.running)
+        # A job that runs while images build shares the CPUs with them: its row says so.
+        mark = self.builder.activity.mark()
+        outcome = run_container(self.client, job, target.id or target.name, run_id, job_id,
+                                job_dir, dataset_path, display, self.owner.token,
+                                gpu_device(job, self.gpus), self.running)
+        outcome.builds_alongside = self.builder.activity.since(mark)
+        return outcome
 
     def cancel(self) -> None:
+        self.builder.cancelled.set()        # builds in flight stop at their next line of output
         self.running.cancel()
 
     def close(self) -> None:

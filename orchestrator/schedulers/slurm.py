@@ -40,7 +40,7 @@ from pydantic import BaseModel
 from .. import store
 from ..errors import DlbenchError, docker_errors
 from ..plan import Job, Plan
-from ..prepare import prepare
+from ..prepare import prepare, resolve
 from ..run import run_plan
 from ..runtimes import Runtime, Target, make
 
@@ -271,19 +271,21 @@ def submit(plan: Plan, results: Path, options: SlurmOptions, runtime: Runtime, d
         probe = [Task(job=j, job_id="0" * 16) for j in plan.jobs]
         _command(sbatch_args(probe, options, results, name) + ["--test-only", "--wrap=true"],
                  "sbatch", check=True)
-    ready = prepare(plan, results, runtime, data_dir, display, resume)
-    if not ready.todo:
+    ready = prepare(plan, results, data_dir, display, resume)
+    targets = resolve(plan, runtime)        # every image before the array is submitted
+    todo = ready.todo(plan.jobs, targets, display)
+    if not todo:
         return None, None
     images = {f"{fw}:{variant}": Image(tag=target.name, id=target.id, reason=target.reason)
-              for (fw, variant), target in ready.targets.items()}
+              for (fw, variant), target in targets.items()}
     if runtime.name == "docker":
-        for (fw, variant), target in ready.targets.items():
+        for (fw, variant), target in targets.items():
             if target.reason is None and any((j.framework, j.variant) == (fw, variant)
-                                             for j, _ in ready.todo):
+                                             for j, _ in todo):
                 with docker_errors(f"looking for image {target.name}"):
                     image = runtime.client.images.get(target.id)
                 images[f"{fw}:{variant}"].archive = save_image(runtime.client, image, results, display)
-    tasks = [Task(job=job, job_id=job_id) for job, job_id in ready.todo]
+    tasks = [Task(job=job, job_id=job_id) for job, job_id in todo]
     array = ArrayFile(submission=submission, campaign=plan.campaign, tasks=tasks, images=images,
                       data_dir=str(Path(data_dir).resolve()) if data_dir else None,
                       runtime=runtime.name, python=getattr(runtime, "python", None))
