@@ -155,7 +155,7 @@ def phase(name: str, results: str, rows: int, rows_per_file: int, samples: int, 
                              (text, "render_report")):
             _time_calls(module, attr, details)
         page = Path(results) / "_html" if name == "report html" else None
-        if page:              # imported here: the HTML page alone needs matplotlib
+        if page:              # imported here: the HTML page alone needs plotly
             from orchestrator.report import html
             _time_calls(html, "write_page", details)
         report.make_report(folder, None if page else "md", page, 1.0)

@@ -24,7 +24,7 @@ import re
 import subprocess
 import sys
 import time
-import xml.etree.ElementTree as ET
+import urllib.parse
 from pathlib import Path
 
 import numpy as np
@@ -34,7 +34,7 @@ import pyarrow.parquet as pq
 import pytest
 from markdown_it import MarkdownIt
 
-from conftest import dlbench, make_plan
+from conftest import REPO, dlbench, make_plan
 from orchestrator import store
 from orchestrator.report import compare, views
 from orchestrator.collect import Outcome, collect
@@ -415,37 +415,51 @@ class Page(html.parser.HTMLParser):
                 self.external.append((tag, name, value))
 
 
-@docker
-def test_the_html_page_is_self_contained_with_tables_and_plots(real, traces, tmp_path):
-    rows = records(real)
+TORCH7 = REPO / "docs" / "measurements" / "2026-11-25-torch7-test-pass"
+
+
+def test_the_html_page_is_self_contained_verdicts_first_charts_then_tables_and_rules(tmp_path):
+    """The committed Lua Torch7 rows (one run of two epochs, one of one), then with resource
+    traces of a real process."""
+    rows = records(TORCH7)
     results = merged(tmp_path / "plain", [r.model_copy(update=RESOURCES_EMPTY) for r in rows])
     out = tmp_path / "out"
     proc = dlbench("report", "--results", results, "--html", out, check=True)
     assert proc.stdout == "" and f"report written to {out / 'index.html'}" in proc.stderr
     plain = (out / "index.html").read_text()
-    assert plain.count("<svg") == 1 and "resource traces" not in plain
+    assert re.findall(r'<figure id="([^"]+)"', plain) == ["accuracy", "epochs-1"]
+    assert "Not drawn: no group has a training-time ratio" in plain and "Resource use" not in plain
+    two = next(r for r in rows if len(r.epoch_loss) == 2)
+    epochs = re.search(r'id="epochs-1".*?href="data:text/csv;charset=utf-8,([^"]+)"', plain, re.S)
+    table = pd.read_csv(io.StringIO(urllib.parse.unquote(epochs[1])))
+    assert list(table["run_id"]) == [two.run_id] * 2                    # the one-epoch run: no curve
+    assert list(table["loss"]) == pytest.approx(two.epoch_loss)
 
-    results = with_traces(rows, traces, tmp_path / "traced")
+    work = [sys.executable, "-c", "b = b'x' * (200 << 20); sum(i * i for i in range(3_000_000))"]
+    results = with_traces(rows, {r.run_id: sample(work) for r in rows}, tmp_path / "traced")
     dlbench("report", "--results", results, "--html", out, check=True)
     text = (out / "index.html").read_text()
     page = Page()
     page.feed(text)
-    assert page.external == [] and "script" not in page.tags and "link" not in page.tags
-    svgs = re.findall(r"<svg.*?</svg>", text, re.S)
-    assert len(svgs) == 2
-    for svg in svgs:
-        ET.fromstring(svg)                                # each figure is well-formed SVG
-    assert "training time vs accuracy" in svgs[0] and "training loss per epoch" in svgs[0]
-    assert "resource traces" in svgs[1] and "memory, GiB" in svgs[1] and "GPU" not in svgs[1]
-    assert page.tags.count("table") == 3 and "not comparable: quick profile" in text
+    assert {value.split(",")[0] for _, _, value in page.external} == {"data:text/csv;charset=utf-8"}
+    assert "link" not in page.tags and "plotly.js v" in text and text.count("* plotly.js v") == 1
+    assert re.findall(r'<figure id="([^"]+)"', text) == ["accuracy", "epochs-1", "traces-1"]
+    order = [text.index(s) for s in ("What was judged", "Accuracy against the paper", "<h2>Tables",
+                                     '<h2 id="rules">')]
+    assert order == sorted(order)
+    # what was judged: one short line a cell, the whole verdict in its tooltip
+    assert ('<td class="verdict not-comparable" title="not comparable: quick profile (it trains for '
+            'other lengths than the paper did)">not comparable: quick profile</td>') in text
+    assert page.tags.count("table") == 1 + 4 and "<th>CPU %</th>" in text  # measured, paper, ratios, disturbed
     assert "were not measured alike" in text and "within 1 percentage point" in text
-    assert "<th>CPU %</th>" in text
 
     broken = store.trace_path(results, rows[0].run_id)
     broken.write_bytes(b"not parquet")                    # left out, with a warning naming it
     proc = dlbench("report", "--results", results, "--html", out, check=True)
     assert proc.stderr.splitlines()[0].startswith(f"dlbench: warning: {broken}: unreadable trace file")
-    assert (out / "index.html").read_text().count("<svg") == 2
+    text = (out / "index.html").read_text()
+    traces = re.search(r'id="traces-1".*?href="data:text/csv;charset=utf-8,([^"]+)"', text, re.S)
+    assert set(pd.read_csv(io.StringIO(urllib.parse.unquote(traces[1])))["run_id"]) == {rows[1].run_id}
 
 
 @docker

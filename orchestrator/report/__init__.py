@@ -27,7 +27,7 @@ def make_report(results: Path, fmt: str | None, html_dir: Path | None, tolerance
     rep.against_reference = reference_rows.judge(rep, reference)
     page = None
     if html_dir is not None:
-        from . import html     # matplotlib: imported only for the page
+        from . import html     # plotly: imported only for the page
         page = html.write_page(rep, html_dir)
     rendered = None
     if fmt is not None or html_dir is None:

@@ -1,0 +1,362 @@
+"""The HTML page's charts.  Each chart is the table behind it (what its CSV link downloads,
+exactly) and a Plotly figure drawn from that table alone, so what is shown and what is
+downloaded never differ.  Frameworks are the legend's entries: clicking one hides it."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from .. import catalog
+from . import compare
+
+# A framework's colour: the study's six first, then any added, by their order (catalog.names);
+# one that is not found any more (rows of a framework since removed) is grey.
+PALETTE = ("#d62728", "#ff7f0e", "#1f77b4", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#bcbd22",
+           "#17becf")
+OTHER = "#7f7f7f"
+
+
+def colour(framework: str) -> str:
+    known = catalog.names()
+    return PALETTE[known.index(framework) % len(PALETTE)] if framework in known else OTHER
+
+# A row's accuracy under attack, a fraction like `accuracy`; charted where the rows have it.
+ROBUST_COLUMN = "robust_accuracy"
+ROW_HEIGHT = 26          # pixels a bar or a point of a horizontal chart gets
+
+
+@dataclasses.dataclass
+class Chart:
+    key: str             # unique in the page: the plot's element id and the CSV file's name
+    title: str
+    caption: str
+    data: pd.DataFrame   # the exact numbers drawn
+    figure: go.Figure
+
+
+@dataclasses.dataclass
+class Missing:
+    """A chart the page would show, left out, and why (said where the chart would be)."""
+
+    title: str
+    why: str
+
+
+def charts(rep: compare.Report) -> list[Chart | Missing]:
+    """The page's charts in its order: training-time ratios against the paper, accuracy
+    against the paper, per-epoch curves, robust accuracy, resource traces."""
+    found: list[Chart | Missing] = [ratio_chart(rep), accuracy_chart(rep)]
+    found += epoch_charts(rep)
+    robust = robust_chart(rep)
+    found += [robust] if robust is not None else []
+    return found + trace_charts(rep)
+
+
+# --- the series: what a point or a bar is called ---
+
+def machine_label(rep: compare.Report, section: int) -> str:
+    """"" where the report has one machine, else "machine N" (the page lists them)."""
+    return f"machine {section + 1}" if len(rep.sections) > 1 else ""
+
+
+def series_label(rep: compare.Report, g) -> str:
+    """One group in a few words: framework, and what sets it apart from the others."""
+    parts = [g.framework, g.dataset, g.device, g.profile]
+    if g.settings_kind != "own":
+        parts.append(g.settings)
+    same = rep.groups[(rep.groups["section"] == g.section) & (rep.groups["dataset"] == g.dataset)
+                      & (rep.groups["device"] == g.device)]
+    if same["threads"].nunique(dropna=False) > 1 and not pd.isna(g.threads):
+        parts.append(f"{g.threads} thr")
+    machine = machine_label(rep, g.section)
+    return " · ".join(map(str, parts)) + (f" ({machine})" if machine else "")
+
+
+def _group_keys(rep: compare.Report, g) -> dict:
+    return {"machine": machine_label(rep, g.section) or rep.sections[g.section].host_name,
+            "framework": g.framework, "dataset": g.dataset, "device": g.device,
+            "profile": g.profile, "settings": g.settings,
+            "threads": None if pd.isna(g.threads) else int(g.threads)}
+
+
+def _value(v):
+    return float(v) if compare.present(v) else None
+
+
+# --- (1) training-time ratios against the paper ---
+
+def ratio_chart(rep: compare.Report) -> Chart | Missing:
+    title = "Training-time ratios against the paper"
+    records = []
+    for g in rep.groups.itertuples():
+        if not compare.present(g.ratio_vs_published) or g.framework == g.ratio_baseline:
+            continue
+        span = "paper_train_time_s" if g.ratio_span == compare.PAPER_SPAN else "train_time_s"
+        records.append(_group_keys(rep, g) | {
+            "series": series_label(rep, g), "baseline": g.ratio_baseline, "span": g.ratio_span,
+            "train_time_s": _value(getattr(g, f"{span}_median")),
+            "ratio_here": float(g.train_time_ratio),
+            "ratio_paper": float(g.published_train_time_ratio),
+            "here_over_paper": float(g.ratio_vs_published), "verdict": g.ratio_verdict})
+    if not records:
+        return Missing(title, "no group has a training-time ratio to hold against the paper's: a "
+                              "ratio needs runs of the paper profile, with their own defaults, of two "
+                              "or more frameworks on one machine, data set, device and thread count")
+    data = pd.DataFrame.from_records(records)
+    figure = _horizontal(data, "here_over_paper", (
+        "%{y}<br>here ÷ paper: %{x:.2f}×<br>÷ %{customdata[0]} here: %{customdata[1]:.2f}×, "
+        "in the paper: %{customdata[2]:.2f}×<br>%{customdata[3]}<extra></extra>"),
+        ["baseline", "ratio_here", "ratio_paper", "verdict"], marker_only=True)
+    tolerance = rep.ratio_tolerance
+    figure.add_vrect(x0=1 / tolerance, x1=tolerance, fillcolor="#2ca02c", opacity=0.08, line_width=0,
+                     layer="below")
+    figure.add_vline(x=1, line_color="#333", line_width=1.5)
+    low, high = data["here_over_paper"].min(), data["here_over_paper"].max()
+    span = np.log10([min(low, 1 / tolerance) / 1.6, max(high, tolerance) * 1.6])
+    figure.update_xaxes(type="log", range=list(span),
+                        title_text="(framework ÷ baseline here) ÷ (the same in the paper); "
+                                   "log scale, 1 = as in the paper")
+    return Chart("ratios", title, (
+        f"Each framework's training time ÷ the baseline framework's on the same machine, data "
+        f"set, device and thread count, divided by the same ratio of the paper's published "
+        f"times: at 1 the ratio is the paper's. Shaded: within ×/÷ {tolerance:g}, the span a "
+        f"ratio is reproduced in. Hover a point for both ratios and the verdict."), data, figure)
+
+
+# --- (2) accuracy against the paper ---
+
+def accuracy_chart(rep: compare.Report) -> Chart | Missing:
+    title = "Accuracy against the paper"
+    records = []
+    for g in rep.groups.itertuples():
+        if not compare.present(g.accuracy_pct_median):
+            continue
+        records.append(_group_keys(rep, g) | {
+            "series": series_label(rep, g), "ok_runs": int(g.ok),
+            "accuracy_pct": float(g.accuracy_pct_median), "accuracy_pct_min": float(g.accuracy_pct_min),
+            "accuracy_pct_max": float(g.accuracy_pct_max),
+            "published_accuracy_pct": _value(g.published_accuracy_pct),
+            "diff_points": _value(g.accuracy_diff_points), "verdict": g.accuracy_verdict})
+    if not records:
+        return Missing(title, "no ok run recorded an accuracy")
+    data = pd.DataFrame.from_records(records)
+    figure = _horizontal(data, "accuracy_pct", (
+        "%{y}<br>accuracy %{x:.2f}% (median of %{customdata[0]} ok run(s), "
+        "%{customdata[1]:.2f}–%{customdata[2]:.2f}%)<br>%{customdata[3]}<extra></extra>"),
+        ["ok_runs", "accuracy_pct_min", "accuracy_pct_max", "verdict"],
+        low="accuracy_pct_min", high="accuracy_pct_max")
+    paper = data[data["published_accuracy_pct"].notna()]
+    if len(paper):
+        figure.add_trace(go.Scatter(
+            x=paper["published_accuracy_pct"], y=paper["series"], mode="markers", name="paper",
+            marker=dict(symbol="diamond-open", size=11, color="black", line_width=2),
+            hovertemplate="%{y}<br>paper (GTDLBench Server1): %{x:.2f}%<extra></extra>"))
+    figure.update_xaxes(range=[0, 100.5], title_text="accuracy on the test set, % (median, bar "
+                                                     "from min to max); axis from 0")
+    return Chart("accuracy", title, (
+        "Median test accuracy of each group's ok runs, from 0 to 100%, the line across a bar "
+        "from its lowest run to its highest; open diamonds: the paper's accuracy for the same "
+        "framework, data set and device (shown for the framework's own defaults; held against "
+        "it only in the paper profile)."), data, figure)
+
+
+# --- (3) per-epoch curves, where there are several epochs ---
+
+def epoch_charts(rep: compare.Report) -> list[Chart]:
+    ok = rep.rows[rep.rows["status"] == "ok"]
+    groups = rep.groups.set_index("group")
+    records = []
+    for run in ok.itertuples():
+        losses = _floats(run.epoch_loss)
+        if len(losses) < 2:
+            continue           # one epoch is a point, not a curve
+        accuracy, seconds = _floats(run.epoch_accuracy), _floats(run.epoch_time_s)
+        g = groups.loc[run.group]
+        keys = _group_keys(rep, _Named(g))
+        for i, loss in enumerate(losses):
+            records.append(keys | {
+                "series": series_label(rep, _Named(g)), "run_id": run.run_id,
+                "epoch": i + 1, "loss": loss,
+                "accuracy_pct": accuracy[i] * 100 if i < len(accuracy) else None,
+                "epoch_time_s": seconds[i] if i < len(seconds) else None})
+    if not records:
+        return []
+    frame = pd.DataFrame.from_records(records)
+    found = []
+    for number, ((machine, dataset, device, profile), data) in enumerate(
+            frame.groupby(["machine", "dataset", "device", "profile"], sort=False)):
+        where = f"{dataset}, {device}, {profile} profile" + (f", {machine}" if len(rep.sections) > 1 else "")
+        data = data.reset_index(drop=True)
+        found.append(Chart(f"epochs-{number + 1}", f"Per epoch: {where}", (
+            f"{where}: training loss and training accuracy after each epoch, one line per run; "
+            f"only runs of two epochs or more are drawn."), data, _epoch_figure(data)))
+    return found
+
+
+class _Named:
+    """A group's Series read by attribute, as an itertuples row is."""
+
+    def __init__(self, series: pd.Series):
+        self.__dict__.update(series.to_dict())
+
+
+def _floats(values) -> list[float]:
+    return [float(v) for v in values] if isinstance(values, (list, tuple, np.ndarray)) else []
+
+
+def _epoch_figure(data: pd.DataFrame) -> go.Figure:
+    has_accuracy = data["accuracy_pct"].notna().any()
+    figure = make_subplots(rows=1, cols=2 if has_accuracy else 1, horizontal_spacing=0.09,
+                           subplot_titles=["training loss"] + (["training accuracy, %"] if has_accuracy else []))
+    shown = set()
+    for (series, run_id), run in data.groupby(["series", "run_id"], sort=False):
+        framework = run["framework"].iloc[0]
+        common = dict(mode="lines+markers" if len(run) <= 12 else "lines", name=series,
+                      legendgroup=series, line_color=colour(framework), marker_size=5)
+        figure.add_trace(go.Scatter(
+            x=run["epoch"], y=run["loss"], showlegend=series not in shown, customdata=[run_id[:8]] * len(run),
+            hovertemplate=f"{series}<br>run %{{customdata}}<br>epoch %{{x}}: loss %{{y:.4g}}<extra></extra>",
+            **common), row=1, col=1)
+        if has_accuracy:
+            figure.add_trace(go.Scatter(
+                x=run["epoch"], y=run["accuracy_pct"], showlegend=False, customdata=[run_id[:8]] * len(run),
+                hovertemplate=f"{series}<br>run %{{customdata}}<br>epoch %{{x}}: %{{y:.2f}}%<extra></extra>",
+                **common), row=1, col=2)
+        shown.add(series)
+    losses = data["loss"][data["loss"] > 0]
+    if len(losses) and losses.max() / losses.min() > 20:
+        figure.update_yaxes(type="log", row=1, col=1)
+    epochs = int(data["epoch"].max())
+    figure.update_xaxes(title_text="epoch", tickformat="d",
+                        **({"dtick": 1} if epochs <= 12 else {}))
+    _layout(figure, height=420)
+    return figure
+
+
+# --- (4) robust accuracy, where the rows have it ---
+
+def robust_chart(rep: compare.Report) -> Chart | None:
+    rows = rep.rows
+    if ROBUST_COLUMN not in rows.columns or rows[ROBUST_COLUMN].isna().all():
+        return None
+    ok = rows[(rows["status"] == "ok") & rows[ROBUST_COLUMN].notna()]
+    groups = rep.groups.set_index("group")
+    records = []
+    for group, part in ok.groupby("group", sort=False):
+        g = _Named(groups.loc[group])
+        robust = pd.to_numeric(part[ROBUST_COLUMN]) * 100
+        records.append(_group_keys(rep, g) | {
+            "series": series_label(rep, g), "runs": len(part),
+            "robust_accuracy_pct": float(robust.median()), "robust_accuracy_pct_min": float(robust.min()),
+            "robust_accuracy_pct_max": float(robust.max()),
+            "accuracy_pct": float(pd.to_numeric(part["accuracy"]).median() * 100)})
+    data = pd.DataFrame.from_records(records)
+    figure = _horizontal(data, "robust_accuracy_pct", (
+        "%{y}<br>robust accuracy %{x:.2f}% (median of %{customdata[0]} run(s), "
+        "%{customdata[1]:.2f}–%{customdata[2]:.2f}%)<extra></extra>"),
+        ["runs", "robust_accuracy_pct_min", "robust_accuracy_pct_max"],
+        low="robust_accuracy_pct_min", high="robust_accuracy_pct_max")
+    figure.add_trace(go.Scatter(
+        x=data["accuracy_pct"], y=data["series"], mode="markers", name="accuracy (no attack)",
+        marker=dict(symbol="circle-open", size=10, color="black", line_width=2),
+        hovertemplate="%{y}<br>accuracy without attack: %{x:.2f}%<extra></extra>"))
+    figure.update_xaxes(range=[0, 100.5], title_text="robust accuracy, % (median, bar from min to "
+                                                     "max); axis from 0")
+    return Chart("robust", "Robust accuracy", (
+        "Median accuracy under attack of the runs that measured it, from 0 to 100%; open "
+        "circles: the same runs' accuracy without attack."), data, figure)
+
+
+# --- resource traces, where recorded ---
+
+TRACE_PANELS = [("cpu_percent", "CPU, %", 1.0), ("memory_bytes", "memory, GiB", 2**-30),
+                ("gpu_util", "GPU use, %", 1.0), ("gpu_memory_bytes", "GPU memory, GiB", 2**-30)]
+
+
+def trace_charts(rep: compare.Report) -> list[Chart]:
+    if rep.traces is None:
+        return []
+    info = rep.rows.set_index("run_id")
+    groups = rep.groups.set_index("group")
+    frames = []
+    for run_id, samples in rep.traces.groupby("run_id", sort=False):
+        row = info.loc[run_id]
+        g = _Named(groups.loc[row["group"]])
+        keys = _group_keys(rep, g) | {"series": series_label(rep, g), "run_id": run_id}
+        columns = ["t_s"] + [c for c, _, _ in TRACE_PANELS if c in samples.columns]
+        frames.append(samples[columns].assign(**keys))
+    frame = pd.concat(frames, ignore_index=True)
+    found = []
+    for number, ((machine, dataset, device, profile), data) in enumerate(
+            frame.groupby(["machine", "dataset", "device", "profile"], sort=False)):
+        where = f"{dataset}, {device}, {profile} profile" + (f", {machine}" if len(rep.sections) > 1 else "")
+        panels = [p for p in TRACE_PANELS if p[0] in data.columns and data[p[0]].notna().any()]
+        data = data[["machine", "framework", "dataset", "device", "profile", "settings", "threads",
+                     "series", "run_id", "t_s"] + [c for c, _, _ in panels]].reset_index(drop=True)
+        found.append(Chart(f"traces-{number + 1}", f"Resource use: {where}",
+                           f"{where}: resources sampled while each job ran, one line per run.",
+                           data, _trace_figure(data, panels)))
+    return found
+
+
+def _trace_figure(data: pd.DataFrame, panels: list) -> go.Figure:
+    figure = make_subplots(rows=1, cols=len(panels), horizontal_spacing=0.07,
+                           subplot_titles=[label for _, label, _ in panels])
+    shown = set()
+    for (series, run_id), run in data.groupby(["series", "run_id"], sort=False):
+        colour = colour(run["framework"].iloc[0])
+        for col, (column, label, scale) in enumerate(panels, start=1):
+            unit = label.split(", ")[-1]
+            figure.add_trace(go.Scatter(
+                x=run["t_s"], y=pd.to_numeric(run[column]) * scale, mode="lines", name=series,
+                legendgroup=series, showlegend=series not in shown and col == 1, line_color=colour,
+                hovertemplate=f"{series}<br>run {run_id[:8]}<br>%{{x:.1f}} s: %{{y:.2f}} {unit}<extra></extra>"),
+                row=1, col=col)
+        shown.add(series)
+    figure.update_xaxes(title_text="time since the job started, s")
+    _layout(figure, height=380)
+    return figure
+
+
+# --- shared drawing ---
+
+def _horizontal(data: pd.DataFrame, x: str, hover: str, custom: list[str], low: str | None = None,
+                high: str | None = None, marker_only: bool = False) -> go.Figure:
+    """One bar (or point) a row of ``data``, a row of the chart each, one trace a framework
+    so the legend toggles frameworks; the first row on top."""
+    figure = go.Figure()
+    rank = {name: i for i, name in enumerate(catalog.names())}
+    for framework in sorted(data["framework"].unique(), key=lambda f: (rank.get(f, len(rank)), f)):
+        part = data[data["framework"] == framework]
+        colour = colour(framework)
+        error = None
+        if low and high and (part[high] > part[low]).any():      # a spread to show
+            error = dict(type="data", symmetric=False, array=part[high] - part[x],
+                         arrayminus=part[x] - part[low], color="#333", thickness=1.2, width=4)
+        common = dict(x=part[x], y=part["series"], name=framework, customdata=part[custom].to_numpy(),
+                      hovertemplate=hover, orientation="h", error_x=error)
+        if marker_only:
+            common.pop("orientation")
+            figure.add_trace(go.Scatter(mode="markers", marker=dict(size=12, color=colour,
+                                                                    line=dict(color="#222", width=1)),
+                                        **common))
+        else:
+            figure.add_trace(go.Bar(marker_color=colour, opacity=0.85, **common))
+    figure.update_yaxes(categoryorder="array", categoryarray=list(data["series"]), autorange="reversed",
+                        automargin=True)
+    figure.update_layout(barmode="overlay", bargap=0.3)
+    _layout(figure, height=140 + ROW_HEIGHT * len(data))
+    return figure
+
+
+def _layout(figure: go.Figure, height: int) -> None:
+    figure.update_layout(
+        template="plotly_white", height=height, margin=dict(l=10, r=10, t=40, b=10),
+        font=dict(family="system-ui, sans-serif", size=12), hoverlabel=dict(align="left"),
+        legend=dict(title_text="click to hide or show", groupclick="togglegroup"))
+    figure.update_xaxes(automargin=True)

@@ -1,0 +1,212 @@
+"""The HTML report loaded in a real headless browser (Debian's chromium, driven through its
+chromedriver by selenium): no console error, every chart drawn, no tick labels on top of each
+other, hover and the legend working, and each chart's CSV link giving the numbers the report
+holds.
+
+The page is of real stored rows: the committed measurement rows (docs/measurements/: twelve
+quick jobs, the PyTorch port's 20-epoch MNIST runs on a GPU, two Lua Torch7 runs of one and
+two epochs), resource traces sampled from a real process, and, for the training-time ratios
+that only full-length runs of several frameworks have, runner results with chosen times taken
+through the real collect and store (as tests/test_report.py makes them).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+import sys
+import urllib.parse
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import WebDriverWait
+
+from conftest import REPO, dlbench
+from orchestrator import store
+from orchestrator.report import charts, compare, html
+from test_report import records, runner_rows, sample, with_traces
+
+CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
+pytestmark = pytest.mark.skipif(
+    not (CHROMIUM and CHROMEDRIVER),
+    reason="needs a headless browser: Debian's chromium and chromium-driver (scripts/setup installs them)")
+MEASUREMENTS = REPO / "docs" / "measurements"
+# the paper, MNIST on CPU: TensorFlow 2.18x Caffe's training time, Theano 22.56x, Torch 18.84x
+PAPER_RUNS = [
+    dict(framework="caffe", train_time_s=t, accuracy=0.9903, framework_version="1.0.0")
+    for t in (100.0, 104.0)] + [
+    dict(framework="tensorflow", train_time_s=2.1757 * 1.3 * 100, accuracy=0.9921, framework_version="2.20.0"),
+    dict(framework="theano", train_time_s=22.56 * 2.5 * 100, accuracy=0.9830, framework_version="1.0.5"),
+    dict(framework="torch", train_time_s=18.84 / 1.2 * 100, accuracy=0.9925, framework_version="torch7"),
+]
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory) -> Path:
+    """One results directory: the committed rows (two of them with traces) and the paper rows."""
+    directory = tmp_path_factory.mktemp("page") / "results"
+    for measured in sorted(MEASUREMENTS.iterdir()):
+        rows = records(measured)
+        if measured.name.endswith("torch7-test-pass"):
+            work = [sys.executable, "-c", "b = b'x' * (100 << 20); sum(i * i for i in range(3_000_000))"]
+            with_traces(rows, {r.run_id: sample(work) for r in rows}, directory)
+        else:
+            store.append(directory, rows)
+    crafted = runner_rows(tmp_path_factory.mktemp("paper-rows"), PAPER_RUNS)
+    store.append(directory, records(crafted))
+    return directory
+
+
+@pytest.fixture(scope="module")
+def page(results, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("out")
+    dlbench("report", "--results", results, "--html", out, check=True)
+    return out / "index.html"
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
+                     "--window-size=1400,1000"):
+        options.add_argument(argument)
+    options.binary_location = CHROMIUM
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(options=options, service=Service(CHROMEDRIVER))
+    driver.set_script_timeout(30)
+    yield driver
+    driver.quit()
+
+
+def load(browser, path: Path) -> list[dict]:
+    """Open the page; its console's errors (level SEVERE)."""
+    browser.get(path.as_uri())
+    browser.execute_async_script("""const done = arguments[arguments.length - 1];
+        if (document.readyState === 'complete') done(); else addEventListener('load', () => done());""")
+    return [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+
+
+PLOTS = """return [...document.querySelectorAll('.js-plotly-plot')].map(el => ({
+    id: el.id, traces: el.data.length,
+    points: el.calcdata.reduce((n, points) => n + points.length, 0),
+    svg: el.querySelectorAll('.main-svg').length,
+    drawn: el.querySelectorAll('.scatterlayer .trace, .barlayer .trace').length,
+    csv: el.closest('figure').querySelector('a.csv').href,
+    ticks: [...el.querySelectorAll('.xaxislayer-above text, .yaxislayer-above text')].map(t => {
+        const r = t.getBoundingClientRect();
+        return {axis: t.parentNode.getAttribute('class'), text: t.textContent,
+                left: r.left, right: r.right, top: r.top, bottom: r.bottom};
+    })}))"""
+
+
+def fetched(browser, uri: str) -> str:
+    """What the page's link gives, read by the browser itself."""
+    return browser.execute_async_script(
+        "const done = arguments[arguments.length - 1];"
+        "fetch(arguments[0]).then(r => r.text()).then(done, e => done('failed: ' + e));", uri)
+
+
+def overlapping(ticks: list[dict]) -> list[tuple[str, str]]:
+    """Pairs of tick labels of one axis whose boxes intersect."""
+    found = []
+    for i, a in enumerate(ticks):
+        for b in ticks[i + 1:]:
+            if a["axis"] == b["axis"] and a["text"] and b["text"] and a["left"] < b["right"] - 0.5 \
+                    and b["left"] < a["right"] - 0.5 and a["top"] < b["bottom"] - 0.5 and b["top"] < a["bottom"] - 0.5:
+                found.append((a["text"], b["text"]))
+    return found
+
+
+def test_the_page_renders_every_chart_without_an_error_and_its_csv_holds_the_report(browser, page, results):
+    errors = load(browser, page)
+    assert errors == []
+    plots = browser.execute_script(PLOTS)
+    ids = [p["id"] for p in plots]
+    assert ids[:2] == ["chart-ratios", "chart-accuracy"]
+    assert sum(i.startswith("chart-epochs-") for i in ids) == 2       # torch7's 2 epochs, pytorch's 20
+    assert sum(i.startswith("chart-traces-") for i in ids) == 1
+    assert page.read_text().count('<figure id="') == len(plots)        # every chart is drawn
+    for plot in plots:
+        assert plot["svg"] >= 1 and plot["traces"] >= 1 and plot["drawn"] >= plot["traces"], plot["id"]
+        assert plot["points"] > 0, plot["id"]
+        assert overlapping(plot["ticks"]) == [], plot["id"]
+
+    document = json.loads(dlbench("report", "--results", results, "--format", "json", check=True).stdout)
+    groups = pd.DataFrame(document["groups"])
+    tables = {p["id"]: pd.read_csv(io.StringIO(fetched(browser, p["csv"]))) for p in plots}
+
+    ratios = tables["chart-ratios"]
+    judged = groups[groups["ratio_vs_published"].notna() & (groups["framework"] != groups["ratio_baseline"])]
+    assert sorted(ratios["framework"]) == sorted(judged["framework"]) == ["tensorflow", "theano", "torch"]
+    expected = judged.set_index("framework")
+    for row in ratios.itertuples():
+        assert row.here_over_paper == pytest.approx(expected.at[row.framework, "ratio_vs_published"])
+        assert row.verdict == expected.at[row.framework, "ratio_verdict"]
+    assert dict(zip(ratios["framework"], ratios["verdict"].str.split(":").str[0])) == {
+        "tensorflow": "reproduced", "theano": "not reproduced", "torch": "reproduced"}
+
+    accuracy = tables["chart-accuracy"]
+    with_accuracy = groups[groups["accuracy_pct_median"].notna()]
+    assert len(accuracy) == len(with_accuracy) == len(groups)
+    assert sorted(accuracy["accuracy_pct"]) == pytest.approx(sorted(with_accuracy["accuracy_pct_median"]))
+    caffe = accuracy[(accuracy["framework"] == "caffe") & (accuracy["profile"] == "paper")].iloc[0]
+    assert (caffe["published_accuracy_pct"], caffe["verdict"]) == (99.03, "reproduced")
+
+    epochs = pd.concat([t for i, t in tables.items() if i.startswith("chart-epochs-")])
+    stored = store.load(results).set_index("run_id")
+    assert set(epochs["run_id"]) == {r for r, e in stored["epoch_loss"].items() if len(e) >= 2}
+    assert len(epochs) == sum(len(stored.at[r, "epoch_loss"]) for r in set(epochs["run_id"]))
+    run = epochs["run_id"].iloc[0]
+    assert list(epochs.loc[epochs["run_id"] == run, "loss"]) == pytest.approx(list(stored.at[run, "epoch_loss"]))
+    traces = tables[next(i for i in tables if i.startswith("chart-traces-"))]
+    assert set(traces["run_id"]) == set(store.load_traces(results)["run_id"])
+    assert (traces["memory_bytes"] >= 100 << 20).any()
+
+
+def test_hover_shows_values_with_units_and_the_legend_hides_a_framework(browser, page):
+    load(browser, page)
+    text = browser.execute_script("""const el = document.getElementById('chart-accuracy');
+        Plotly.Fx.hover(el, [{curveNumber: 0, pointNumber: 0}]);
+        return el.querySelector('.hoverlayer').textContent;""")
+    assert "accuracy" in text and "%" in text and "median of" in text
+    text = browser.execute_script("""const el = document.getElementById('chart-ratios');
+        Plotly.Fx.hover(el, [{curveNumber: 0, pointNumber: 0}]);
+        return el.querySelector('.hoverlayer').textContent;""")
+    assert "here ÷ paper" in text and "×" in text and "in the paper" in text
+
+    toggle = browser.find_element(By.CSS_SELECTOR, "#chart-accuracy .legend .traces .legendtoggle")
+    toggle.click()                        # a real click on the legend's first entry
+    hidden = "return document.getElementById('chart-accuracy').data.map(t => [t.name, t.visible])"
+    WebDriverWait(browser, 10).until(lambda b: ["caffe", "legendonly"] in b.execute_script(hidden))
+    assert [name for name, visible in browser.execute_script(hidden) if visible == "legendonly"] == ["caffe"]
+
+
+def test_robust_accuracy_is_charted_where_the_rows_have_it(browser, results, tmp_path):
+    # No stored row records robust accuracy yet; where a column of it is there, the page
+    # charts it.  The values are the rows' own accuracies halved: only the drawing is tested.
+    frame = store.load(results)
+    frame[charts.ROBUST_COLUMN] = frame["accuracy"] / 2
+    page = html.write_page(compare.build(frame), tmp_path)
+    assert load(browser, page) == []
+    plots = {p["id"]: p for p in browser.execute_script(PLOTS)}
+    robust = plots["chart-robust"]
+    assert robust["svg"] >= 1 and robust["drawn"] >= 2
+    data = pd.read_csv(io.StringIO(fetched(browser, robust["csv"])))
+    assert list(data["robust_accuracy_pct"] * 2) == pytest.approx(list(data["accuracy_pct"]))
+    without = html.render_page(compare.build(store.load(results)))
+    assert 'id="robust"' not in without and "Robust accuracy" not in without
+
+
+def test_the_csv_link_is_the_chart_table_itself():
+    data = pd.DataFrame({"framework": ["caffe", "theano"], "accuracy_pct": [99.03, 49.66],
+                         "verdict": ["reproduced", "not comparable: quick profile (it trains, for)"]})
+    uri = html.csv_uri(data)
+    assert uri.startswith("data:text/csv;charset=utf-8,")
+    back = pd.read_csv(io.StringIO(urllib.parse.unquote(uri.split(",", 1)[1])))
+    pd.testing.assert_frame_equal(back, data)
