@@ -309,12 +309,12 @@ def _trace_figure(data: pd.DataFrame, panels: list) -> go.Figure:
                            subplot_titles=[label for _, label, _ in panels])
     shown = set()
     for (series, run_id), run in data.groupby(["series", "run_id"], sort=False):
-        colour = colour(run["framework"].iloc[0])
+        tint = colour(run["framework"].iloc[0])
         for col, (column, label, scale) in enumerate(panels, start=1):
             unit = label.split(", ")[-1]
             figure.add_trace(go.Scatter(
                 x=run["t_s"], y=pd.to_numeric(run[column]) * scale, mode="lines", name=series,
-                legendgroup=series, showlegend=series not in shown and col == 1, line_color=colour,
+                legendgroup=series, showlegend=series not in shown and col == 1, line_color=tint,
                 hovertemplate=f"{series}<br>run {run_id[:8]}<br>%{{x:.1f}} s: %{{y:.2f}} {unit}<extra></extra>"),
                 row=1, col=col)
         shown.add(series)
@@ -333,7 +333,7 @@ def _horizontal(data: pd.DataFrame, x: str, hover: str, custom: list[str], low: 
     rank = {name: i for i, name in enumerate(catalog.names())}
     for framework in sorted(data["framework"].unique(), key=lambda f: (rank.get(f, len(rank)), f)):
         part = data[data["framework"] == framework]
-        colour = colour(framework)
+        tint = colour(framework)
         error = None
         if low and high and (part[high] > part[low]).any():      # a spread to show
             error = dict(type="data", symmetric=False, array=part[high] - part[x],
@@ -342,11 +342,11 @@ def _horizontal(data: pd.DataFrame, x: str, hover: str, custom: list[str], low: 
                       hovertemplate=hover, orientation="h", error_x=error)
         if marker_only:
             common.pop("orientation")
-            figure.add_trace(go.Scatter(mode="markers", marker=dict(size=12, color=colour,
+            figure.add_trace(go.Scatter(mode="markers", marker=dict(size=12, color=tint,
                                                                     line=dict(color="#222", width=1)),
                                         **common))
         else:
-            figure.add_trace(go.Bar(marker_color=colour, opacity=0.85, **common))
+            figure.add_trace(go.Bar(marker_color=tint, opacity=0.85, **common))
     figure.update_yaxes(categoryorder="array", categoryarray=list(data["series"]), autorange="reversed",
                         automargin=True)
     figure.update_layout(barmode="overlay", bargap=0.3)
