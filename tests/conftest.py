@@ -152,3 +152,15 @@ def make_plan(frameworks: list[str] | None = None, datasets: list[str] | None = 
                 hyperparameters={k: [v] for k, v in (overrides or {}).items()},
                 threads=[cpus], devices=[gpu], repeats=repeats, seed=seed)
     return expand(axes, host_cpus)
+
+
+def immediate_result(job, run_id: str, job_id: str, job_dir: Path) -> None:
+    """What a stand-in runtime's job leaves at once: its job directory and a valid ok
+    result (no framework, no training), for tests of the job loop without Docker."""
+    from orchestrator import jobdir
+
+    jobdir.prepare(job_dir, job.spec(run_id, job_id)).close()
+    (job_dir / "out" / "result.json").write_text(json.dumps({
+        "schema_version": 1, "status": "ok", "framework": job.framework, "dataset": job.dataset,
+        "model": job.model, "profile": job.profile, "hyperparameters": {}, "device": "cpu",
+        "seed": job.seed}))

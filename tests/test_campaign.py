@@ -554,14 +554,10 @@ class Immediate:
         return None
 
     def run(self, job, target, run_id, job_id, job_dir, dataset_path, display):
-        from orchestrator import jobdir
+        from conftest import immediate_result
         from orchestrator.runtimes import Outcome
 
-        jobdir.prepare(job_dir, job.spec(run_id, job_id)).close()
-        (job_dir / "out" / "result.json").write_text(json.dumps({
-            "schema_version": 1, "status": "ok", "framework": job.framework, "dataset": job.dataset,
-            "model": job.model, "profile": job.profile, "hyperparameters": {}, "device": "cpu",
-            "seed": job.seed}))
+        immediate_result(job, run_id, job_id, job_dir)
         return Outcome(exit_code=0, wall_time_s=0.1, log_tail=[])
 
     def cancel(self):

@@ -11,7 +11,6 @@ Every image made here is labelled as a test image and removed afterwards.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import os
 import secrets
 import threading
@@ -19,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import make_plan
-from orchestrator import build, jobdir, run, runtimes, store
+from conftest import immediate_result, make_plan
+from orchestrator import build, run, runtimes, store
 from orchestrator.display import NullDisplay
 from orchestrator.report import noise
 from orchestrator.runtimes import Outcome, Target
@@ -130,11 +129,7 @@ class Later:
         return None
 
     def run(self, job, target, run_id, job_id, job_dir, dataset_path, display):
-        jobdir.prepare(job_dir, job.spec(run_id, job_id)).close()
-        (job_dir / "out" / "result.json").write_text(json.dumps({
-            "schema_version": 1, "status": "ok", "framework": job.framework, "dataset": job.dataset,
-            "model": job.model, "profile": job.profile, "hyperparameters": {}, "device": "cpu",
-            "seed": job.seed}))
+        immediate_result(job, run_id, job_id, job_dir)
         self.ran.set()
         return Outcome(exit_code=0, wall_time_s=0.1, log_tail=[])
 
