@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import functools
 import hashlib
 import os
 import re
@@ -370,8 +371,8 @@ def build_images(builder: Builder, todo: dict, rebuild: bool = False, skip=lambd
                  jobs: int = DEFAULT_JOBS, keep_going: bool = False):
     """Carry out ``images_to_build``' plan: the source archives of the images to build checked
     first, then the base, then the framework images, ``jobs`` at a time, each yielded as
-    (tag, image) as soon as it is ready: those present and up to date first, then the others
-    in the plan's order as they are built.  A variant a framework lacks is passed to ``skip``.
+    (tag, image) as soon as it is ready: those present and up to date first, in the plan's
+    order, then the others as they are built.  A variant a framework lacks is passed to ``skip``.
     The first build that fails stops the others (at their next line of output) and raises;
     with ``keep_going`` it is yielded as (tag, its ``DlbenchError``) and the others go on
     (Docker out of reach still raises)."""
@@ -385,24 +386,32 @@ def build_images(builder: Builder, todo: dict, rebuild: bool = False, skip=lambd
             skip(reason)
         else:
             wanted.append(key)
-    missing = set(builder.to_build(wanted, rebuild))
-    wanted.sort(key=lambda key: key in missing)     # the pool takes them in this order
+    missing = builder.to_build(wanted, rebuild)
+
+    def outcome(build):
+        try:
+            return build()
+        except DockerUnavailable:
+            raise
+        except DlbenchError as exc:
+            if not keep_going or builder.cancelled.is_set():
+                raise
+            return exc
+
+    # The present ones here, one after another in the plan's order (a look, no build):
+    # the caller sees them in that order whatever the pool's threads would have done.
+    for framework, variant in wanted:
+        if (framework, variant) not in missing:
+            yield image_tag(framework, variant), outcome(
+                functools.partial(builder.framework, framework, rebuild, variant))
     pool = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="dlbench-build")
-    pending = {pool.submit(builder.framework, fw, rebuild, v): (fw, v) for fw, v in wanted}
+    pending = {pool.submit(builder.framework, fw, rebuild, v): (fw, v) for fw, v in missing}
     try:
         while pending:
             done, _ = wait(pending, return_when=FIRST_COMPLETED)
-            for future in sorted(done, key=lambda f: wanted.index(pending[f])):
+            for future in sorted(done, key=lambda f: missing.index(pending[f])):
                 framework, variant = pending.pop(future)
-                try:
-                    image = future.result()
-                except DockerUnavailable:
-                    raise
-                except DlbenchError as exc:
-                    if not keep_going or builder.cancelled.is_set():
-                        raise
-                    image = exc
-                yield image_tag(framework, variant), image
+                yield image_tag(framework, variant), outcome(future.result)
     finally:
         if pending:                 # a failure, an interrupt, or the caller stopped early
             builder.cancelled.set()
