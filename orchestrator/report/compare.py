@@ -207,13 +207,13 @@ def build(frame: pd.DataFrame, traces: pd.DataFrame | None = None,
             raise StoreError("every chosen run is disturbed; nothing left to report without "
                              "--exclude-disturbed")
     sections, section_of = _sections(rows)
-    rows["section"] = [section_of[(r.host_name, r.host_cpu_model, r.written_schema_version)]
-                       for r in rows.itertuples()]
+    rows["section"] = [section_of[key] for key in zip(
+        rows["host_name"], rows["host_cpu_model"], rows["written_schema_version"])]
     resources = [c for c in RESOURCES if c in rows.columns and rows[c].notna().any()]
     groups = _groups(rows, resources, ref, tolerance, ratio_tolerance)
-    rows["group"] = 0
-    for group, members in zip(groups["group"], groups.pop("_rows")):
-        rows.loc[members, "group"] = group
+    group_of = {i: group for group, members in zip(groups["group"], groups.pop("_rows"))
+                for i in members}
+    rows["group"] = [group_of.get(i, 0) for i in rows.index]
     if traces is not None:
         traces = traces[traces["run_id"].isin(rows["run_id"])]
         traces = traces if len(traces) else None
@@ -231,7 +231,10 @@ def prepare(frame: pd.DataFrame) -> pd.DataFrame:
     for column in ("paper_train_time_s", "paper_test_time_s", "framework_version"):
         if column not in rows.columns:
             rows[column] = None
-    settings = [_settings(r) for r in rows.itertuples()]
+    # itertuples costs a column access per column: the few _settings reads, not all ~120
+    needed = [c for c in ("framework", "dataset", "profile", "device", "hyperparameters",
+                          "settings_from") if c in rows.columns]
+    settings = [_settings(r) for r in rows[needed].itertuples()]
     rows["settings"] = [label for label, _ in settings]
     rows["settings_kind"] = [kind for _, kind in settings]
     rows["threads"] = rows["threads"].astype("Int64")

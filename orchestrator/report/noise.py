@@ -43,7 +43,9 @@ def reasons(rows: pd.DataFrame, keys: list[str]) -> pd.Series:
     not; ``keys`` are the columns that define a group (``SPLIT`` is added to them)."""
     found = {i: [] for i in rows.index}
     ok = rows[rows["status"] == "ok"]
-    for row in ok.itertuples():
+    # itertuples costs a column access per column: only those read here
+    for row in ok[[c for c in ("builds_alongside", "host_load_avg", "host_cpus")
+                   if c in ok.columns]].itertuples():
         builds = _number(row, "builds_alongside")
         if builds:
             found[row.Index].append(f"{builds:.0f} image build(s) ran beside it")
@@ -59,7 +61,8 @@ def reasons(rows: pd.DataFrame, keys: list[str]) -> pd.Series:
             continue
         fastest = timed.loc[timed["train_time_s"].astype(float).idxmin()]
         best_cpu = _value(fastest.get("cpu_percent_mean"))
-        for row in timed.itertuples():
+        for row in timed[[c for c in ("train_time_s", "cpu_percent_mean")
+                          if c in timed.columns]].itertuples():
             cpu = _number(row, "cpu_percent_mean")
             if best_cpu and cpu is not None and cpu < CPU_SHARE * best_cpu:
                 found[row.Index].append(f"CPU use {cpu:.0f}% against the fastest run's {best_cpu:.0f}%")
