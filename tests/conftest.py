@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -89,6 +90,16 @@ def dlbench(*args, env=None, check=False, timeout=1800) -> subprocess.CompletedP
         raise AssertionError(f"dlbench {' '.join(map(str, args))} failed ({proc.returncode}):\n"
                              f"{proc.stdout}\n{proc.stderr}")
     return proc
+
+
+def quiet_host(limit_s: float = 120.0) -> None:
+    """Waits, at most ``limit_s``, for the 1-minute load average to come down to the
+    host's CPUs: a run whose rows a test holds as undisturbed starts on a quiet host (the
+    report marks a run that started above CPUs + 0.5 disturbed), whatever the test before
+    it left running."""
+    deadline = time.monotonic() + limit_s
+    while os.getloadavg()[0] > (os.cpu_count() or 1) and time.monotonic() < deadline:
+        time.sleep(5)
 
 
 @pytest.fixture(scope="session")

@@ -34,7 +34,7 @@ import pyarrow.parquet as pq
 import pytest
 from markdown_it import MarkdownIt
 
-from conftest import REPO, dlbench, make_plan
+from conftest import REPO, dlbench, make_plan, quiet_host
 from orchestrator import store
 from orchestrator.report import compare, views
 from orchestrator.collect import Outcome, collect
@@ -61,6 +61,7 @@ PUBLISHED = """
 @pytest.fixture(scope="module")
 def real(data_root, tmp_path_factory) -> Path:
     ran = tmp_path_factory.mktemp("report-run")
+    quiet_host()        # tests below hold these rows as undisturbed
     dlbench("run", "--frameworks", "pytorch", "--datasets", "mnist", "--profile", "quick",
             "--repeats", "2", "--results", ran, "--data-dir", data_root, check=True)
     results = tmp_path_factory.mktemp("report-results")
