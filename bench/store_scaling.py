@@ -144,7 +144,7 @@ def phase(name: str, results: str, rows: int, rows_per_file: int, samples: int, 
                 pending = []
         seconds, details = spent["rows"] + spent["traces"], spent
     elif name == "compact":
-        rows, traces = store.compact(folder)
+        rows, traces, _ = store.compact(folder)
         details.update({"row files merged": rows, "trace files merged": traces})
     elif name == "load rows":
         details["rows"] = len(store.load(folder))

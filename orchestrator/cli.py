@@ -369,11 +369,10 @@ def status(results: ResultsOpt = None):
 
 @app.command()
 def compact(results: ResultsOpt = None):
-    """Merge a results directory's many small files (one a job) into one for rows and one
-    for traces: reading and reporting become fast; nothing is lost."""
+    """Merge a results directory's many small files (one a job) into one for rows, one for
+    traces and one for robustness: reading and reporting become fast; nothing is lost."""
     target = store.results_dir(results)
-    rows, traces = store.compact(target)
-    out.print(f"{target}: merged {rows} row files and {traces} trace files", highlight=False)
+    out.print(f"{target}: merged {store.counted(store.compact(target))}", highlight=False)
 
 
 @app.command()
@@ -394,8 +393,7 @@ def upgrade(results: ResultsOpt = None):
     """Rewrite a results directory's older files in the current layout and schema, so that
     any Parquet reader reads RESULTS/runs whole; nothing is lost."""
     target = store.results_dir(results)
-    rows, traces = store.migrate(target)
-    out.print(f"{target}: upgraded {rows} row files and {traces} trace files to schema version "
+    out.print(f"{target}: upgraded {store.counted(store.migrate(target))} to schema version "
               f"{store.SCHEMA_VERSION}", highlight=False)
 
 

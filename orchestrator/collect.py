@@ -72,7 +72,8 @@ def failed(job: Job, run_id: str, job_id: str, error: str, provenance: dict) -> 
 
 
 def collect(job: Job, run_id: str, job_id: str, job_dir: Path, outcome: Outcome,
-            provenance: dict) -> RunRecord:
+            provenance: dict) -> tuple[RunRecord, list[dict]]:
+    """The job's row, and its robustness rows (those of an ok row only)."""
     result, problem = read_result(job_dir)
     status, error = _status(outcome, result, problem)
     fields = _job_fields(job, run_id, job_id, provenance)
@@ -91,7 +92,8 @@ def collect(job: Job, run_id: str, job_id: str, job_dir: Path, outcome: Outcome,
             train_images_per_s=result.train_images_per_s,
             test_images_per_s=result.test_images_per_s,
             train_samples=result.train_samples, test_samples=result.test_samples,
-            param_count=result.param_count,
+            param_count=result.param_count, param_bytes=result.param_bytes,
+            model_size_bytes=result.model_size_bytes,
             epoch_loss=[e.loss for e in result.epochs],
             epoch_accuracy=[e.accuracy for e in result.epochs],
             epoch_time_s=[e.time_s or 0.0 for e in result.epochs],
@@ -101,7 +103,8 @@ def collect(job: Job, run_id: str, job_id: str, job_dir: Path, outcome: Outcome,
             threads_framework=dumps(result.threads.get("framework")),
             libraries=dumps(result.libraries),
             started_at=result.started_at, finished_at=result.finished_at)
-    return RunRecord(**fields)
+    robustness = [r.model_dump() for r in result.robustness] if result and status == "ok" else []
+    return RunRecord(**fields), robustness
 
 
 def _exited(code: int | None, ran_as: str = "container") -> str:

@@ -314,8 +314,9 @@ def _resolve(axes: Axes, models: dict, framework: str, dataset: str, profile: st
     and the key."""
     bad = len(problems)
     for key, value in overrides.items():
+        alone = {key: value} | {k: overrides[k] for k in contract.CHECKED_WITH.get(key, ()) if k in overrides}
         try:
-            contract.resolve_hyperparameters(models, dataset, profile, {key: value}, device)
+            contract.resolve_hyperparameters(models, dataset, profile, alone, device)
         except contract.SpecError as exc:
             own = key in axes.framework_hyperparameters.get(framework, {})
             where = ("hyperparameters",) + ((framework,) if own else ()) + (key,)
@@ -325,4 +326,8 @@ def _resolve(axes: Axes, models: dict, framework: str, dataset: str, profile: st
             problems.append(PlanError(message, where))
     if len(problems) > bad:
         return None
-    return contract.resolve_hyperparameters(models, dataset, profile, overrides, device)
+    try:        # each value good alone, and together (robust_images against test_subset)
+        return contract.resolve_hyperparameters(models, dataset, profile, overrides, device)
+    except contract.SpecError as exc:
+        problems.append(PlanError(f"{framework}/{dataset}: {exc}", ("hyperparameters",)))
+        return None

@@ -68,8 +68,7 @@ def run_plan(plan: Plan, results: Path, runtime: runtimes.Runtime, data_dir=None
         queue.close(runtime)
         display.stop()
     if store.row_file_count(results) > store.COMPACT_AFTER:
-        rows, traces = store.compact(results)
-        display.say(f"compacted {rows} row files and {traces} trace files of {results}")
+        display.say(f"compacted {store.counted(store.compact(results))} of {results}")
     return loop.records
 
 
@@ -268,13 +267,15 @@ class _Loop:
             # while it was written left a job directory without its row.
             with signals_deferred():
                 if broken is not None:
-                    record, samples = failed(job, run_id, job_id, broken, provenance), []
+                    record, samples, robustness = failed(job, run_id, job_id, broken, provenance), [], []
                 elif reason is None:
-                    record, samples = collect(job, run_id, job_id, job_dir, outcome, provenance), outcome.samples
+                    record, robustness = collect(job, run_id, job_id, job_dir, outcome, provenance)
+                    samples = outcome.samples
                 else:
-                    record, samples = unsupported(job, run_id, job_id, reason, provenance), []
+                    record, samples, robustness = unsupported(job, run_id, job_id, reason, provenance), [], []
                 handed = True
-                store.store_row(self.results, record, samples, rescue)   # or keeps it and says how to recover
+                # or keeps them and says how to recover
+                store.store_row(self.results, record, samples, rescue, robustness)
         except BaseException:           # interrupted (Ctrl-C, SIGTERM, SIGHUP): no row, no directory
             if rescue is not None:
                 rescue.release()        # unless it holds a row kept by store_row

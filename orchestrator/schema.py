@@ -45,6 +45,11 @@ metadata.  History of the row schema:
        point during the job (a job starts as soon as its own image is ready, while others
        may still build, and shares the CPUs with them); 0 for a job that ran alone, empty
        for a job that never started and in every older row (they ran after every build).
+    8  ``model_size_bytes``: the bytes of the trained model saved as the framework's own
+       users save it (Caffe's .caffemodel, a TensorFlow checkpoint, Lua Torch7's
+       torch.save, MXNet's .params, Theano's pickled shared variables, PyTorch's
+       state_dict), saved after every timed span; ``param_bytes``: the parameters times
+       their element size.  Empty in every older row.
 Readers refuse rows newer than they know; older ones are upgraded step by step
 by ``store.upgrade``.
 
@@ -52,6 +57,13 @@ The resource traces are a second table (``TRACE_SCHEMA``), one Parquet file per
 job under ``RESULTS/traces/``, with its own version:
     1  first version: run_id, t_s, cpu_percent, memory_bytes, gpu_util,
        gpu_memory_bytes.
+
+The robustness of a trained model is a third table (``ROBUSTNESS_SCHEMA``), one
+Parquet file per job under ``RESULTS/robustness/``, one row per attack and epsilon,
+with its own version:
+    1  first version: run_id, attack (``none``: the clean images, ``fgsm``, ``pgd``),
+       epsilon (the [0, 1] pixel scale), steps, images, accuracy, time_s, and reason
+       (why accuracy is empty: the framework gave no gradient to the input).
 """
 
 from __future__ import annotations
@@ -66,8 +78,10 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
 from dlbench_runner.contract import SCHEMA_VERSION as RUNNER_SCHEMA_VERSION
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 TRACE_SCHEMA_VERSION = 1
+ROBUSTNESS_SCHEMA_VERSION = 1
+ATTACKS = ("none", "fgsm", "pgd")
 MAX_RESULT_BYTES = 4 << 20
 STATUSES = ("ok", "failed", "timeout", "oom", "unsupported", "no_result", "node_fail", "cancelled")
 
@@ -79,6 +93,19 @@ class Epoch(BaseModel):
     accuracy: float
     time_s: float | None = None
     samples: int | None = None
+
+
+class Robustness(BaseModel):
+    """One attack at one epsilon on the runner's first ``images`` test images."""
+
+    model_config = ConfigDict(extra="ignore")
+    attack: typing.Literal[ATTACKS]
+    epsilon: float = Field(ge=0.0, le=1.0)
+    steps: int = Field(ge=0, le=10_000)
+    images: int = Field(ge=0)
+    accuracy: float | None = Field(None, ge=0.0, le=1.0)
+    time_s: float | None = Field(None, ge=0.0)
+    reason: str | None = Field(None, max_length=1_000)
 
 
 class RunnerResult(BaseModel):
@@ -118,6 +145,9 @@ class RunnerResult(BaseModel):
     train_images_per_s: float | None = None
     test_images_per_s: float | None = None
     param_count: int | None = None
+    param_bytes: int | None = Field(None, ge=0)
+    model_size_bytes: int | None = Field(None, ge=0)
+    robustness: list[Robustness] = Field([], max_length=1_000)
     epochs: list[Epoch] = []
     started_at: dt.datetime | None = None
     finished_at: dt.datetime | None = None
@@ -168,6 +198,8 @@ class RunRecord(BaseModel):
     train_samples: int | None = None
     test_samples: int | None = None
     param_count: int | None = None
+    param_bytes: int | None = None       # parameters times their element size
+    model_size_bytes: int | None = None  # the trained model saved as its framework's users save it
     epoch_loss: list[float] = []
     epoch_accuracy: list[float] = []
     epoch_time_s: list[float] = []
@@ -256,6 +288,7 @@ ADDED_IN = {
         "script_train_time_s", "script_test_time_s"],
     6: ["gpu_name", "gpu_driver", "gpu_memory_total_bytes"],
     7: ["builds_alongside"],
+    8: ["param_bytes", "model_size_bytes"],
 }
 # Columns a version renamed, old name -> new name.
 RENAMED_IN = {5: {"script_train_time_s": "paper_train_time_s",
@@ -266,4 +299,12 @@ TRACE_SCHEMA = pa.schema(
      pa.field("cpu_percent", pa.float64()), pa.field("memory_bytes", pa.int64()),
      pa.field("gpu_util", pa.float64()), pa.field("gpu_memory_bytes", pa.int64())],
     metadata={b"dlbench.trace_schema_version": str(TRACE_SCHEMA_VERSION).encode()},
+)
+
+ROBUSTNESS_SCHEMA = pa.schema(
+    [pa.field("run_id", pa.string()), pa.field("attack", pa.string()),
+     pa.field("epsilon", pa.float64()), pa.field("steps", pa.int64()),
+     pa.field("images", pa.int64()), pa.field("accuracy", pa.float64()),
+     pa.field("time_s", pa.float64()), pa.field("reason", pa.string())],
+    metadata={b"dlbench.robustness_schema_version": str(ROBUSTNESS_SCHEMA_VERSION).encode()},
 )

@@ -1,9 +1,12 @@
-"""The results directory: two Parquet datasets, rows and traces, one file per write.
+"""The results directory: three Parquet datasets, rows, traces and robustness, one file
+per write.
 
     RESULTS/runs/<time>-<run id>.parquet             a job's row, written when it ends
     RESULTS/runs/<time>-compacted-<id>.parquet       rows merged by compaction
     RESULTS/traces/<run id>.parquet                  a job's resource samples
     RESULTS/traces/<time>-compacted-<id>.parquet     samples merged by compaction
+    RESULTS/robustness/<run id>.parquet              a job's accuracy under attack
+    RESULTS/robustness/<time>-compacted-<id>.parquet those merged by compaction
     RESULTS/_jobs/<run id>/                          the job's spec, raw result and log
     RESULTS/_rescued/<run id>.json                   a row that could not be stored (``recover``)
     RESULTS/.compact.lock                            the lock (``_lock``)
@@ -18,9 +21,13 @@ appears whole or not at all, and concurrent writers (two ``dlbench run`` process
 the same directory) never touch the same file: every name holds the run id.  Names
 starting with ``_`` or ``.`` are ignored by Parquet readers.
 
+Traces and robustness are a job's side tables (``SideTable``: ``TRACE``,
+``ROBUSTNESS``), written, read, migrated, compacted and rescued alike, each with its own
+schema version.
+
 One file per job keeps every row safe the moment its job ends, but thousands of small
-files are slow to read.  ``compact`` merges the row files into one, and the trace files
-into one: each merged file is written under a hidden name, a journal naming it and the
+files are slow to read.  ``compact`` merges the row files into one, and each side
+table's files into one: each merged file is written under a hidden name, a journal naming it and the
 files it replaces is put on disk, one rename makes it visible and the replaced files are
 removed at once (``_swap``).  A compaction killed at any moment is finished, or its
 hidden file removed, by the next dlbench command that uses the directory (``settle``:
@@ -63,7 +70,7 @@ import tempfile
 import uuid
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, NamedTuple
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -71,11 +78,10 @@ import pyarrow.parquet as pq
 
 from . import files
 from .errors import StoreError, StoreWarning
-from .schema import (ADDED_IN, ARROW_SCHEMA, RENAMED_IN, SCHEMA_VERSION, TRACE_SCHEMA, TRACE_SCHEMA_VERSION,
+from .schema import (ADDED_IN, ARROW_SCHEMA, RENAMED_IN, ROBUSTNESS_SCHEMA, SCHEMA_VERSION, TRACE_SCHEMA,
                      RunRecord)
 
 RUNS = "runs"
-TRACES = "traces"
 JOBS = "_jobs"
 OLD_ROWS = "runs-*.parquet"   # rows before schema version 4, at the top of the directory
 OLD_TRACES = "_traces"        # traces before schema version 4
@@ -111,9 +117,37 @@ def row_files(results: Path) -> list[Path]:
     return _openable(results, sorted(results.glob(OLD_ROWS)) + sorted((results / RUNS).glob("*.parquet")))
 
 
+class SideTable(NamedTuple):
+    """A table of many rows per job beside the rows: one file per job, in ``folder``."""
+    kind: str                   # in messages: "trace file"
+    folder: str
+    schema: pa.Schema
+    version_key: bytes          # the schema metadata that holds its version
+    old_folder: str | None = None   # where an older layout kept its files
+    order: tuple = ("run_id",)  # how ``load_side`` sorts its rows
+    integers: bool = False      # whether pandas gets its integer columns as nullable Int64
+
+    @property
+    def version(self) -> int:
+        return int(self.schema.metadata[self.version_key])
+
+
+TRACE = SideTable("trace", "traces", TRACE_SCHEMA, b"dlbench.trace_schema_version",
+                  old_folder=OLD_TRACES, order=("run_id", "t_s"))
+ROBUSTNESS = SideTable("robustness", "robustness", ROBUSTNESS_SCHEMA,
+                       b"dlbench.robustness_schema_version", integers=True)
+SIDE_TABLES = (TRACE, ROBUSTNESS)
+TRACES = TRACE.folder
+
+
+def side_files(results: Path, side: SideTable) -> list[Path]:
+    """A side table's files a reader may open: an old layout's first, then its folder's."""
+    old = sorted((results / side.old_folder).glob("*.parquet")) if side.old_folder else []
+    return _openable(results, old + sorted((results / side.folder).glob("*.parquet")))
+
+
 def trace_files(results: Path) -> list[Path]:
-    return _openable(results, sorted((results / OLD_TRACES).glob("*.parquet"))
-                     + sorted((results / TRACES).glob("*.parquet")))
+    return side_files(results, TRACE)
 
 
 def _openable(results: Path, paths: list[Path]) -> list[Path]:
@@ -344,9 +378,10 @@ def _to_4(table: pa.Table) -> pa.Table:
 # resource summary; 3 the cross-settings source; 4 the version a row was written with,
 # the host's timing facts, the Slurm node and ids and the script's own times (and torch
 # rows of the PyTorch port read as pytorch); 5 renamed the script's times to the paper
-# spans; 6 added the GPU's model, driver and memory; 7 the image builds a job ran beside.
+# spans; 6 added the GPU's model, driver and memory; 7 the image builds a job ran beside;
+# 8 the parameters' and the saved model's bytes.
 UPGRADES = {1: _add_empty(2), 2: _add_empty(3), 3: _to_4, 4: _renamed(5), 5: _add_empty(6),
-            6: _add_empty(7)}
+            6: _add_empty(7), 7: _add_empty(8)}
 
 
 def upgrade(table: pa.Table, version: int) -> pa.Table:
@@ -420,49 +455,71 @@ def ok_job_ids(results: Path, campaign: str | None = None) -> set[str]:
     return set(frame.loc[ok, "job_id"])
 
 
-# -- resource traces ------------------------------------------------------------------------
+# -- side tables: resource traces, robustness ----------------------------------------------
+def side_path(results: Path, side: SideTable, run_id: str) -> Path:
+    return results / side.folder / f"{run_id}.parquet"
+
+
 def trace_path(results: Path, run_id: str) -> Path:
-    return results / TRACES / f"{run_id}.parquet"
+    return side_path(results, TRACE, run_id)
+
+
+def write_side(results: Path, side: SideTable, run_id: str, rows: list[dict]) -> Path:
+    """A job's rows of a side table as one Parquet file, atomically (possibly with none)."""
+    _migrate_once(results)
+    table = pa.Table.from_pylist([dict(row, run_id=run_id) for row in rows], schema=side.schema)
+    with _lock(results, shared=True):
+        return _write_atomic(table, side_path(results, side, run_id))
 
 
 def write_trace(results: Path, run_id: str, samples: list[dict]) -> Path:
     """A job's resource samples as one Parquet file, atomically (possibly with no rows)."""
-    _migrate_once(results)
-    rows = [dict(sample, run_id=run_id) for sample in samples]
-    table = pa.Table.from_pylist(rows, schema=TRACE_SCHEMA)
-    with _lock(results, shared=True):
-        return _write_atomic(table, trace_path(results, run_id))
+    return write_side(results, TRACE, run_id, samples)
 
 
-def _read_trace(path: Path) -> pa.Table:
-    table = _read_table(path, "trace")
-    try:
-        version = int((table.schema.metadata or {}).get(b"dlbench.trace_schema_version", b"1"))
-    except ValueError:
-        version = 1
-    if version > TRACE_SCHEMA_VERSION:
-        raise StoreError(f"{path}: trace schema version {version}; this dlbench reads up to "
-                         f"{TRACE_SCHEMA_VERSION}: upgrade dlbench")
-    try:
-        return table.select(TRACE_SCHEMA.names).cast(TRACE_SCHEMA)
-    except (pa.ArrowException, KeyError, ValueError) as exc:
-        raise _Unreadable(f"{path}: not a dlbench trace file ({_why(exc)})") from None
+def _side_reader(side: SideTable) -> Callable[[Path], pa.Table]:
+    def read(path: Path) -> pa.Table:
+        table = _read_table(path, side.kind)
+        try:
+            version = int((table.schema.metadata or {}).get(side.version_key, b"1"))
+        except ValueError:
+            version = 1
+        if version > side.version:
+            raise StoreError(f"{path}: {side.kind} schema version {version}; this dlbench reads "
+                             f"up to {side.version}: upgrade dlbench")
+        try:
+            return table.select(side.schema.names).cast(side.schema)
+        except (pa.ArrowException, KeyError, ValueError) as exc:
+            raise _Unreadable(f"{path}: not a dlbench {side.kind} file ({_why(exc)})") from None
+    return read
 
 
-def load_traces(results: Path, run_ids=None) -> pd.DataFrame:
-    """The resource samples of every job (or of the given run ids), by run id and time; a
+def load_side(results: Path, side: SideTable, run_ids=None) -> pd.DataFrame:
+    """A side table's rows of every job (or of the given run ids), in ``side.order``; a
     file that cannot be read is left out with a ``StoreWarning``."""
     _settle_for_reading(results)
     for _ in range(READ_ATTEMPTS):
         try:
-            table, _ = _gather(_superseded(results, trace_files(results)), TRACE_SCHEMA, _read_trace,
-                               "trace", "skipped")
+            table, _ = _gather(_superseded(results, side_files(results, side)), side.schema,
+                               _side_reader(side), side.kind, "skipped")
         except FileNotFoundError:
             continue            # compacted or migrated under us: read the directory again
         if run_ids is not None:
             table = table.filter(pc.is_in(table["run_id"], pa.array(list(run_ids), pa.string())))
-        return table.to_pandas().sort_values(["run_id", "t_s"], ignore_index=True)
-    raise StoreError(f"{results}: the trace files kept changing while being read; try again")
+        frame = table.to_pandas(types_mapper=_integers if side.integers else None)
+        return frame.sort_values(list(side.order), kind="stable", ignore_index=True)
+    raise StoreError(f"{results}: the {side.kind} files kept changing while being read; try again")
+
+
+def load_traces(results: Path, run_ids=None) -> pd.DataFrame:
+    """The resource samples of every job (or of the given run ids), by run id and time."""
+    return load_side(results, TRACE, run_ids)
+
+
+def load_robustness(results: Path, run_ids=None) -> pd.DataFrame:
+    """The accuracy under attack of every job (or of the given run ids), in the order each
+    job's runner measured it."""
+    return load_side(results, ROBUSTNESS, run_ids)
 
 
 # -- the lock, and a compaction made crash-safe ----------------------------------------------
@@ -474,8 +531,8 @@ JOURNAL_LIMIT = 64 << 20        # bytes (a name per file replaced: 100,000 files
 @contextlib.contextmanager
 def _lock(results: Path, shared: bool = False, wait: bool = True):
     """The results directory's lock: exclusive for migration, compaction and ``settle``,
-    shared for a job's writes (its trace and row); so under the exclusive lock every
-    temporary file in ``runs/`` and ``traces/`` is a dead writer's.  Without ``wait``,
+    shared for a job's writes (its side tables and row); so under the exclusive lock every
+    temporary file in ``runs/`` and the side tables' folders is a dead writer's.  Without ``wait``,
     ``BlockingIOError`` when someone holds it."""
     fd = os.open(results / LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:
@@ -580,7 +637,8 @@ def _sweep(results: Path) -> None:
     """Remove the temporary files of writers that died (under the exclusive lock no writer
     is writing): half-written rows, traces and compactions, a journal or a migration mark
     never renamed into place."""
-    for folder, pattern in ((results / RUNS, ".*.tmp"), (results / TRACES, ".*.tmp"),
+    for folder, pattern in ((results / RUNS, ".*.tmp"),
+                            *((results / side.folder, ".*.tmp") for side in SIDE_TABLES),
                             (results, f"{JOURNAL}.*.tmp"), (results, f"{MIGRATED}.*.tmp")):
         for path in folder.glob(pattern):
             with contextlib.suppress(OSError):
@@ -659,30 +717,36 @@ def _rewrite(paths: list[Path], folder: Path, schema: pa.Schema, read_one, kind:
     return len(todo), left
 
 
-def _migrate_locked(results: Path, verify: bool = False) -> tuple[int, int, set]:
+def _migrate_locked(results: Path, verify: bool = False) -> tuple[tuple[int, ...], set]:
+    """Returns how many files were rewritten (rows, then each side table) and those left."""
     rows, left = _rewrite(row_files(results), results / RUNS, ARROW_SCHEMA, _read_rows, "row",
                           verify)
-    traces, left_traces = _rewrite(trace_files(results), results / TRACES, TRACE_SCHEMA,
-                                   _read_trace, "trace", verify)
+    counts = [rows]
+    for side in SIDE_TABLES:
+        count, left_side = _rewrite(side_files(results, side), results / side.folder, side.schema,
+                                    _side_reader(side), side.kind, verify)
+        counts.append(count)
+        left |= left_side
     with contextlib.suppress(OSError):
         (results / OLD_TRACES).rmdir()           # unless a file was left in place
     tmp = results / f"{MIGRATED}.{os.getpid()}.tmp"
     tmp.write_text(f"{SCHEMA_VERSION}\n")
     os.replace(tmp, results / MIGRATED)
-    return rows, traces, left | left_traces
+    return tuple(counts), left
 
 
-def migrate(results: Path) -> tuple[int, int]:
+def migrate(results: Path) -> tuple[int, ...]:
     """Bring a results directory to the current layout and schema (``dlbench upgrade``):
     every row file of an older version or layout rewritten into ``runs/`` with its rows
-    upgraded, every trace file into ``traces/``; the files already current are read
-    whole, so that any damaged one is named.  Returns how many files of each were
-    rewritten.  Safe beside running writers, readers and compactions."""
+    upgraded, every side table's file into its folder (traces into ``traces/``); the files
+    already current are read whole, so that any damaged one is named.  Returns how many
+    files were rewritten: rows, then each of ``SIDE_TABLES``.  Safe beside running
+    writers, readers and compactions."""
     if not results.is_dir():
         raise StoreError(f"{results}: no such results directory")
     with _lock(results):
         _settle_locked(results)
-        return _migrate_locked(results, verify=True)[:2]
+        return _migrate_locked(results, verify=True)[0]
 
 
 def _merge(results: Path, paths: list[Path], folder: Path, schema: pa.Schema, read_one, kind: str,
@@ -697,22 +761,33 @@ def _merge(results: Path, paths: list[Path], folder: Path, schema: pa.Schema, re
     return len(used)
 
 
-def compact(results: Path) -> tuple[int, int]:
-    """Migrate (above), then merge the row files into one and the trace files into one
-    (each made visible by ``_swap``); returns how many files of each were merged.  Safe
-    beside running writers and readers, and when killed at any moment."""
+def counted(counts: tuple[int, ...]) -> str:
+    """What ``migrate`` or ``compact`` returned, in words: "3 row files, 2 trace files and
+    0 robustness files"."""
+    words = [f"{count} {kind} files" for count, kind in
+             zip(counts, ["row"] + [side.kind for side in SIDE_TABLES])]
+    return ", ".join(words[:-1]) + " and " + words[-1]
+
+
+def compact(results: Path) -> tuple[int, ...]:
+    """Migrate (above), then merge the row files into one and each side table's files into
+    one (each made visible by ``_swap``); returns how many files were merged: rows, then
+    each of ``SIDE_TABLES``.  Safe beside running writers and readers, and when killed at
+    any moment."""
     if not results.is_dir():
         raise StoreError(f"{results}: no such results directory")
     name = f"{_stamp()}-compacted-{uuid.uuid4().hex[:8]}.parquet"
     with _lock(results):
         _settle_locked(results)
-        *_, left = _migrate_locked(results)     # those already said to be left in place
-        rows = _merge(results, [p for p in row_files(results) if p not in left], results / RUNS,
-                      ARROW_SCHEMA, _read_rows, "row", name,
-                      lambda table: _refuse_newer(table, results))
-        traces = _merge(results, [p for p in trace_files(results) if p not in left],
-                        results / TRACES, TRACE_SCHEMA, _read_trace, "trace", name)
-    return rows, traces
+        _, left = _migrate_locked(results)      # those already said to be left in place
+        merged = [_merge(results, [p for p in row_files(results) if p not in left], results / RUNS,
+                         ARROW_SCHEMA, _read_rows, "row", name,
+                         lambda table: _refuse_newer(table, results))]
+        for side in SIDE_TABLES:
+            merged.append(_merge(results, [p for p in side_files(results, side) if p not in left],
+                                 results / side.folder, side.schema, _side_reader(side), side.kind,
+                                 name))
+    return tuple(merged)
 
 
 # -- a results directory that can take the rows, and rows rescued when it cannot -----------
@@ -721,6 +796,7 @@ MIN_FREE_MB = 100               # free space a run needs to start; DLBENCH_MIN_F
 MIN_FREE_VARIABLE = "DLBENCH_MIN_FREE_MB"
 RESCUE_RESERVE = 1 << 20        # bytes set aside for each job's row before the job starts
 RESCUED_LIMIT = 1 << 30         # a rescued row with its trace (a sample a second: ~100 B each)
+                                # and robustness rows
 DISK_ERRORS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG, errno.EIO,
                          errno.EACCES, errno.EPERM})
 
@@ -798,11 +874,13 @@ class Rescue:
             self.release()
             raise
 
-    def keep(self, record: RunRecord, samples: list[dict], row_stored: bool) -> Path | None:
-        """Write the row (and the trace samples) into the room set aside; returns where
-        they are: here, or in the temporary directory if even this failed (None: nowhere)."""
+    def keep(self, record: RunRecord, samples: list[dict], row_stored: bool,
+             robustness: list[dict] = ()) -> Path | None:
+        """Write the row (and the trace samples, the robustness rows) into the room set
+        aside; returns where they are: here, or in the temporary directory if even this
+        failed (None: nowhere)."""
         data = json.dumps({"row": record.model_dump(mode="json"), "trace": samples,
-                           "row_stored": row_stored}).encode()
+                           "robustness": list(robustness), "row_stored": row_stored}).encode()
         try:
             os.pwrite(self.fd, data, 0)
             os.ftruncate(self.fd, len(data))
@@ -828,14 +906,19 @@ class Rescue:
             self.path.unlink(missing_ok=True)
 
 
-def store_row(results: Path, record: RunRecord, samples: list[dict], rescue: Rescue) -> None:
-    """Store a finished job's trace and row; if the results directory cannot take them,
-    keep them in the rescue file and raise one StoreError saying how to recover them."""
+def store_row(results: Path, record: RunRecord, samples: list[dict], rescue: Rescue,
+              robustness: list[dict] = ()) -> None:
+    """Store a finished job's trace, robustness rows (if it has any) and row; if the
+    results directory cannot take them, keep them in the rescue file and raise one
+    StoreError saying how to recover them."""
     problems = []
-    try:
-        write_trace(results, record.run_id, samples)
-    except (OSError, pa.ArrowException, OverflowError, ValueError) as exc:
-        problems.append(f"its trace: {_reason(exc)}")
+    for side, rows in ((TRACE, samples), (ROBUSTNESS, robustness)):
+        if side is ROBUSTNESS and not rows:
+            continue
+        try:
+            write_side(results, side, record.run_id, rows)
+        except (OSError, pa.ArrowException, OverflowError, ValueError) as exc:
+            problems.append(f"its {side.kind}: {_reason(exc)}")
     try:
         append(results, [record])
     except (OSError, pa.ArrowException, OverflowError, ValueError) as exc:
@@ -846,7 +929,7 @@ def store_row(results: Path, record: RunRecord, samples: list[dict], rescue: Res
     if not problems:
         rescue.release()
         return
-    kept = rescue.keep(record, samples, stored)
+    kept = rescue.keep(record, samples, stored, robustness)
     what = (f"{results}: cannot store job {record.run_id} ({record.framework}/{record.dataset}, "
             f"{record.status}): {'; '.join(problems)}")
     if kept is None:
@@ -885,6 +968,8 @@ def recover(results: Path) -> tuple[int, list[str]]:
             record = RunRecord.model_validate(document["row"])
             if document.get("trace") is not None:
                 write_trace(results, record.run_id, document["trace"])
+            if document.get("robustness"):
+                write_side(results, ROBUSTNESS, record.run_id, document["robustness"])
             if not document.get("row_stored"):
                 append(results, [record])
         except (OSError, files.Refused, ValueError, KeyError, TypeError, pa.ArrowException) as exc:

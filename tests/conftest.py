@@ -150,6 +150,49 @@ def quick_results(request, quick_run) -> dict:
     return {row.dataset: row for row in frame.itertuples()}
 
 
+def assert_model_size(row, element_sizes=(4,), at_most=3.0):
+    """An ok row's model size: its parameters times one of ``element_sizes`` bytes, and a
+    saved model that holds them all, at most ``at_most`` times their bytes (its format's
+    own additions: a TensorFlow checkpoint's moving averages, a Torch7 module's gradient
+    buffers) and a little more (names, headers)."""
+    assert row.param_bytes in [row.param_count * size for size in element_sizes], row.param_bytes
+    assert row.param_bytes <= row.model_size_bytes <= at_most * row.param_bytes + (64 << 10), \
+        (row.model_size_bytes, row.param_bytes)
+
+
+def assert_robustness(results: Path, row) -> dict:
+    """An ok row's robustness rows and its runner's gradient check, as the issue asks of
+    them: every attack and epsilon of its settings on ``images`` images; FGSM's accuracy not
+    rising with epsilon by more than half a point (one image where there are fewer than
+    200), PGD's at most FGSM's at its epsilon, neither above the clean accuracy on the same
+    images; the adapter's input gradient within the runner's tolerance of finite differences
+    on 4 pixels of the trained model.  Returns the rows by
+    (attack, epsilon)."""
+    from dlbench_runner import contract
+    from orchestrator import store
+
+    from dlbench_runner import robustness
+
+    hp = json.loads(row.hyperparameters)
+    images = hp["robust_images"]
+    frame = store.load_robustness(results, [row.run_id])
+    found = {(r.attack, round(r.epsilon, 9)): r for r in frame.itertuples()}
+    epsilons = [round(e, 9) for e in contract.epsilons(hp["epsilons"])]
+    pgd = round(contract.epsilons(hp["pgd_epsilon"])[0], 9)
+    assert list(found) == [("none", 0.0)] + [("fgsm", e) for e in epsilons] + [("pgd", pgd)]
+    assert all(r.images == images and r.time_s > 0 and pd.isna(r.reason) for r in found.values())
+    clean = found["none", 0.0].accuracy
+    fgsm = [found["fgsm", e].accuracy for e in epsilons]
+    slack = max(0.005, 1.0 / images)         # half a point, or one image of fewer than 200
+    assert all(later <= earlier + slack for earlier, later in zip(fgsm, fgsm[1:])), fgsm
+    assert max(fgsm) <= clean and found["pgd", pgd].accuracy <= found["fgsm", pgd].accuracy
+    assert found["pgd", pgd].steps == contract.PGD_STEPS
+    check = json.loads((results / "_jobs" / row.run_id / "result.json").read_text())["gradient_check"]
+    assert len(check["pixels"]) == robustness.CHECK_PIXELS, check
+    assert check["relative_error"] <= robustness.GRADIENT_TOLERANCE, check
+    return found
+
+
 def make_plan(frameworks: list[str] | None = None, datasets: list[str] | None = None,
               profile: str = "paper", cpus: int | None = None, gpu: int | None = None,
               overrides: dict | None = None, repeats: int = 1, seed: int | None = None,

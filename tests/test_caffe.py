@@ -9,7 +9,7 @@ import json
 import pandas as pd
 import pytest
 
-from conftest import dlbench, quick_profile
+from conftest import assert_model_size, assert_robustness, dlbench, quick_profile
 
 pytestmark = pytest.mark.docker
 
@@ -31,10 +31,12 @@ def test_both_quick_runs_are_stored_as_ok(quick_results):
         assert json.loads(row.threads_framework)["openblas_get_num_threads"] == row.threads
 
 
-def test_lenet_on_mnist(quick_results):
+def test_lenet_on_mnist(quick_results, quick_run):
     row = quick_results["mnist"]
+    assert_robustness(quick_run("caffe"), row)     # by Caffe's backward to the pixels
     assert row.model == "caffe-lenet"
     assert row.param_count == 431080     # 520 + 25050 + 400500 + 5010
+    assert_model_size(row, at_most=1.01)    # the .caffemodel: float32 weights and the net's names
     assert row.accuracy >= 0.90
     hp = json.loads(row.hyperparameters)
     assert (hp["batch_size"], hp["lr_policy"], hp["max_iter"]) == (64, "inv", 500)
@@ -43,10 +45,12 @@ def test_lenet_on_mnist(quick_results):
     assert 0.0 < row.epoch_accuracy[0] <= 1.0
 
 
-def test_cifar10_quick_on_cifar10(quick_results):
+def test_cifar10_quick_on_cifar10(quick_results, quick_run):
     row = quick_results["cifar10"]
+    assert_robustness(quick_run("caffe"), row)     # through the mean image's Bias layer
     assert row.model == "caffe-cifar10-quick"
     assert row.param_count == 145578     # 2432 + 25632 + 51264 + 65600 + 650
+    assert_model_size(row, at_most=1.01)
     assert row.accuracy >= 0.20          # twice chance
     assert row.train_samples == 50000 and len(row.epoch_loss) == 1
 

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from conftest import REPO, dlbench
+from conftest import REPO, assert_model_size, assert_robustness, dlbench
 from dlbench_runner.runner import adapter_module
 
 FRAMEWORK = "mxnet"
@@ -247,10 +247,12 @@ def test_both_quick_runs_are_stored_as_ok(quick_results):
 
 
 @pytest.mark.docker
-def test_lenet_on_mnist(quick_results):
+def test_lenet_on_mnist(quick_results, quick_run):
     row = quick_results["mnist"]
+    assert_robustness(quick_run("mxnet"), row)     # by autograd
     assert row.model == "mxnet-lenet"
     assert row.param_count == LENET_PARAMS == 431080
+    assert_model_size(row, at_most=1.01)
     assert row.accuracy >= 0.90
     hp = json.loads(row.hyperparameters)
     assert (hp["batch_size"], hp["learning_rate"], hp["lr_step_epochs"]) == (64, 0.05, "10")
@@ -262,10 +264,12 @@ def test_lenet_on_mnist(quick_results):
 
 
 @pytest.mark.docker
-def test_resnet110_on_cifar10(quick_results):
+def test_resnet110_on_cifar10(quick_results, quick_run):
     row = quick_results["cifar10"]
+    assert_robustness(quick_run("mxnet"), row)     # BatchNorm in inference
     assert row.model == "mxnet-resnet110"
     assert row.param_count == RESNET110_PARAMS == 1730784
+    assert_model_size(row, at_most=1.1)     # and BatchNorm's moving statistics
     # above chance (10%) by over 3 standard errors of 1,000 test images, after 50 batches
     assert row.accuracy > 0.13
     hp = json.loads(row.hyperparameters)

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from conftest import make_plan
+from dlbench_runner import contract
 from orchestrator import options, plan
 from orchestrator.errors import UsageError
 
@@ -162,3 +163,51 @@ def test_a_job_written_before_memory_bytes_keeps_its_memory_limit():
     del older["memory_bytes"]
     assert plan.Job.model_validate(older).memory_bytes == 4 * 2**30
     assert plan.Job.model_validate(older).job_id("i", "d") == job.job_id("i", "d")   # no part of it
+
+
+def test_every_model_takes_the_robustness_settings_with_its_data_sets_defaults():
+    jobs = {(j.framework, j.dataset): j for j in make_plan(["pytorch", "caffe"], host_cpus=4).jobs}
+    mnist, cifar = jobs["pytorch", "mnist"].hyperparameters, jobs["caffe", "cifar10"].hyperparameters
+    assert (mnist["robust_images"], mnist["epsilons"], mnist["pgd_epsilon"]) == (1000, "0.05,0.1,0.2,0.3", "0.1")
+    assert (cifar["robust_images"], cifar["epsilons"], cifar["pgd_epsilon"]) == (1000, "1/255,2/255,4/255,8/255",
+                                                                                 "4/255")
+    quick = make_plan(["pytorch", "caffe"], profile="quick", host_cpus=4).jobs
+    assert {j.hyperparameters["robust_images"] for j in quick} == {100}   # the quick profile's
+    one, = make_plan(["pytorch"], ["mnist"], overrides={"robust_images": 0, "pgd_epsilon": 0.2,
+                                                       "epsilons": "8/255,0.5"}, host_cpus=4).jobs
+    assert (one.hyperparameters["robust_images"], one.hyperparameters["pgd_epsilon"]) == (0, "0.2")
+    assert contract.epsilons(one.hyperparameters["epsilons"]) == [8 / 255, 0.5]
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"epsilons": "0.1,1.5"}, r"'epsilons': epsilon 1.5: an epsilon is in the \[0, 1\] pixel scale"),
+    ({"epsilons": "0.1,-0.1"}, r"epsilon -0.1: an epsilon is in the \[0, 1\]"),
+    ({"epsilons": "0.1,,0.2"}, "epsilon '': give a number or a fraction such as 4/255"),
+    ({"epsilons": "1/0"}, "epsilon '1/0': give a number or a fraction"),
+    ({"pgd_epsilon": 2}, r"'pgd_epsilon': epsilon 2: an epsilon is in the \[0, 1\]"),
+    ({"pgd_epsilon": "0.1,0.2"}, "'pgd_epsilon' is one epsilon"),
+    ({"robust_images": -1}, "'robust_images' must be 0 or more, not -1"),
+    ({"robust_images": 10001}, r"'robust_images' must be at most 10000 \(the test images of mnist\)"),
+    ({"robust_images": 1.5}, "must be int"),
+])
+def test_bad_robustness_settings_are_refused_before_any_job(overrides, message):
+    with pytest.raises(UsageError, match=message):
+        make_plan(["pytorch"], ["mnist"], overrides=overrides, host_cpus=4)
+
+
+def test_robust_images_takes_at_most_the_images_the_profile_tests_on():
+    """The quick profile tests the PyTorch CIFAR-10 model on 2,000 images: no more are attacked;
+    a larger test_subset given beside them lets more be."""
+    with pytest.raises(UsageError, match="at most 2000 .the test images of cifar10 this profile tests on"):
+        make_plan(["pytorch"], ["cifar10"], "quick", overrides={"robust_images": 3000}, host_cpus=4)
+    job, = make_plan(["pytorch"], ["cifar10"], "quick", overrides={"robust_images": 3000, "test_subset": 3000},
+                     host_cpus=4).jobs
+    assert job.hyperparameters["robust_images"] == 3000
+    with pytest.raises(UsageError, match="at most 1000"):
+        make_plan(["pytorch"], ["cifar10"], "quick", overrides={"robust_images": 1500, "test_subset": 1000},
+                  host_cpus=4)
+
+
+def test_the_default_robust_images_follow_a_smaller_test_subset():
+    job, = make_plan(["pytorch"], ["cifar10"], "quick", overrides={"test_subset": 60}, host_cpus=4).jobs
+    assert job.hyperparameters["robust_images"] == 60

@@ -14,7 +14,7 @@ from collections import Counter
 import pandas as pd
 import pytest
 
-from conftest import REPO, quick_profile
+from conftest import REPO, assert_model_size, assert_robustness, quick_profile
 from dlbench_runner.runner import adapter_module
 
 pytestmark = pytest.mark.docker
@@ -34,12 +34,14 @@ def quick_row(quick_run):
     return frame.iloc[0]
 
 
-def test_quick_cifar_run_learns_and_counts_only_connected_weights(quick_row):
+def test_quick_cifar_run_learns_and_counts_only_connected_weights(quick_row, quick_run):
     row = quick_row
     assert (row.framework, row.dataset, row.profile, row.status) == ("pytorch", "cifar10", "quick", "ok")
     assert row.model == "torch7-cifar10-convnet"
     assert row.accuracy >= 0.20                 # twice chance
     assert row.param_count == CIFAR_PARAMS == 846890
+    assert_model_size(row, at_most=1.01)        # and the connection tables' indices
+    assert_robustness(quick_run("pytorch", "cifar10"), row)    # through the YUV normalisation
     quick = quick_profile("pytorch", "cifar10")
     assert (row.train_samples, row.test_samples) == (quick["train_subset"], quick["test_subset"])
     assert len(row.epoch_loss) == 1

@@ -516,7 +516,7 @@ def runner_rows(directory: Path, specs: list[dict]) -> Path:
             "started_at": "2026-01-01T00:00:00+00:00"} | spec))
         records.append(collect(job, f"crafted{i:04d}", f"job{i}", out.parent,
                                Outcome(exit_code=0 if status == "ok" else 1, wall_time_s=100.0,
-                                       log_tail=[]), {"image": f"dlbench/{framework}:cpu"}))
+                                       log_tail=[]), {"image": f"dlbench/{framework}:cpu"})[0])
     store.append(directory / "results", records)
     return directory / "results"
 
@@ -750,3 +750,35 @@ def test_the_json_report_has_its_documented_shape(tmp_path):
                              "settings", "threads", "runs", "ok", "disturbed", "not_ok", "host_name",
                              "host_cpu_model", "schema_version"}:
         assert f"`{key.removesuffix('_median').removesuffix('_min').removesuffix('_max')}" in section, key
+
+
+def test_robustness_is_a_table_per_framework_and_data_set_in_every_format(tmp_path):
+    """Each group with robustness rows gets its table (text, Markdown) and its records (JSON):
+    the median accuracy over its ok runs per attack and epsilon, and why one is empty."""
+    results = runner_rows(tmp_path, [dict(framework="pytorch", profile="quick", accuracy=0.97,
+                                          train_time_s=t) for t in (10.0, 11.0)]
+                          + [dict(framework="caffe", profile="quick", accuracy=0.98, train_time_s=5.0)])
+    runs = store.load(results).set_index("framework")
+    rows = [("none", 0.0, 0, 0.97), ("fgsm", 0.05, 1, 0.8), ("fgsm", 0.1, 1, 0.6), ("pgd", 0.1, 10, 0.3)]
+    for run_id, shift in zip(runs.loc["pytorch", "run_id"], (0.0, 0.02)):
+        store.write_side(results, store.ROBUSTNESS, run_id, [
+            {"attack": a, "epsilon": e, "steps": s, "images": 1000, "accuracy": acc - shift, "time_s": 1.0}
+            for a, e, s, acc in rows])
+    store.write_side(results, store.ROBUSTNESS, runs.loc["caffe", "run_id"], [
+        {"attack": "fgsm", "epsilon": 4 / 255, "steps": 1, "images": 1000, "accuracy": None,
+         "reason": "no input gradient"}])
+    table = dlbench("report", "--results", results, check=True).stdout
+    assert "Robustness: pytorch on mnist" in table and "Robustness: caffe on mnist" in table
+    markdown = dlbench("report", "--results", results, "--format", "md", check=True).stdout
+    assert "### Robustness: pytorch on mnist (cpu, quick, own defaults)" in markdown
+    assert "| pgd | 0.1 | 10 | 1000 | 2 | 29.00 |" in markdown        # the median of 0.30 and 0.28
+    assert "| fgsm | 4/255 | 1 | 1000 | 1 | - | - | no input gradient |" in markdown
+    document = report_json(results)
+    found = {(r["framework"], r["attack"], r["epsilon"]): r for r in document["robustness"]}
+    pgd = found["pytorch", "pgd", 0.1]
+    assert (pgd["runs"], pgd["images"], pgd["steps"]) == (2, 1000, 10)
+    assert (pgd["accuracy_min"], pgd["accuracy_max"]) == pytest.approx((0.28, 0.3))
+    assert found["caffe", "fgsm", 4 / 255]["accuracy_median"] is None
+    assert found["caffe", "fgsm", 4 / 255]["reasons"] == ["no input gradient"]
+    assert "robustness" not in report_json(runner_rows(tmp_path / "none", [
+        dict(framework="caffe", profile="quick", accuracy=0.98)]))

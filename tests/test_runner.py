@@ -3,23 +3,25 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from dlbench_runner import spec as specs
+from dlbench_runner import robustness, spec as specs
 from dlbench_runner.contract import EVENT_TAG, SCHEMA_VERSION, gpu_index
 from orchestrator.schema import RunnerResult
 
 FIXTURE = Path(__file__).parent / "fixtures" / "numpy_softmax"
 
 
-def run_runner(data_root, out, *args):
+def run_runner(data_root, out, *args, env=None):
     return subprocess.run([sys.executable, "-m", "dlbench_runner", "--framework-dir", str(FIXTURE),
                            "--data", str(data_root), "--out", str(out), "--dataset", "mnist", *args],
-                          capture_output=True, text=True, timeout=600)
+                          capture_output=True, text=True, timeout=600,
+                          env=None if env is None else {**os.environ, **env})
 
 
 def events(stdout):
@@ -36,6 +38,8 @@ def test_runner_trains_and_writes_a_valid_result(data_root, tmp_path):
     assert result["accuracy"] > 0.85           # softmax regression, one epoch
     assert result["train_samples"] == 60000 and result["test_samples"] == 10000
     assert result["param_count"] == 784 * 10
+    assert result["param_bytes"] == 784 * 10 * 8                 # float64
+    assert result["param_bytes"] < result["model_size_bytes"] < result["param_bytes"] + 1024  # .npy header
     assert len(result["epochs"]) == 1
     for key in ("setup_time_s", "train_time_s", "test_time_s"):
         assert 0 < result[key] < result["total_time_s"]
@@ -64,6 +68,26 @@ def test_runner_failure_is_a_result_not_a_crash(data_root, tmp_path):
     assert result["status"] == "failed"
     assert "during train" in result["error"] and "asked to fail" in result["error"]
     assert result["setup_time_s"] > 0 and "train_time_s" not in result
+
+
+@pytest.mark.parametrize("fail", [False, True])
+def test_the_model_is_saved_after_the_timed_spans_into_a_folder_then_removed(data_root, tmp_path, fail):
+    """The save comes after the test pass, into a scratch folder of the temporary
+    directory that is gone afterwards; a save that fails fails the job, its spans kept."""
+    scratch, out = tmp_path / "tmp", tmp_path / "out"
+    scratch.mkdir(), out.mkdir()
+    proc = run_runner(data_root, out, "--profile", "quick", "--set", f"fail_in={'save' if fail else ''}",
+                      env={"TMPDIR": str(scratch)})
+    result = json.loads((out / "result.json").read_text())
+    phases = [e["phase"] for e in events(proc.stdout) if e["event"] == "phase"]
+    assert phases == ["setup", "train", "test", "save"] + ([] if fail else ["robustness"])
+    assert list(scratch.iterdir()) == [] and [p.name for p in out.iterdir()] == ["result.json"]
+    assert result["test_time_s"] > 0
+    if fail:
+        assert proc.returncode == 1 and result["status"] == "failed"
+        assert "during save" in result["error"] and "model_size_bytes" not in result
+    else:
+        assert proc.returncode == 0 and result["model_size_bytes"] > result["param_bytes"]
 
 
 def test_runner_rejects_an_unknown_hyperparameter(data_root, tmp_path):
@@ -132,3 +156,93 @@ def test_an_epochs_time_leaves_out_the_work_its_adapter_excluded(monkeypatch):
     now[0] += 3.0
     ctx.epoch_done(2, 0.4, 0.95)
     assert [e["time_s"] for e in ctx.epochs] == [7.0, 3.0]
+
+
+def test_the_runner_attacks_the_trained_model_with_the_adapters_gradient(data_root, tmp_path):
+    """The fixture's softmax regression gives its gradient by hand: FGSM's accuracy falls as
+    epsilon grows, PGD's is at most FGSM's at its epsilon, neither above the clean accuracy,
+    and the gradient matches finite differences of the loss."""
+    proc = run_runner(data_root, tmp_path, "--profile", "quick", "--set", "robust_images=300",
+                      "--set", "epsilons=0.02,0.05,0.1", "--set", "pgd_epsilon=0.05")
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads((tmp_path / "result.json").read_text())
+    RunnerResult.model_validate(result)
+    rows = {(r["attack"], r["epsilon"]): r for r in result["robustness"]}
+    assert list(rows) == [("none", 0.0), ("fgsm", 0.02), ("fgsm", 0.05), ("fgsm", 0.1), ("pgd", 0.05)]
+    assert all(r["images"] == 300 and r["time_s"] > 0 and r["reason"] is None for r in rows.values())
+    clean = rows["none", 0.0]["accuracy"]
+    fgsm = [rows["fgsm", e]["accuracy"] for e in (0.02, 0.05, 0.1)]
+    assert clean > 0.8 and fgsm == sorted(fgsm, reverse=True) and fgsm[-1] < clean - 0.3
+    assert rows["pgd", 0.05]["accuracy"] <= rows["fgsm", 0.05]["accuracy"] and rows["pgd", 0.05]["steps"] == 10
+    check = result["gradient_check"]
+    assert len(check["pixels"]) == robustness.CHECK_PIXELS and max(check["errors"]) < 1e-4
+    assert "robustness" in [e["phase"] for e in events(proc.stdout) if e["event"] == "phase"]
+    (tmp_path / "off").mkdir()
+    again = run_runner(data_root, tmp_path / "off", "--profile", "quick", "--set", "robust_images=0")
+    off = json.loads((tmp_path / "off" / "result.json").read_text())
+    assert again.returncode == 0 and "robustness" not in off and "gradient_check" not in off
+
+
+def test_an_adapter_without_a_gradient_for_its_model_gets_reasons_and_no_check():
+    """NoInputGradient from the adapter (Lua Torch7's harness, where it cannot rebuild the
+    script's preprocessing): every row holds the reason and no accuracy, and the gradient
+    check is skipped instead of failing the job."""
+    import numpy as np
+
+    from dlbench_runner import robustness
+
+    class Unavailable:
+        def unavailable(self, *args):
+            raise robustness.NoInputGradient("no preprocessing")
+
+        input_gradient = predict = loss = unavailable
+
+    images, labels = np.zeros((3, 2, 2), np.uint8), np.zeros(3, int)
+    hp = {"robust_images": 3, "epsilons": "0.1", "pgd_epsilon": "0.1"}
+    rows = robustness.attack(Unavailable(), images, labels, hp, 1, lambda: 0.0)
+    assert [r["attack"] for r in rows] == ["none", "fgsm", "pgd"]
+    assert all(r["accuracy"] is None and r["reason"] == "no preprocessing" for r in rows)
+    assert robustness.gradient_check(Unavailable(), images, labels) is None
+
+
+def test_a_gradient_that_fails_its_check_attacks_nothing():
+    """A wrong input gradient (off from its finite differences by more than the tolerance)
+    gives rows with the reason and no accuracy: never a number from a wrong gradient."""
+    import numpy as np
+
+    from dlbench_runner import robustness
+
+    class Wrong:
+        """The loss is the pixels' sum; the gradient says minus one everywhere."""
+        def input_gradient(self, pixels, labels):
+            return -np.ones_like(pixels), np.zeros(len(pixels), int)
+
+        def predict(self, pixels):
+            return np.zeros(len(pixels), int)
+
+        def loss(self, pixels, labels):
+            return float(np.sum(pixels))
+
+    images, labels = np.full((3, 2, 2), 128, np.uint8), np.zeros(3, int)
+    check = robustness.gradient_check(Wrong(), images, labels)
+    assert check["relative_error"] == pytest.approx(2.0) and check["errors"] == pytest.approx([2.0] * 4)
+    hp = {"robust_images": 3, "epsilons": "0.1", "pgd_epsilon": "0.1"}
+    rows = robustness.attack(Wrong(), images, labels, hp, 1, lambda: 0.0, check)
+    assert all(r["accuracy"] is None and r["reason"].startswith(
+        "the input gradient failed its finite-difference check (relative error 2") for r in rows)
+    assert robustness.attack(Wrong(), images, labels, hp, 1, lambda: 0.0)[0]["accuracy"] == 1.0
+
+
+def test_pgd_stays_in_its_epsilon_ball_and_in_valid_pixels():
+    import numpy as np
+
+    from dlbench_runner import robustness
+
+    class Pushy:
+        """A gradient that always points up: every step pushes each pixel up to its bound."""
+        def input_gradient(self, pixels, labels):
+            return np.ones_like(pixels), np.zeros(len(pixels), int)
+
+    x = np.array([[[0.0, 0.5, 0.99]]], np.float32)
+    out = robustness.pgd(Pushy(), x, np.zeros(1, int), 0.1, 10, np.random.RandomState(1))
+    assert np.allclose(out, [[[0.1, 0.6, 1.0]]])

@@ -44,7 +44,7 @@ def record_for(tmp_path, result=None, raw=None, **outcome):
     if raw is not None:
         (job_dir / "out" / "result.json").write_bytes(raw)
     outcome = Outcome(**{"exit_code": 0, "wall_time_s": 70.0, "log_tail": ["last line"], **outcome})
-    return collect(JOB, "run1", "job1", job_dir, outcome, {"image": "dlbench/torch:cpu"})
+    return collect(JOB, "run1", "job1", job_dir, outcome, {"image": "dlbench/torch:cpu"})[0]
 
 
 def test_a_good_result_becomes_an_ok_row(tmp_path):
@@ -52,6 +52,16 @@ def test_a_good_result_becomes_an_ok_row(tmp_path):
     assert record.status == "ok" and record.accuracy == 0.98 and record.epoch_loss == [0.12]
     assert record.blas == "/usr/lib/libopenblas.so.0" and record.wall_time_s == 70.0
     assert json.loads(record.hyperparameters)["batch_size"] == 10
+
+
+def test_the_model_size_reaches_the_row_and_an_older_runner_leaves_it_empty(tmp_path):
+    record = record_for(tmp_path, good_result(schema_version=2, param_bytes=678024,
+                                              model_size_bytes=680_000))
+    assert (record.param_bytes, record.model_size_bytes) == (678024, 680_000)
+    older = record_for(tmp_path / "older", good_result())
+    assert older.status == "ok" and older.param_bytes is older.model_size_bytes is None
+    bad = record_for(tmp_path / "bad", good_result(schema_version=2, model_size_bytes=-1))
+    assert bad.status == "no_result" and "model_size_bytes" in bad.error
 
 
 @pytest.mark.parametrize("kwargs, status, message", [
@@ -216,7 +226,7 @@ def test_version_3_golden_directory_read_then_upgraded_in_place(tmp_path):
     assert_v3_rows(rows)
     assert list(traces["cpu_percent"]) == [190.0, 191.0, 192.0]
     proc = dlbench("upgrade", "--results", results, check=True)
-    assert proc.stdout.strip() == (f"{results}: upgraded 2 row files and 1 trace files to schema "
+    assert proc.stdout.strip() == (f"{results}: upgraded 2 row files, 1 trace files and 0 robustness files to schema "
                                    f"version {SCHEMA_VERSION}") and proc.stderr == ""
     assert sorted(p.relative_to(results).as_posix() for p in results.rglob("*.parquet")) == [
         "runs/20261124T100000000000-v3okrun000000001.parquet",
@@ -229,7 +239,7 @@ def test_version_3_golden_directory_read_then_upgraded_in_place(tmp_path):
     pd.testing.assert_frame_equal(store.load_traces(results), traces)
     assert_v3_rows(pd.read_parquet(results / store.RUNS))
     proc = dlbench("upgrade", "--results", results, check=True)     # nothing left to do
-    assert proc.stdout.strip().endswith(f"upgraded 0 row files and 0 trace files to schema version {SCHEMA_VERSION}")
+    assert proc.stdout.strip().endswith(f"upgraded 0 row files, 0 trace files and 0 robustness files to schema version {SCHEMA_VERSION}")
 
 
 def test_the_first_write_migrates_an_old_directory(tmp_path):
@@ -259,28 +269,30 @@ def three_readers(runs) -> dict[str, pa.Table]:
 
 @pytest.mark.parametrize("how", ["upgrade", "compact"])
 def test_a_mixed_version_directory_reads_alike_in_pandas_duckdb_and_polars(tmp_path, how):
-    """Rows of versions 1 to 5 (golden files) beside current ones written by this
+    """Rows of versions 1 to 7 (golden files) beside current ones written by this
     dlbench; after `dlbench upgrade` (or compaction) the three readers agree, row for row."""
     from conftest import dlbench
 
     results = tmp_path / "results"
-    for version in (1, 2, 3, 4, 5):
+    for version in (1, 2, 3, 4, 5, 6, 7):
         shutil.copytree(FIXTURES / f"results-v{version}", results, dirs_exist_ok=True)
     old = store.load(results)                               # read as they are, upgraded
-    assert sorted(old["written_schema_version"]) == [1, 1, 2, 3, 3, 4, 4, 5, 5]
+    assert sorted(old["written_schema_version"]) == [1, 1, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7]
     fill(results, tmp_path, ["now1", "now2"])                # the first write migrates
     fill(results, tmp_path, ["now3"])
     expected = store.load(results)
     pd.testing.assert_frame_equal(expected[expected["run_id"].isin(old["run_id"])]
                                   .reset_index(drop=True), old)
     dlbench(how, "--results", results, check=True)
-    assert len(store.row_files(results)) == (1 if how == "compact" else 10)
+    assert len(store.row_files(results)) == (1 if how == "compact" else 12)
     stored = store.load(results)
     pd.testing.assert_frame_equal(stored, expected)
     assert dict(zip(stored["run_id"], stored["written_schema_version"])) == {
         "v1okrun000000001": 1, "v1badrun00000001": 1, "v2okrun000000001": 2,
         "v3okrun000000001": 3, "v3badrun00000001": 3, "v4luarun00000001": 4, "v4caffrun0000001": 4,
-        "v5gpurun00000001": 5, "v5cpurun00000001": 5, **{now: SCHEMA_VERSION for now in ("now1", "now2", "now3")}}
+        "v5gpurun00000001": 5, "v5cpurun00000001": 5, "v6gpurun00000001": 6, "v6cpurun00000001": 6,
+        "v7ptrun000000001": 7, "v7cafrun00000001": 7,
+        **{now: SCHEMA_VERSION for now in ("now1", "now2", "now3")}}
     tables = three_readers(results / store.RUNS)
     for reader, table in tables.items():
         assert table.column_names == ARROW_SCHEMA.names, reader
@@ -290,7 +302,7 @@ def test_a_mixed_version_directory_reads_alike_in_pandas_duckdb_and_polars(tmp_p
     rows = {reader: sorted(table.cast(ARROW_SCHEMA).to_pylist(), key=lambda r: r["run_id"])
             for reader, table in tables.items()}
     assert rows["pandas"] == rows["duckdb"] == rows["polars"]
-    assert len(rows["pandas"]) == 12
+    assert len(rows["pandas"]) == 16
     by_run = {r["run_id"]: r for r in rows["pandas"]}
     assert by_run["v1badrun00000001"]["exit_code"] == 137 and by_run["v3badrun00000001"]["exit_code"] == 137
     assert by_run["v1okrun000000001"]["written_schema_version"] == 1
@@ -314,7 +326,7 @@ def test_compaction_merges_files_and_keeps_every_row_and_sample(tmp_path):
     fill(results, tmp_path, [f"run{i}" for i in range(6)])
     rows_before = store.load(results)
     traces_before = store.load_traces(results)
-    assert store.compact(results) == (8, 6)
+    assert store.compact(results) == (8, 6, 0)
     files = store.row_files(results)
     assert len(files) == 1 and "compacted" in files[0].name     # the v1 rows too, upgraded
     assert pq.read_schema(files[0]).metadata[b"dlbench.schema_version"] == str(SCHEMA_VERSION).encode()
@@ -325,16 +337,16 @@ def test_compaction_merges_files_and_keeps_every_row_and_sample(tmp_path):
         "v1okrun000000001": 1, "v1badrun00000001": 1, **{f"run{i}": SCHEMA_VERSION for i in range(6)}}
     pd.testing.assert_frame_equal(store.load_traces(results), traces_before)
     assert len(store.load_traces(results, ["run2"])) == 3
-    assert store.compact(results) == (0, 0)                 # nothing left to merge
+    assert store.compact(results) == (0, 0, 0)              # nothing left to merge
     fill(results, tmp_path, ["run6"])
-    assert store.compact(results) == (2, 2) and len(store.load(results)) == 9
+    assert store.compact(results) == (2, 2, 0) and len(store.load(results)) == 9
 
 
 def test_compaction_of_an_old_directory_upgrades_its_rows(tmp_path):
     results = copy_fixture("results-v1", tmp_path / "results")
     shutil.copytree(FIXTURES / "results-v3", results, dirs_exist_ok=True)
     rows, traces = store.load(results), store.load_traces(results)
-    assert store.compact(results) == (4, 0)                 # one trace: moved, nothing to merge
+    assert store.compact(results) == (4, 0, 0)              # one trace: moved, nothing to merge
     assert [p.relative_to(results).parts[0] for p in store.row_files(results)] == [store.RUNS]
     assert [p.relative_to(results).as_posix() for p in store.trace_files(results)] == [
         "traces/v3okrun000000001.parquet"]
@@ -403,7 +415,7 @@ def test_unreadable_row_files_are_skipped_with_a_warning_naming_each(tmp_path):
         assert warnings_of(proc) == sorted([str(bad_trace)] + [str(p) for p in broken.values()])
         assert all(line.endswith("; left in place") for line in proc.stderr.splitlines())
         assert all(path.is_file() for path in [bad_trace, *broken.values()])
-    assert proc.stdout.strip() == f"{results}: merged 2 row files and 0 trace files"   # 1 readable
+    assert proc.stdout.strip() == f"{results}: merged 2 row files, 0 trace files and 0 robustness files"   # 1 readable
     with pytest.warns(StoreWarning):
         assert sorted(store.load(results)["run_id"]) == ["a", "b"]
 
@@ -467,7 +479,7 @@ def test_links_among_the_row_files_are_read_only_to_a_regular_file_inside_the_re
     for command in ("report", "upgrade", "compact"):
         proc = dlbench(command, "--results", results, timeout=120)
         assert proc.returncode == 0 and sorted(warnings_in(proc)) == said, proc.stderr
-    assert proc.stdout.strip() == f"{results}: merged 3 row files and 2 trace files"
+    assert proc.stdout.strip() == f"{results}: merged 3 row files, 2 trace files and 0 robustness files"
     with pytest.warns(StoreWarning):
         assert sorted(store.load(results)["run_id"]) == ["a", "b", "inside"]
     assert all(link.is_symlink() for link in links if link.name != "inside.parquet")
@@ -647,7 +659,7 @@ def test_dlbench_compact_on_the_command_line(tmp_path):
     results = tmp_path / "results"
     fill(results, tmp_path, ["a", "b", "c"])
     proc = dlbench("compact", "--results", results, check=True)
-    assert proc.stdout.strip() == f"{results}: merged 3 row files and 3 trace files"
+    assert proc.stdout.strip() == f"{results}: merged 3 row files, 3 trace files and 0 robustness files"
     assert sorted(store.load(results)["run_id"]) == ["a", "b", "c"]
     proc = dlbench("compact", "--results", tmp_path / "missing")
     assert proc.returncode == 1
@@ -753,3 +765,104 @@ def test_rows_of_schema_version_6_get_no_count_of_builds_beside_them(tmp_path):
         assert new["written_schema_version"] == 6 and new["schema_version"] == SCHEMA_VERSION
         assert new["builds_alongside"] is None
         assert all(new[name] == value for name, value in old.items() if name != "schema_version")
+
+
+def test_rows_of_schema_version_7_get_no_model_size(tmp_path):
+    """Golden files written with schema version 7 (quick rows of the PyTorch and Caffe
+    images): read with ``param_bytes`` and ``model_size_bytes`` empty, which version 7 did
+    not record; ``dlbench upgrade`` rewrites them in place with every value kept."""
+    from conftest import dlbench
+
+    results = copy_fixture("results-v7", tmp_path / "results")
+    before = pq.read_table(next((results / store.RUNS).iterdir())).to_pylist()
+    assert {r["schema_version"] for r in before} == {7} and "model_size_bytes" not in before[0]
+    frame = store.load(results).set_index("run_id")
+    added = ["param_bytes", "model_size_bytes"]
+    assert frame[added].isna().all().all() and (frame["param_count"] > 0).all()
+    assert str(frame["model_size_bytes"].dtype) == "Int64"
+    proc = dlbench("upgrade", "--results", results)
+    assert proc.returncode == 0, proc.stderr
+    rows = {r["run_id"]: r for r in pq.read_table(next((results / store.RUNS).iterdir())).to_pylist()}
+    assert set(rows) == {r["run_id"] for r in before}
+    for old in before:
+        new = rows[old["run_id"]]
+        assert new["written_schema_version"] == 7 and new["schema_version"] == SCHEMA_VERSION
+        assert all(new[name] is None for name in added)
+        assert all(new[name] == value for name, value in old.items() if name != "schema_version")
+
+
+ROBUST = [{"attack": "none", "epsilon": 0.0, "steps": 0, "images": 1000, "accuracy": 0.97, "time_s": 0.5},
+          {"attack": "fgsm", "epsilon": 0.1, "steps": 1, "images": 1000, "accuracy": 0.61, "time_s": 1.5},
+          {"attack": "pgd", "epsilon": 0.1, "steps": 10, "images": 1000, "accuracy": 0.2, "time_s": 9.0}]
+
+
+def test_robustness_rows_come_from_an_ok_result_and_are_stored_beside_the_row(tmp_path):
+    """The runner's robustness entries become one row per attack and epsilon in
+    RESULTS/robustness/<run id>.parquet, read back in the runner's order; a failed job's
+    are dropped, a bad one makes the result invalid, like any field."""
+    result = good_result(schema_version=3, robustness=ROBUST + [
+        {"attack": "fgsm", "epsilon": 0.3, "steps": 1, "images": 1000, "accuracy": None,
+         "time_s": None, "reason": "no gradient"}])
+    job_dir = tmp_path / "job"
+    (job_dir / "out").mkdir(parents=True)
+    (job_dir / "out" / "result.json").write_text(json.dumps(result))
+    record, robustness = collect(JOB, "run1", "job1", job_dir,
+                                 Outcome(exit_code=0, wall_time_s=1.0, log_tail=[]), {"image": "x"})
+    assert record.status == "ok" and [r["attack"] for r in robustness] == ["none", "fgsm", "pgd", "fgsm"]
+    results = tmp_path / "results"
+    results.mkdir()
+    store.store_row(results, record, [], store.Rescue(results, "run1"), robustness)
+    assert (results / "robustness" / "run1.parquet").is_file()
+    frame = store.load_robustness(results)
+    assert list(frame.columns) == store.ROBUSTNESS.schema.names
+    assert frame["attack"].tolist() == ["none", "fgsm", "pgd", "fgsm"] and (frame["run_id"] == "run1").all()
+    assert frame["accuracy"].tolist()[:3] == [0.97, 0.61, 0.2] and pd.isna(frame["accuracy"][3])
+    assert frame["reason"].tolist()[3] == "no gradient" and str(frame["steps"].dtype) == "Int64"
+    assert len(store.load_robustness(results, ["other"])) == 0
+    failed = good_result(schema_version=3, status="failed", error="boom", robustness=ROBUST)
+    (job_dir / "out").mkdir()
+    (job_dir / "out" / "result.json").write_text(json.dumps(failed))
+    assert collect(JOB, "run2", "job2", job_dir, Outcome(exit_code=1, wall_time_s=1.0, log_tail=[]),
+                   {})[1] == []
+    for bad in ({"epsilon": 1.5}, {"attack": "cw"}, {"accuracy": 1.2}, {"images": -1}):
+        assert record_for(tmp_path / str(bad), good_result(schema_version=3,
+                                                           robustness=[ROBUST[1] | bad])).status == "no_result"
+
+
+def test_robustness_files_are_compacted_rescued_and_recovered_with_the_rows(tmp_path, monkeypatch):
+    results = tmp_path / "results"
+    results.mkdir()
+    record = record_for(tmp_path, good_result())
+    for name in ("a", "b", "c"):
+        store.store_row(results, record.model_copy(update={"run_id": name}), [],
+                        store.Rescue(results, name), [dict(row, images=len(name)) for row in ROBUST])
+    before = store.load_robustness(results)
+    assert store.compact(results) == (3, 3, 3)
+    assert len(store.side_files(results, store.ROBUSTNESS)) == 1
+    pd.testing.assert_frame_equal(store.load_robustness(results), before)
+    # a results directory that cannot take the robustness rows keeps them to recover (faked:
+    # one folder of a directory that takes the rest cannot be filled, and root writes anyway)
+    real = store.write_side
+
+    def full(results_, side, run_id, rows):
+        if side is store.ROBUSTNESS:
+            raise OSError(28, "No space left on device")
+        return real(results_, side, run_id, rows)
+    monkeypatch.setattr(store, "write_side", full)
+    rescue = store.Rescue(results, "d")
+    with pytest.raises(StoreError, match="its robustness: No space left on device"):
+        store.store_row(results, record.model_copy(update={"run_id": "d"}), [], rescue, ROBUST)
+    monkeypatch.setattr(store, "write_side", real)
+    assert store.recover(results) == (1, [])
+    assert store.load_robustness(results, ["d"])["attack"].tolist() == ["none", "fgsm", "pgd"]
+    assert len(store.load(results)) == 4                     # the row, stored once
+
+
+def test_a_robustness_file_of_a_newer_version_is_refused(tmp_path):
+    results = tmp_path / "results"
+    results.mkdir()
+    path = store.write_side(results, store.ROBUSTNESS, "run1", ROBUST)
+    table = pq.read_table(path)
+    pq.write_table(table.replace_schema_metadata({b"dlbench.robustness_schema_version": b"2"}), path)
+    with pytest.raises(StoreError, match="robustness schema version 2; this dlbench reads up to 1"):
+        store.load_robustness(results)

@@ -13,7 +13,7 @@ import os
 import pandas as pd
 import pytest
 
-from conftest import dlbench
+from conftest import assert_model_size, assert_robustness, dlbench
 
 pytestmark = pytest.mark.docker
 
@@ -74,12 +74,14 @@ def test_both_quick_runs_are_stored_as_ok(quick_results):
         assert framework_threads["onednn_enabled"] is True
 
 
-def test_deep_mnist(quick_results):
+def test_deep_mnist(quick_results, quick_run):
     row = quick_results["mnist"]
+    assert_robustness(quick_run("tensorflow"), row)    # by GradientTape
     assert row.model == "tf-mnist-deep"
     # conv1 5*5*1*32 + 32 = 832; conv2 5*5*32*64 + 64 = 51264;
     # fc1 3136*1024 + 1024 = 3212288; fc2 1024*10 + 10 = 10250
     assert row.param_count == 3274634
+    assert_model_size(row, at_most=1.01)    # the weights and the step
     assert row.accuracy >= 0.90
     hp = json.loads(row.hyperparameters)
     assert (hp["batch_size"], hp["learning_rate"], hp["max_steps"]) == (50, 1e-4, 300)
@@ -91,13 +93,15 @@ def test_deep_mnist(quick_results):
     assert 0.0 < row.epoch_accuracy[0] <= 1.0
 
 
-def test_cifar10_tutorial(quick_results):
+def test_cifar10_tutorial(quick_results, quick_run):
     row = quick_results["cifar10"]
+    assert_robustness(quick_run("tensorflow"), row)    # through the crop and standardisation
     assert row.model == "tf-cifar10-tutorial"
     # conv1 5*5*3*64 + 64 = 4864; conv2 5*5*64*64 + 64 = 102464;
     # local3 (6*6*64)*384 + 384 = 885120; local4 384*192 + 192 = 73920;
     # softmax_linear 192*10 + 10 = 1930
     assert row.param_count == 1068298
+    assert_model_size(row, at_most=2.01)    # the weights and their moving averages
     assert row.accuracy >= 0.20           # twice chance
     hp = json.loads(row.hyperparameters)
     assert (hp["batch_size"], hp["learning_rate"], hp["max_steps"]) == (128, 0.1, 50)

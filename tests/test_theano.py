@@ -17,7 +17,7 @@ import textwrap
 import pandas as pd
 import pytest
 
-from conftest import REPO, dlbench, make_plan
+from conftest import REPO, assert_model_size, assert_robustness, dlbench, make_plan
 from dlbench_runner.runner import adapter_module
 from orchestrator import catalog, store
 from orchestrator.report import compare
@@ -129,10 +129,12 @@ def test_both_quick_runs_are_stored_as_ok(quick_results, documents):
 
 
 @docker
-def test_lenet5_on_mnist(quick_results, documents):
+def test_lenet5_on_mnist(quick_results, documents, quick_run):
     row = quick_results["mnist"]
+    assert_robustness(quick_run("theano"), row)    # by T.grad
     assert row.model == "theano-lenet5"
     assert row.param_count == MNIST_PARAMS == 431080
+    assert_model_size(row, element_sizes=(8,), at_most=1.01)    # float64, pickled
     assert row.accuracy >= 0.90
     # the first 50,000 training images train, the last 10,000 validate
     assert row.train_samples == 50000
@@ -151,10 +153,12 @@ def test_lenet5_on_mnist(quick_results, documents):
 
 
 @docker
-def test_reslab_convnet_on_cifar10(quick_results, documents):
+def test_reslab_convnet_on_cifar10(quick_results, documents, quick_run):
     row = quick_results["cifar10"]
+    assert_robustness(quick_run("theano"), row)
     assert row.model == RESLAB
     assert row.param_count == RESLAB_PARAMS == 14318
+    assert_model_size(row, element_sizes=(8,), at_most=1.1)
     assert row.accuracy >= 0.20          # twice chance
     # all 50,000 training images, one epoch of 1,000 minibatches of 50, no validation split
     assert row.train_samples == 50000 and 0.0 < row.epoch_accuracy[0] <= 1.0
@@ -407,7 +411,7 @@ def test_the_papers_theano_cifar10_cell_judges_the_reconstruction_and_never_lene
             "accuracy": 0.5, "param_count": 14318, "epochs": [],
             "started_at": "2026-01-01T00:00:00+00:00"}))
         records.append(collect(one, f"run{i}", f"job{i}", out.parent,
-                               Outcome(exit_code=0, wall_time_s=650.0, log_tail=[]), {"image": IMAGE}))
+                               Outcome(exit_code=0, wall_time_s=650.0, log_tail=[]), {"image": IMAGE})[0])
     store.append(tmp_path / "results", records)
     groups = {g.model: g for g in compare.build(store.load(tmp_path / "results")).groups.itertuples()}
     judged, never = groups[RESLAB], groups["theano-lenet5-cifar10"]

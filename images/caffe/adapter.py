@@ -73,10 +73,30 @@ def _text(fields, indent=0):
     return "\n".join(line for line in lines if line)
 
 
-def _input(batch, shape):
+def _input(batch, shape, top="data"):
     dims = [("dim", d) for d in (batch,) + tuple(shape)]
-    return [("layer", [("name", "data"), ("type", "Input"), ("top", "data"), ("top", "label"),
+    return [("layer", [("name", top), ("type", "Input"), ("top", top), ("top", "label"),
                        ("input_param", [("shape", dims), ("shape", [("dim", batch)])])])]
+
+
+def pixel_input(batch, shape, mean, scale):
+    """The robustness check's input layers: [0, 1] pixels (of the model's ``shape``) and
+    labels, then the Data layer's transform_param as layers, so that Caffe's backward
+    reaches the pixels: a Power layer back to the bytes' scale (x 255), with ``mean`` a
+    Bias layer whose blob is the negated mean image (set once the net is made), with
+    ``scale`` a Power layer; the last one's top is the model's ``data``."""
+    steps = [("bytes", "Power", "power_param", [("scale", 255.0)])]
+    if mean:
+        steps.append(("mean", "Bias", "bias_param", [("axis", 1), ("num_axes", len(shape))]))
+    if scale is not None:
+        steps.append(("scale", "Power", "power_param", [("scale", float(scale))]))
+    layers, bottom = _input(batch, shape, "pixels"), "pixels"
+    for i, (name, kind, param, options) in enumerate(steps):
+        top = "data" if i == len(steps) - 1 else name
+        layers += [("layer", [("name", name), ("type", kind), ("bottom", bottom), ("top", top),
+                              (param, options)])]
+        bottom = top
+    return layers
 
 
 def _learnable(name, kind, bottom, num_output, filler, **conv):
@@ -101,19 +121,27 @@ def _relu(name, blob):
 
 
 def _head(phase):
+    """The loss, and the accuracy in the TEST phase; in the ATTACK phase (the robustness
+    check's net, made as a TEST net) the loss summed over the batch (normalization NONE)
+    and back-propagated to the input too (force_backward: an Input layer's top gets no
+    diff otherwise)."""
     layers = []
     if phase == "TEST":   # both examples compute accuracy in the TEST phase only
         layers += [("layer", [("name", "accuracy"), ("type", "Accuracy"), ("bottom", "ip2"),
                               ("bottom", "label"), ("top", "accuracy")])]
-    layers += [("layer", [("name", "loss"), ("type", "SoftmaxWithLoss"), ("bottom", "ip2"),
-                          ("bottom", "label"), ("top", "loss")])]
-    return layers
+    loss = [("name", "loss"), ("type", "SoftmaxWithLoss"), ("bottom", "ip2"),
+            ("bottom", "label"), ("top", "loss")]
+    if phase == "ATTACK":
+        loss.append(("loss_param", [("normalization", Enum("NONE"))]))
+        layers.append(("force_backward", True))
+    return layers + [("layer", loss)]
 
 
-def lenet(batch, phase):
-    """examples/mnist/lenet_train_test.prototxt."""
+def lenet(batch, phase, inputs=None):
+    """examples/mnist/lenet_train_test.prototxt (``inputs``: other input layers than its
+    data and labels, the robustness check's)."""
     xavier = [("type", "xavier")]
-    layers = _input(batch, (1, 28, 28))
+    layers = inputs or _input(batch, (1, 28, 28))
     layers += _learnable("conv1", "Convolution", "data", 20, xavier, kernel_size=5, stride=1)
     layers += _pool("pool1", "conv1", "MAX", 2, 2)
     layers += _learnable("conv2", "Convolution", "pool1", 50, xavier, kernel_size=5, stride=1)
@@ -124,12 +152,12 @@ def lenet(batch, phase):
     return _text([("name", "LeNet")] + layers + _head(phase)) + "\n"
 
 
-def cifar10_quick(batch, phase):
-    """examples/cifar10/cifar10_quick_train_test.prototxt."""
+def cifar10_quick(batch, phase, inputs=None):
+    """examples/cifar10/cifar10_quick_train_test.prototxt (``inputs`` as lenet's)."""
     def gaussian(std):
         return [("type", "gaussian"), ("std", std)]
     conv = dict(pad=2, kernel_size=5, stride=1)
-    layers = _input(batch, (3, 32, 32))
+    layers = inputs or _input(batch, (3, 32, 32))
     layers += _learnable("conv1", "Convolution", "data", 32, gaussian(0.0001), **conv)
     layers += _pool("pool1", "conv1", "MAX", 3, 2)
     layers += _relu("relu1", "pool1")
@@ -237,6 +265,7 @@ class Adapter:
 
         self.test_passes, self.snapshots, self.solve_s = [], [], None
         self.test_net, self.test_cursor = None, 0
+        self.attack_net = None          # the robustness check's, made after training
         if hp["test_interval"]:
             self.test_net = caffe.Net(self.test_net_path, caffe.TEST)
             self.solver.share_weights(self.test_net)
@@ -388,6 +417,59 @@ class Adapter:
             correct += float(out["accuracy"]) * len(y)
         return {"accuracy": correct / n, "loss": loss_sum / n}
 
+    # -- the robustness check: Caffe's backward through the transform to the pixels -----------
+    def _attack_net(self, count):
+        """The robustness check's net (``pixel_input``, the model, the summed loss), made at
+        its first call, after training, sharing the solver's trained weights; reshaped to
+        batches of ``count``."""
+        caffe = self.caffe
+        if self.attack_net is None:
+            path = os.path.join(self.workdir, "attack.prototxt")
+            inputs = pixel_input(count, self.test_x.shape[1:], self.mean is not None, self.scale)
+            with open(path, "w") as f:
+                f.write(NETS[self.ctx.dataset](count, "ATTACK", inputs))
+            self.attack_net = caffe.Net(path, caffe.TEST)
+            self.solver.share_weights(self.attack_net)
+            if self.mean is not None:
+                self.attack_net.params["mean"][0].data[...] = -self.mean
+        net = self.attack_net
+        if net.blobs["label"].data.shape[0] != count:
+            net.blobs["pixels"].reshape(count, *net.blobs["pixels"].data.shape[1:])
+            net.blobs["label"].reshape(count)
+            net.reshape()
+        return net
+
+    def _forward(self, pixels, labels=None):
+        """The attack net's forward pass: to the loss given labels, else to the scores."""
+        net = self._attack_net(len(pixels))
+        net.blobs["pixels"].data[...] = pixels.reshape(net.blobs["pixels"].data.shape)
+        if labels is None:
+            net.forward(end="ip2")
+        else:
+            net.blobs["label"].data[...] = labels
+            net.forward()
+        return net
+
+    def input_gradient(self, pixels, labels):
+        """Caffe's own backward (net.backward) of the summed loss down to the pixels blob,
+        through the transform's layers; and the classes predicted (ip2's argmax)."""
+        net = self._forward(pixels, labels)
+        net.backward()
+        return (net.blobs["pixels"].diff.reshape(pixels.shape).copy(),
+                net.blobs["ip2"].data.argmax(axis=1))
+
+    def predict(self, pixels):
+        return self._forward(pixels).blobs["ip2"].data.argmax(axis=1)
+
+    def loss(self, pixels, labels):
+        return float(self._forward(pixels, labels).blobs["loss"].data)
+
+    # -- save ----------------------------------------------------------------
+    def save(self, folder):
+        """The trained weights as a .caffemodel (Net::ToProto, binary), the file Caffe's
+        users deploy (a snapshot's .solverstate is the solver's, not the model's)."""
+        self.solver.net.save(os.path.join(folder, SNAPSHOT_PREFIX[self.ctx.dataset] + ".caffemodel"))
+
     # -- describe ------------------------------------------------------------
     def describe(self):
         import google.protobuf
@@ -401,6 +483,7 @@ class Adapter:
         described = {
             "framework_version": getattr(caffe, "__version__", None) or version,
             "param_count": int(sum(b.data.size for blobs in params.values() for b in blobs)),
+            "param_bytes": int(sum(b.data.nbytes for blobs in params.values() for b in blobs)),
             "device_name": None if self.gpu is None else self.cudart.device_name(self.gpu),
             "threads": {"requested": self.ctx.threads,
                         "framework": {"OPENBLAS_NUM_THREADS": os.environ.get("OPENBLAS_NUM_THREADS"),

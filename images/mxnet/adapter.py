@@ -89,6 +89,7 @@ How dlbench differs, and why:
 
 import ctypes
 import hashlib
+import json
 import math
 import os
 import time
@@ -571,6 +572,7 @@ class Adapter:
         self.test_module.bind(data_shapes=[("data", (test_batch,) + self.shape)],
                               label_shapes=[("softmax_label", (test_batch,))],
                               for_training=False, shared_module=self.module)
+        self.network = None             # the robustness check's, made after training
         mx.nd.waitall()
         ctx.planned_epochs = hp["epochs"]
 
@@ -644,6 +646,86 @@ class Adapter:
         mx.nd.waitall()
         return {"accuracy": correct / n, "loss": loss_sum / n}
 
+    # -- the robustness check: the model's view of [0, 1] pixels, by autograd -----------------
+    def _network(self):
+        """The trained network up to its logits (the SoftmaxOutput's input) as a Gluon
+        SymbolBlock holding the Module's trained arguments and auxiliary states (BatchNorm's
+        moving statistics); made at the first call, after training.  Its parameters get
+        no gradient: only the input's is wanted."""
+        if self.network is None:
+            mx = self.mx
+            network = mx.gluon.SymbolBlock(self.symbol.get_children()[0],
+                                           mx.sym.var("data", dtype="float32"))
+            arg_params, aux_params = self.module.get_params()
+            params = network.collect_params()
+            params.load_dict({**arg_params, **aux_params}, ctx=self.context)
+            params.setattr("grad_req", "null")
+            self.network = network
+        return self.network
+
+    def _pixels(self, pixels):
+        """Pixels as an NDArray of the network's float32 (the gradient check's float64
+        pixels rounded to it)."""
+        return self.mx.nd.array(pixels, ctx=self.context, dtype="float32")
+
+    def model_input(self, pixels):
+        """Pixels (MNIST N x 28 x 28, CIFAR-10 N x 3 x 32 x 32, in [0, 1]) -> the network's
+        data as test() feeds it, in NDArray operators (autograd records them): MNIST
+        N x 1 x 28 x 28 (to4d's / 255 is the pixels' scale); CIFAR-10 back to the bytes'
+        scale, the centre crop and minus the RGB mean, as ``centre`` makes them."""
+        mx = self.mx
+        if self.ctx.dataset == "mnist":
+            return mx.nd.expand_dims(pixels, axis=1)
+        _, height, width = self.shape
+        top, left = (pixels.shape[2] - height) // 2, (pixels.shape[3] - width) // 2
+        crops = mx.nd.slice(pixels * 255, begin=(None, None, top, left),
+                            end=(None, None, top + height, left + width))
+        mean = mx.nd.array(parse_floats(self.hp["rgb_mean"]), ctx=self.context)
+        return mx.nd.broadcast_sub(crops, mean.reshape((1, 3, 1, 1)))
+
+    def _train_mode(self):
+        """The mode autograd records and back-propagates the network in: predict mode where
+        an operator of it has another (ResNet-110's BatchNorm: its moving statistics, as
+        test() runs it), else train mode, the same function.  Not predict mode always:
+        MXNet 1.9's oneDNN max pooling keeps no workspace in a predict-mode forward pass,
+        and its backward then gives a wrong gradient (LeNet's, against finite differences)."""
+        ops = {node["op"] for node in json.loads(self.symbol.tojson())["nodes"]}
+        return not ops & {"BatchNorm", "Dropout"}
+
+    def _summed_loss(self, logits, labels):
+        """SoftmaxOutput's training loss, the cross entropy, summed over the batch."""
+        mx = self.mx
+        labels = mx.nd.array(labels, ctx=self.context)
+        return -mx.nd.pick(mx.nd.log_softmax(logits), labels).sum()
+
+    def input_gradient(self, pixels, labels):
+        """mx.autograd's gradient of the summed cross entropy with respect to the pixels,
+        of the network as test() runs it (``_train_mode``); and the classes predicted."""
+        mx, network, train_mode = self.mx, self._network(), self._train_mode()
+        x = self._pixels(pixels)
+        x.attach_grad()
+        with mx.autograd.record(train_mode=train_mode):
+            logits = network(self.model_input(x))
+            loss = self._summed_loss(logits, labels)
+        loss.backward(train_mode=train_mode)
+        return x.grad.asnumpy(), logits.argmax(axis=1).asnumpy().astype(self.np.int64)
+
+    def predict(self, pixels):
+        logits = self._network()(self.model_input(self._pixels(pixels)))
+        return logits.argmax(axis=1).asnumpy().astype(self.np.int64)
+
+    def loss(self, pixels, labels):
+        logits = self._network()(self.model_input(self._pixels(pixels)))
+        return float(self._summed_loss(logits, labels).asscalar())
+
+    # -- save ----------------------------------------------------------------
+    def save(self, folder):
+        """Module.save_params: the trained arguments and auxiliary states (BatchNorm's
+        moving statistics) as one .params file, the weights half of the checkpoint
+        common/fit.py writes each epoch (its -symbol.json is the network, not the model's
+        trained state)."""
+        self.module.save_params(os.path.join(folder, "model.params"))
+
     # -- describe ------------------------------------------------------------
     def describe(self):
         np, mx = self.np, self.mx
@@ -655,6 +737,7 @@ class Adapter:
             # gamma and beta), as mx.viz.print_summary counts them; BatchNorm's
             # moving mean and variance are auxiliary states, not counted.
             "param_count": int(sum(v.size for v in arg_params.values())),
+            "param_bytes": int(sum(v.size * np.dtype(v.dtype).itemsize for v in arg_params.values())),
             "device_name": "GPU %d" % self.context.device_id if gpu else None,
             "threads": {"requested": self.ctx.threads,
                         "framework": {

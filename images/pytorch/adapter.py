@@ -22,6 +22,7 @@ single precision.
 """
 
 import math
+import os
 
 # image.gaussian1D defaults (sigma 0.25, amplitude 1, mean 0.5, not normalised).
 GAUSSIAN_SIGMA = 0.25
@@ -159,7 +160,8 @@ class Adapter:
 
     def _mnist_inputs(self, train, test):
         """Zero-pad 28x28 to 32x32 (as Torch7's mnist package), then normalise
-        both sets by the training set's global mean and standard deviation."""
+        both sets by the training set's global mean and standard deviation (kept, for
+        the robustness check's pixels: ``model_input``)."""
         torch = self.torch
         pad = torch.nn.functional.pad
 
@@ -169,6 +171,7 @@ class Adapter:
 
         train_x, test_x = prepare(train), prepare(test)
         mean, std = train_x.mean(), train_x.std()
+        self.normalise = lambda x: (pad(x.unsqueeze(1), (2, 2, 2, 2)) - mean.to(x.device)) / std.to(x.device)
         return ((train_x - mean) / std).to(self.device), ((test_x - mean) / std).to(self.device)
 
     def _mnist_model(self):
@@ -203,30 +206,49 @@ class Adapter:
 
         def smooth(x):
             """The 1-D kernel applied separably over a zero-padded plane."""
-            return F.conv2d(F.conv2d(F.pad(x, (pad, pad, pad, pad)), across), down)
+            return F.conv2d(F.conv2d(F.pad(x, (pad, pad, pad, pad)), across.to(x.device)),
+                            down.to(x.device))
 
         coef = smooth(torch.ones(1, 1, 32, 32, dtype=torch.float64))
         yuv_kernel = torch.tensor(RGB_TO_YUV, dtype=torch.float64).view(3, 3, 1, 1)
+        # std <= threshold becomes the threshold: the same as clamping smooth(y^2) at
+        # (threshold * coef)^2 under the square root, where the root's gradient stays finite
+        # (torch.max of two tensors: PyTorch 1.7's clamp_min takes a number only)
+        floor = (DIVISIVE_THRESHOLD * coef) ** 2
+
+        def yuv_normalised(rgb):
+            """float64 RGB (0-255) -> YUV with Y normalised; differentiable."""
+            here = coef.to(rgb.device)
+            yuv = F.conv2d(rgb, yuv_kernel.to(rgb.device))
+            y = yuv[:, :1]
+            y = y - smooth(y) / here                                          # subtractive
+            std = torch.max(smooth(y * y), floor.to(rgb.device)).sqrt() / here   # divisive
+            return torch.cat([y / std, yuv[:, 1:]], dim=1)
 
         def prepare(images, chunk=5000):
             out = torch.empty(images.shape, dtype=torch.float32)
             for start in range(0, len(images), chunk):
                 rgb = torch.from_numpy(images[start:start + chunk]).to(torch.float64)
-                yuv = F.conv2d(rgb, yuv_kernel)
-                y = yuv[:, :1]
-                y = y - smooth(y) / coef                          # subtractive
-                std = smooth(y * y).sqrt() / coef                 # divisive
-                std = torch.where(std > DIVISIVE_THRESHOLD, std, torch.full_like(std, DIVISIVE_THRESHOLD))
-                yuv[:, :1] = y / std
-                out[start:start + chunk] = yuv.to(torch.float32)
+                out[start:start + chunk] = yuv_normalised(rgb).to(torch.float32)
             return out
 
         train_x, test_x = prepare(train), prepare(test)
+        stats = []
         for c in (1, 2):
             plane = train_x[:, c].double()
             mean, std = plane.mean(), plane.std()
+            stats.append((mean, std))
             for x in (train_x, test_x):
                 x[:, c].sub_(mean).div_(-std)
+
+        def normalise(rgb):
+            yuv = yuv_normalised(rgb.double()).to(torch.float32)
+            planes = [yuv[:, :1]] + [(yuv[:, c:c + 1] - mean.float().to(rgb.device))
+                                     / -std.float().to(rgb.device)
+                                     for c, (mean, std) in zip((1, 2), stats)]
+            return torch.cat(planes, dim=1)
+
+        self.normalise = normalise
         return train_x.to(self.device), test_x.to(self.device)
 
     def _cifar_model(self):
@@ -299,6 +321,48 @@ class Adapter:
                 correct += (output.argmax(1) == y).sum().item()
         return {"accuracy": correct / n, "loss": loss_sum / n}
 
+    # -- the robustness check: the model's view of [0, 1] pixels, by autograd ----------
+    def model_input(self, pixels):
+        """Pixels (MNIST N x 28 x 28, CIFAR-10 N x 3 x 32 x 32, in [0, 1]) -> the model's
+        input, through the same preprocessing as training's, differentiably."""
+        dtype = next(self.model.parameters()).dtype
+        return self.normalise(pixels * 255).to(dtype)
+
+    def _pixels(self, pixels, grad=False):
+        x = self.torch.from_numpy(pixels).to(self.device, self.torch.float64 if pixels.dtype == "float64"
+                                                 else self.torch.float32)
+        return x.requires_grad_(grad)
+
+    def input_gradient(self, pixels, labels):
+        """torch.autograd.grad of the summed NLL loss (the training criterion's) with
+        respect to the pixels; and the classes predicted for them."""
+        torch = self.torch
+        self.model.eval()
+        x = self._pixels(pixels, grad=True)
+        output = self.model(self.model_input(x))
+        y = torch.from_numpy(labels).to(self.device)
+        loss = torch.nn.functional.nll_loss(output, y, reduction="sum")
+        gradient, = torch.autograd.grad(loss, x)
+        return gradient.cpu().numpy(), output.argmax(1).cpu().numpy()
+
+    def predict(self, pixels):
+        self.model.eval()
+        with self.torch.no_grad():
+            return self.model(self.model_input(self._pixels(pixels))).argmax(1).cpu().numpy()
+
+    def loss(self, pixels, labels):
+        torch = self.torch
+        self.model.eval()
+        with torch.no_grad():
+            output = self.model(self.model_input(self._pixels(pixels)))
+            y = torch.from_numpy(labels).to(self.device)
+            return float(torch.nn.functional.nll_loss(output, y, reduction="sum"))
+
+    # -- save ----------------------------------------------------------------
+    def save(self, folder):
+        """torch.save of the model's state_dict, as PyTorch's own tutorials save a model."""
+        self.torch.save(self.model.state_dict(), os.path.join(folder, "model.pt"))
+
     # -- describe ------------------------------------------------------------
     def describe(self):
         torch = self.torch
@@ -307,6 +371,8 @@ class Adapter:
         return {
             "framework_version": torch.__version__,
             "param_count": self._param_count(),
+            "param_bytes": sum(p.numel() * p.element_size() for p in self.model.parameters()
+                               if p.requires_grad),
             "device_name": torch.cuda.get_device_name(self.device) if cuda else None,
             "threads": {"requested": self.ctx.threads,
                         "framework": {"torch.get_num_threads": torch.get_num_threads(),

@@ -1002,6 +1002,66 @@ class Adapter:
         if getattr(self, "device", "").startswith("/GPU"):
             self.tf.test.experimental.sync_devices()
 
+    # -- the robustness check: the model's view of [0, 1] pixels, by GradientTape ------------
+    def model_input(self, pixels):
+        """Pixels (MNIST N x 28 x 28, CIFAR-10 N x 3 x 32 x 32, in [0, 1]) -> the model's
+        input as test() makes it, in TF ops (differentiable): MNIST N x 28 x 28 x 1 (the
+        pixels are read_data_sets' x / 255); CIFAR-10 back to the bytes' scale, N x 32 x 32 x 3
+        as read_cifar10 transposes it, then _central's crop and per-image standardisation."""
+        tf = self.tf
+        x = tf.cast(pixels, tf.float32)
+        if self.augment is None:
+            return x[..., None]
+        return self._central(tf.transpose(x * 255.0, [0, 2, 3, 1]))
+
+    def _logits(self, pixels):
+        """The logits test() scores: from the moving averages where the model keeps them."""
+        params = self.averages if self.averages is not None else self.model.variables
+        return self.model.logits(params, self.model_input(pixels))
+
+    def _summed_loss(self, logits, labels):
+        """The training loss's cross entropy, summed over the batch (CIFAR-10's weight decay,
+        the rest of its training loss, does not depend on the input)."""
+        tf = self.tf
+        return tf.reduce_sum(tf.nn.sparse_softmax_cross_entropy_with_logits(
+            labels=tf.cast(labels, tf.int32), logits=logits))
+
+    def input_gradient(self, pixels, labels):
+        """tf.GradientTape's gradient of the summed cross entropy with respect to the
+        pixels (the float64 pixels of the gradient check are cast inside the tape), without
+        dropout; and the classes predicted for them."""
+        tf = self.tf
+        with tf.device(self.device):
+            x = tf.constant(pixels)
+            with tf.GradientTape() as tape:
+                tape.watch(x)
+                logits = self._logits(x)
+                loss = self._summed_loss(logits, labels)
+            gradient = tape.gradient(loss, x)
+            return gradient.numpy(), tf.argmax(logits, 1).numpy()
+
+    def predict(self, pixels):
+        tf = self.tf
+        with tf.device(self.device):
+            return tf.argmax(self._logits(tf.constant(pixels)), 1).numpy()
+
+    def loss(self, pixels, labels):
+        tf = self.tf
+        with tf.device(self.device):
+            return float(self._summed_loss(self._logits(tf.constant(pixels)), labels))
+
+    # -- save ----------------------------------------------------------------
+    def save(self, folder):
+        """A TensorFlow checkpoint (tf.train.Checkpoint: an index and a data file) of the
+        trained weights, with their moving averages where the model keeps them (what
+        cifar10_eval.py restores) and the step, under the tutorials' variable names."""
+        tf = self.tf
+        saved = {_key(name): var for name, var in zip(self.variable_names(), self.model.variables)}
+        for name, var in zip(self.variable_names(), self.averages or []):
+            saved[_key(name) + AVERAGE] = var
+        saved["global_step"] = self.global_step
+        tf.train.Checkpoint(**saved).write(os.path.join(folder, "model.ckpt"))
+
     # -- describe ------------------------------------------------------------
     def describe(self):
         tf, np, keras = self.tf, self.np, self.keras
@@ -1026,6 +1086,8 @@ class Adapter:
             # trainable variables, as tf.trainable_variables() counts them (no
             # moving averages, no optimizer slots)
             "param_count": int(sum(v.shape.num_elements() for v in self.model.variables)),
+            "param_bytes": int(sum(v.shape.num_elements() * v.dtype.size
+                                   for v in self.model.variables)),
             "device_name": device_name,
             "threads": {"requested": self.ctx.threads,
                         "framework": {

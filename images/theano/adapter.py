@@ -134,7 +134,8 @@ loaded as shared objects), blas.ldflags=-lopenblas (Theano calls OpenBLAS's
 gemm directly), openmp on when more than one thread is requested (CorrMM then
 works on the images of a batch in parallel), on_opt_error and on_shape_error
 raise (Theano's default prints a warning and goes on without the
-optimisation).  Every function is compiled in setup(); a Theano without a C++
+optimisation).  Every function of training and testing is compiled in setup()
+(the robustness check's at its first call, after them); a Theano without a C++
 compiler would silently run Python implementations, or its Python virtual
 machine instead of the C one, so setup() refuses both.
 
@@ -211,6 +212,7 @@ class Adapter:
     def __init__(self, ctx):
         self.ctx = ctx
         self.net = None
+        self.robust = None      # the robustness check's functions, compiled at its first call
 
     # -- setup ---------------------------------------------------------------
     def setup(self):
@@ -267,6 +269,48 @@ class Adapter:
     def test(self):
         return self.net.test()
 
+    # -- the robustness check: T.grad through the net's preprocessing ----------------------
+    def _robust(self):
+        """The robustness check's compiled functions (gradient and predictions,
+        predictions, loss), compiled at its first call, after every timed span: the net's
+        probabilities with its input replaced by its preprocessing of the pixels
+        (theano.clone), the input gradient T.grad of the summed training loss with
+        respect to the pixels."""
+        if self.robust is None:
+            theano, net = self.theano, self.net
+            T = theano.tensor
+            pixels, model_input = net.pixel_input()
+            y = T.ivector("y")
+            p_y_given_x = theano.clone(net.p_y_given_x, replace={net.x: model_input})
+            loss, predicted = net.summed_loss(p_y_given_x, y), T.argmax(p_y_given_x, axis=1)
+            self.robust = (theano.function([pixels, y], [T.grad(loss, pixels), predicted]),
+                           theano.function([pixels], predicted),
+                           theano.function([pixels, y], loss))
+        return self.robust
+
+    def _floatx(self, pixels):
+        """Pixels in floatX, the net's type (float32 pixels widened, or the gradient
+        check's float64 ones rounded, for a float32 net)."""
+        return self.np.asarray(pixels, dtype=self.theano.config.floatX)
+
+    def input_gradient(self, pixels, labels):
+        gradient, predicted = self._robust()[0](self._floatx(pixels), labels.astype("int32"))
+        return gradient, predicted
+
+    def predict(self, pixels):
+        return self._robust()[1](self._floatx(pixels))
+
+    def loss(self, pixels, labels):
+        return float(self._robust()[2](self._floatx(pixels), labels.astype("int32")))
+
+    # -- save ----------------------------------------------------------------
+    def save(self, folder):
+        """The trained shared variables pickled, as Theano's "Loading and Saving" guide
+        and the tutorials (best_model.pkl) save a model."""
+        import pickle
+        with open(os.path.join(folder, "model.pkl"), "wb") as f:
+            pickle.dump(self.net.params, f, protocol=pickle.HIGHEST_PROTOCOL)
+
     # -- describe ------------------------------------------------------------
     def describe(self):
         np, theano = self.np, self.theano
@@ -275,6 +319,8 @@ class Adapter:
         return {
             "framework_version": theano.__version__,
             "param_count": int(sum(p.get_value(borrow=True).size for p in self.net.params)),
+            "param_bytes": int(sum(p.get_value(borrow=True).size * np.dtype(p.dtype).itemsize
+                                   for p in self.net.params)),
             "device_name": self.device_name,
             "threads": {"requested": self.ctx.threads,
                         "framework": {"theano.config.openmp": bool(config.openmp),
@@ -422,6 +468,7 @@ class LeNet5:
         params = [W, b] + params
         y_pred = T.argmax(p_y_given_x, axis=1)
         cost = -T.mean(T.log(p_y_given_x)[T.arange(y.shape[0]), y])
+        self.x, self.p_y_given_x = x, p_y_given_x
         errors = T.mean(T.neq(y_pred, y))
 
         # The tutorial's order: layer3 + layer2 + layer1 + layer0.
@@ -444,6 +491,18 @@ class LeNet5:
             # the tutorial's test_model: the error rate of one minibatch, nothing else
             self.test_model = theano.function(
                 [index], errors, givens={x: window(self.test_x), y: window(self.test_y)})
+
+    def pixel_input(self):
+        """The robustness check's pixels (N x 28 x 28, byte / 255) and the net's input
+        made of them: flattened and rescaled to mnist.pkl.gz's byte / 256."""
+        T, floatX = self.theano.tensor, self.theano.config.floatX
+        pixels = T.tensor3("pixels")
+        return pixels, pixels.flatten(2) * self.np.asarray(255 * PIXEL_SCALE, dtype=floatX)
+
+    def summed_loss(self, p_y_given_x, y):
+        """The tutorial's negative log-likelihood, summed over the batch."""
+        T = self.theano.tensor
+        return -T.sum(T.log(p_y_given_x)[T.arange(y.shape[0]), y])
 
     def train(self):
         np, hp, ctx, paper = self.np, self.hp, self.ctx, self.paper
@@ -618,6 +677,7 @@ class ReslabConvnet:
         hidden = T.maximum(0, T.dot(layer.flatten(2), weights["w_h3"]) + weights["b_h3"])
         p_y_given_x = T.nnet.softmax(T.dot(hidden, weights["w_o"]) + weights["b_o"])
         cost = T.mean(T.nnet.categorical_crossentropy(p_y_given_x, t))
+        self.x, self.p_y_given_x = x, p_y_given_x
         correct = T.sum(T.eq(T.argmax(p_y_given_x, axis=1), T.argmax(t, axis=1)))
 
         # The script's momentum(): v = momentum * v - learning_rate * grad; param + v.
@@ -635,6 +695,20 @@ class ReslabConvnet:
         if self.paper:
             # the script's predict: the predicted classes, nothing else
             self.predict = theano.function([x], T.argmax(p_y_given_x, axis=1))
+
+    def pixel_input(self):
+        """The robustness check's pixels (N x 3 x 32 x 32) and the net's input made of
+        them: load.py's byte / 255.0 is their scale; grey, the mean of the three channels."""
+        T = self.theano.tensor
+        pixels = T.tensor4("pixels")
+        if self.channels == 3:
+            return pixels, pixels
+        return pixels, T.unbroadcast(pixels.mean(axis=1, keepdims=True), 1)
+
+    def summed_loss(self, p_y_given_x, y):
+        """The script's categorical cross-entropy, summed over the batch (against the
+        class indices: the same as against its one-hot rows)."""
+        return self.theano.tensor.nnet.categorical_crossentropy(p_y_given_x, y).sum()
 
     def train(self):
         np, hp, ctx, paper = self.np, self.hp, self.ctx, self.paper

@@ -28,6 +28,13 @@ The CIFAR-10 script's ``nn.SpatialConvolutionMap`` layers, which cunn lacks, run
 there as masked full convolutions (``dlbench_maps.lua``): a reconstruction of the
 program behind GTDLBench's Torch CIFAR-10 GPU cell, which its repository lacks
 (``script.masked_maps`` in result.json counts them).
+
+The robustness check's gradient is Torch7's own: after the script, the harness answers
+``gradient``/``predict``/``loss`` requests (the pixels and labels as raw files) by the
+trained model's updateGradInput through the script's preprocessing rebuilt from nn modules
+(MNIST: zero padding and normalizeGlobal's statistics of the test set, as the script's test
+sees its images; CIFAR-10: image.rgb2yuv, a copy of the script's contrastive normalisation
+on Y, and its training set's U and V statistics).
 """
 
 import json
@@ -38,6 +45,8 @@ import time
 
 import numpy
 
+from dlbench_runner.robustness import NoInputGradient
+
 SCRIPTS = {
     "mnist": "/opt/gtdlbench/models/mnist/torch/train-on-mnist.lua",
     "cifar10": "/opt/gtdlbench/models/cifar10/torch/train-on-cifar-10.lua",
@@ -45,6 +54,10 @@ SCRIPTS = {
 HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE_PINS = "/opt/dlbench/sources.txt"
 TAG = b":::DLBENCH-TH "
+# the robustness check's files, in the harness's working directory (named relative to it)
+ROBUST_FILES = {"pixels": "robust-pixels.f64", "labels": "robust-labels.u8",
+                "gradient": "robust-gradient.f64"}
+ROBUST_ANSWERS = {"predict": "predicted", "loss": "loss", "gradient": "gradient"}
 
 
 class ScriptError(RuntimeError):
@@ -65,7 +78,8 @@ class Adapter:
         # whole: the script's files hold every image, and it takes its first N itself
         arrays = self.ctx.load_data(cut=False)
         files = (self._mnist_files if self.ctx.dataset == "mnist" else self._cifar_files)(arrays)
-        config = {"files": files, "epochs": self.hp["epochs"]}
+        # dataset: which preprocessing the robustness check's requests rebuild
+        config = {"files": files, "epochs": self.hp["epochs"], "dataset": self.ctx.dataset}
         if self.ctx.gpu is not None:
             if not os.path.isdir("/opt/torch/share/lua/5.1/cunn"):
                 raise ValueError("device %r: this image's Lua Torch7 is a CPU build, without "
@@ -148,10 +162,13 @@ class Adapter:
         raise ScriptError("th exited with %d before the script finished: %s"
                           % (code, " | ".join(self.tail)[-400:]))
 
-    def _expect(self, event, **fields):
+    def _next_event(self):
         if not hasattr(self, "_stream"):
             self._stream = self._events()
-        found = next(self._stream)
+        return next(self._stream)
+
+    def _expect(self, event, **fields):
+        found = self._next_event()
         if found["event"] != event or any(found.get(k) != v for k, v in fields.items()):
             raise ScriptError("expected %s %s from the harness, got %s" % (event, fields, found))
         return found
@@ -191,9 +208,63 @@ class Adapter:
         self.ctx.epochs[-1]["test_accuracy"] = scores.get("accuracy")
         return {"accuracy": scores["accuracy"], "loss": scores.get("loss")}
 
+    # -- save: torch.save of the script's model, in th ----------------------------------------
+    def _finished(self):
+        """The script's own totals, sent once it has ended."""
+        if not self.finish:
+            self.finish = self._expect("finish")
+        return self.finish
+
+    def save(self, folder):
+        self._finished()
+        path = os.path.join(folder, "model.t7")
+        self.proc.stdin.write(b"save " + path.encode() + b"\n")
+        self.proc.stdin.flush()
+        self._expect("saved", path=path)
+
+    # -- the robustness check: the trained model's view of pixels, by Torch7 in th ---------------
+    def input_gradient(self, pixels, labels):
+        """The gradient of the ClassNLLCriterion loss summed over the batch with respect to
+        the pixels, by updateGradInput of the model and of the script's preprocessing rebuilt
+        from nn modules (see the harness's header); and the classes predicted."""
+        found = self._ask("gradient", pixels, labels)
+        gradient = numpy.fromfile(os.path.join(self.work, ROBUST_FILES["gradient"]), dtype=numpy.float64)
+        return gradient.reshape(pixels.shape).astype(pixels.dtype), _classes(found)
+
+    def predict(self, pixels):
+        return _classes(self._ask("predict", pixels))
+
+    def loss(self, pixels, labels):
+        return float(self._ask("loss", pixels, labels)["loss"])
+
+    def _ask(self, request, pixels, labels=None):
+        """One robustness request of the harness's: the pixels (float64) and labels (uint8)
+        written as raw files in its working directory, named relative to it; its answer, or
+        NoInputGradient with its reason where it cannot rebuild the script's preprocessing."""
+        self._finished()
+        names = [self._write_raw("pixels", pixels, numpy.float64)]
+        if labels is not None:
+            names.append(self._write_raw("labels", labels, numpy.uint8))
+        if request == "gradient":
+            names.append(ROBUST_FILES["gradient"])
+        line = " ".join([request, str(len(pixels))] + names)
+        self.proc.stdin.write(line.encode() + b"\n")
+        self.proc.stdin.flush()
+        found = self._next_event()
+        if found["event"] == "unavailable":
+            raise NoInputGradient("Lua Torch7 harness: %s" % found.get("reason"))
+        if found["event"] != ROBUST_ANSWERS[request]:
+            raise ScriptError("expected %s from the harness, got %s" % (ROBUST_ANSWERS[request], found))
+        return found
+
+    def _write_raw(self, kind, array, dtype):
+        name = ROBUST_FILES[kind]
+        numpy.ascontiguousarray(array, dtype=dtype).tofile(os.path.join(self.work, name))
+        return name
+
     # -- describe: the script's own totals, then th's exit ---------------------------------------
     def describe(self):
-        self.finish = self._expect("finish")
+        self._finished()
         self.proc.stdin.close()
         for line in self.proc.stdout:
             sys.stdout.buffer.write(line)
@@ -204,6 +275,8 @@ class Adapter:
         return {
             "framework_version": "torch7@%s %s" % (torch7, self.finish["jit"]),
             "param_count": self.finish["param_count"],
+            "param_bytes": (self.finish["param_count"] * self.finish["param_element_size"]
+                            if self.finish.get("param_element_size") else None),
             "device_name": self.finish.get("gpu_name"),
             "paper_train_time_s": self.finish["train_time"],
             "paper_test_time_s": self.finish["last_test_time"],
@@ -211,13 +284,18 @@ class Adapter:
                          "test_time_sum_s": self.finish["test_time"]},
             "script": {"path": SCRIPTS[self.ctx.dataset], "options": self._script_options(),
                        "sgd_config_is_penlight": self.finish.get("sgd_config_is_penlight"),
-                       "masked_maps": self.finish.get("masked_maps")},
+                       "masked_maps": self.finish.get("masked_maps"),
+                       "normalisation": self.finish.get("normalisation")},
             "threads": {"requested": self.ctx.threads,
                         "framework": {"torch.getnumthreads": self.finish["threads"]}},
             "libraries": {"numpy": numpy.__version__, "luajit": self.finish["jit"],
                           "tensor_type": self.finish["tensor_type"], "th_blas": self.finish["blas"],
                           "sources": _pins()},
         }
+
+
+def _classes(answer):
+    return numpy.array(answer["predicted"], dtype=numpy.int64)
 
 
 def _number(value):

@@ -12,7 +12,28 @@
 -- * at the end, the script's own `trainTime` / `testTime` (what it prints as
 --   "whole training time" / "whole test time"), its last epoch's test time (what
 --   it prints as "test time" after the last pass: `testTime` less its value when
---   that pass began) and getParameters()'s size;
+--   that pass began) and getParameters()'s size and element size;
+-- * then the runner's requests, one a line, each answered by one event; th exits at the
+--   end of its input:
+--     save PATH                           -> `saved`: the script's trained `model` saved with
+--                                            torch.save (its buffers cleared first,
+--                                            model:clearState(), as nn advises before saving)
+--     predict N PIXELS                    -> `predicted` {predicted}
+--     loss N PIXELS LABELS                -> `loss` {loss}
+--     gradient N PIXELS LABELS GRADIENT   -> `gradient` {loss, predicted}, and GRADIENT written
+--   the last three for the robustness check: PIXELS holds N images in [0, 1] as raw float64
+--   (MNIST N x 28 x 28, CIFAR-10 N x 3 x 32 x 32), LABELS their classes as raw uint8 (0-9),
+--   GRADIENT gets the loss's gradient with respect to the pixels, raw float64 of their shape
+--   (paths without spaces, absolute or relative to the working directory); `predicted` is
+--   the classes (0-9), `loss` ClassNLLCriterion summed over the N images.  The pixels go
+--   through the script's preprocessing rebuilt from nn modules for the config's `dataset`
+--   (MNIST: x 255, zero-padded to 32 x 32, normalizeGlobal's statistics of the test set,
+--   observed on `testData`; CIFAR-10: x 255, image.rgb2yuv as a 1 x 1 convolution, a copy of
+--   the script's `normalization` on Y, U and V with its `mean_u`/`std_u`, `mean_v`/`std_v`),
+--   on the CPU in the script's tensor type, then the trained model in evaluate mode (on a
+--   GPU, the batch copied there); the gradient is their updateGradInput, and the model's
+--   parameters are left as trained.  Where the script left no model or statistics to rebuild
+--   that from, the answer is `unavailable` {reason};
 -- * on a GPU (`gpu` in the config: the device's index from 0), what a Torch script
 --   written for one does: cunn loaded, the model and criterion converted to the CUDA
 --   twin of the script's default tensor type (torch.CudaTensor for float32,
@@ -100,15 +121,18 @@ local function wait_for_go()
 end
 
 -- the data files, served from raw bytes -------------------------------------------
-local function bytes(path, shape)
+-- A raw array the adapter wrote (numpy's tofile): kind 'Byte' (uint8) or 'Double' (float64).
+local function raw(path, shape, kind)
    local n = 1
    for _, d in ipairs(shape) do n = n * d end
    local file = torch.DiskFile(path, 'r'):binary()
-   local storage = file:readByte(n)
+   local storage = file['read' .. kind](file, n)
    file:close()
    assert(storage:size() == n, path .. ': short file')
-   return torch.ByteTensor(storage, 1, torch.LongStorage(shape))
+   return torch[kind .. 'Tensor'](storage, 1, torch.LongStorage(shape))
 end
+
+local function bytes(path, shape) return raw(path, shape, 'Byte') end
 
 local original_load = torch.load
 torch.load = function(path, ...)
@@ -168,6 +192,25 @@ local function observe_confusion(confusion)
    return confusion
 end
 
+-- MNIST's dataset:normalizeGlobal(mean, std) results, by set ('train', 'test'): the script
+-- passes its globals mean and std, which nothing sets, so each set is normalised by its own
+-- statistics, and it keeps neither pair (the robustness check needs the test set's)
+local statistics = {}
+
+local function observe_statistics(set)
+   return function(dataset)
+      local normalizeGlobal = type(dataset) == 'table' and rawget(dataset, 'normalizeGlobal')
+      if normalizeGlobal then
+         dataset.normalizeGlobal = function(...)
+            local mean, std = normalizeGlobal(...)
+            statistics[set] = {mean = mean, std = std}
+            return mean, std
+         end
+      end
+      return dataset
+   end
+end
+
 local watch = {
    train = function(v) return wrap('train', v) end,
    test = function(v) return wrap('test', v) end,
@@ -179,6 +222,8 @@ local watch = {
    trsize = function(v) return config.train_subset or v end,
    nbTestingPatches = function(v) return config.test_subset or v end,
    tesize = function(v) return config.test_subset or v end,
+   trainData = observe_statistics('train'),
+   testData = observe_statistics('test'),
 }
 -- th has already given _G Penlight's metatable (its modules as lazy globals, which the
 -- scripts meet too, e.g. `lapp`; and `config`, which train-on-cifar-10.lua's
@@ -215,13 +260,23 @@ table.sort(blas_list)
 local test_time = rawget(_G, 'testTime')
 -- trainable parameters: a masked twin's zeros outside its table are not parameters
 local param_count = rawget(_G, 'parameters') and parameters:nElement() or nil
+local param_element_size = rawget(_G, 'parameters') and parameters:elementSize() or nil
 for _, conv in ipairs(masked) do
    param_count = param_count - conv.weight:nElement() - conv.bias:nElement()
                  + require('dlbench_maps').trainable(conv)
 end
+-- the statistics the script normalised its data with, for the record: MNIST's of each set
+-- (normalizeGlobal's), CIFAR-10's of its training set's U and V
+local function normalisation()
+   if next(statistics) then return statistics end
+   local mean_u, std_u = rawget(_G, 'mean_u'), rawget(_G, 'std_u')
+   local mean_v, std_v = rawget(_G, 'mean_v'), rawget(_G, 'std_v')
+   if mean_u then return {u = {mean = mean_u, std = std_u}, v = {mean = mean_v, std = std_v}} end
+end
 emit('finish', {train_time = rawget(_G, 'trainTime'), test_time = test_time,
                 last_test_time = test_time and test_time - test_time_before, test_passes = test_passes,
-                param_count = param_count, masked_maps = #masked,
+                param_count = param_count, param_element_size = param_element_size,
+                masked_maps = #masked, normalisation = normalisation(),
                 threads = torch.getnumthreads(), tensor_type = cuda_type or torch.getdefaulttensortype(),
                 gpu_name = gpu and cutorch.getDeviceProperties(config.gpu + 1).name or nil,
                 -- under th, Penlight's `config` module is a lazy global: train-on-cifar-10.lua's
@@ -230,3 +285,118 @@ emit('finish', {train_time = rawget(_G, 'trainTime'), test_time = test_time,
                 sgd_config_is_penlight = package.loaded['pl.config'] ~= nil
                                          and rawget(_G, 'config') == package.loaded['pl.config'],
                 jit = jit.version, blas = blas_list})
+
+-- the runner's requests: saves, then the robustness check -------------------------------
+-- A save of the script's trained model.
+local function save(path)
+   local model = rawget(_G, 'model') or error('dlbench harness: the script made no global model')
+   model:clearState()
+   torch.save(path, model)
+   emit('saved', {path = path})
+end
+
+-- The robustness check sees the model through the script's own preprocessing, rebuilt from
+-- nn modules so that their updateGradInput carries the gradient back to the pixels (the
+-- attack's [0, 1] scale; x 255 gives the bytes the script read).  Each builder returns the
+-- preprocessing of a batch (N x image shape, the script's default tensor type), or nil and
+-- why it cannot.
+local RGB_TO_YUV = {{0.299, 0.587, 0.114},              -- image.rgb2yuv's rows Y, U, V
+                    {-0.14713, -0.28886, 0.436},
+                    {0.615, -0.51499, -0.10001}}
+
+-- train-on-mnist.lua: the 28 x 28 digit zero-padded to mnist.t7's 32 x 32, then
+-- normalizeGlobal's data:add(-mean), data:mul(1/std) with the test set's own statistics, as
+-- the script's test() sees its images
+local function mnist_preprocessing()
+   local test = statistics.test
+   if not test then return nil, 'the script normalised no test set with normalizeGlobal' end
+   return nn.Sequential()
+      :add(nn.MulConstant(255))
+      :add(nn.SpatialZeroPadding(2, 2, 2, 2))
+      :add(nn.AddConstant(-test.mean))
+      :add(nn.MulConstant(1 / test.std))
+end
+
+-- train-on-cifar-10.lua: image.rgb2yuv as a 1 x 1 convolution; Y through a copy of the
+-- script's own `normalization` (nn.SpatialContrastiveNormalization(1, image.gaussian1D(7)):
+-- its kernel and threshold; copied for each request, since its divisive part keeps the border
+-- coefficients of the first batch size it meets); U and V through add(-mean), div(-std) with
+-- the training set's statistics the script kept in its globals (the division as a product
+-- with -1 / std: equal to float64's rounding)
+local function cifar_preprocessing()
+   local found = {}
+   for _, name in ipairs({'normalization', 'mean_u', 'std_u', 'mean_v', 'std_v'}) do
+      found[name] = rawget(_G, name)
+      if found[name] == nil then return nil, 'the script made no global ' .. name end
+   end
+   local yuv = nn.SpatialConvolution(3, 3, 1, 1)
+   for out = 1, 3 do
+      for input = 1, 3 do yuv.weight[out][input]:fill(RGB_TO_YUV[out][input]) end
+   end
+   yuv.bias:zero()
+   local function standardised(plane, mean, std)
+      return nn.Sequential():add(nn.Narrow(2, plane, 1))
+                            :add(nn.AddConstant(-mean)):add(nn.MulConstant(-1 / std))
+   end
+   return nn.Sequential()
+      :add(nn.MulConstant(255))
+      :add(yuv)
+      :add(nn.ConcatTable()
+              :add(nn.Sequential():add(nn.Narrow(2, 1, 1)):add(found.normalization:clone()))
+              :add(standardised(2, found.mean_u, found.std_u))
+              :add(standardised(3, found.mean_v, found.std_v)))
+      :add(nn.JoinTable(2))
+end
+
+local DATASETS = {mnist = {shape = {1, 28, 28}, preprocessing = mnist_preprocessing},
+                  cifar10 = {shape = {3, 32, 32}, preprocessing = cifar_preprocessing}}
+
+local function write_doubles(path, tensor)
+   local copy = torch.DoubleTensor(tensor:size()):copy(tensor)
+   local file = torch.DiskFile(path, 'w'):binary()
+   file:writeDouble(copy:storage())
+   file:close()
+end
+
+-- `predict N PIXELS`, `loss N PIXELS LABELS` or `gradient N PIXELS LABELS GRADIENT`: N images
+-- (float64, N x image shape) and their classes (uint8, 0-9) from the adapter's files; the
+-- preprocessing, the trained model in evaluate mode and a ClassNLLCriterion summed over the
+-- batch (the script's criterion averages).  The model's own updateOutput and updateGradInput,
+-- not forward and backward: its input is made its type here (the harness's GPU copy of the
+-- script's batches is not needed), and no gradient of its parameters is accumulated.
+local function robust(request, n, pixels_path, labels_path, gradient_path)
+   local known, model = DATASETS[config.dataset], rawget(_G, 'model')
+   local preprocessing, reason = nil, 'no preprocessing is known for ' .. tostring(config.dataset)
+   if known then preprocessing, reason = known.preprocessing() end
+   if preprocessing and not model then reason = 'the script made no global model' end
+   if not (preprocessing and model) then return emit('unavailable', {reason = reason}) end
+   local default = torch.getdefaulttensortype()
+   local model_type = cuda_type or default
+   local pixels = raw(pixels_path, {n, unpack(known.shape)}, 'Double'):type(default)
+   local input = preprocessing:forward(pixels):type(model_type)
+   model:evaluate()
+   local output = model:updateOutput(input)
+   local _, classes = output:double():max(2)
+   local predicted = classes:select(2, 1):add(-1):totable()
+   if request == 'predict' then return emit('predicted', {predicted = predicted}) end
+   local targets = bytes(labels_path, {n}):long():add(1)
+   local nll = nn.ClassNLLCriterion(nil, false):type(model_type)
+   local loss = nll:forward(output, targets)
+   if request == 'loss' then return emit('loss', {loss = loss}) end
+   local gradient = model:updateGradInput(input, nll:updateGradInput(output, targets))
+   write_doubles(gradient_path, preprocessing:updateGradInput(pixels, gradient:type(default)))
+   emit('gradient', {loss = loss, predicted = predicted})
+end
+
+local ROBUST_REQUESTS = {predict = true, loss = true, gradient = true}
+for line in io.stdin:lines() do
+   local words = {}
+   for word in line:gmatch('%S+') do words[#words + 1] = word end
+   if words[1] == 'save' then
+      save(line:match('^save (.+)$'))
+   elseif ROBUST_REQUESTS[words[1]] and tonumber(words[2]) then
+      robust(words[1], tonumber(words[2]), words[3], words[4], words[5])
+   else
+      error('dlbench harness: unknown request (' .. line .. ')')
+   end
+end

@@ -25,6 +25,7 @@ def make_report(results: Path, fmt: str | None, html_dir: Path | None, tolerance
     traces = store.load_traces(results) if html_dir is not None else None   # only the page plots them
     rep = compare.build(frame, traces, tolerance, exclude_disturbed=exclude_disturbed)
     rep.against_reference = reference_rows.judge(rep, reference)
+    rep.robustness = store.load_robustness(results, rep.rows["run_id"])
     page = None
     if html_dir is not None:
         from . import html     # plotly: imported only for the page

@@ -36,6 +36,7 @@ import json
 import types
 
 import pandas as pd
+from dlbench_runner import contract
 
 from .. import catalog
 from ..errors import StoreError
@@ -149,6 +150,9 @@ class Report:
     # the quick groups held against dlbench's reference rows (reference_rows.Judgement);
     # set by report.make_report, None where not asked
     against_reference: object | None = None
+    # the rows' accuracy under attack (store.load_robustness), by run id; set by
+    # report.make_report, None where not loaded
+    robustness: pd.DataFrame | None = None
 
     def notes(self) -> list[str]:
         """The report's rules, printed with it."""
@@ -254,18 +258,22 @@ def _settings(row) -> tuple[str, str]:
     except (TypeError, ValueError):
         return "own defaults", "own"
     changed = {k: v for k, v in used.items() if expected.get(k) != v}
-    changed.update({k: None for k in expected if k not in used})
+    # a setting of the checks after training (robustness) that a row lacks is one its
+    # runner did not have yet: the training's settings are what tell a row's kind
+    changed.update({k: None for k in expected if k not in used and k not in _AFTER_TRAINING})
     if not changed:
         return "own defaults", "own"
     return "changed: " + ", ".join(f"{k}={v}" for k, v in sorted(changed.items())), "changed"
+
+
+# The settings of the checks after training (robustness), not of the training itself.
+_AFTER_TRAINING = frozenset(key for settings in contract.ROBUSTNESS.values() for key in settings)
 
 
 @functools.lru_cache(maxsize=None)
 def defaults(framework: str, dataset: str, profile: str, device: str = "cpu") -> dict | None:
     """This dlbench's defaults for a framework's model on a device, or None when it does not
     know them."""
-    from dlbench_runner import contract
-
     if framework not in catalog.names():     # rows of a framework not found any more
         return None
     try:

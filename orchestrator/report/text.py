@@ -28,7 +28,7 @@ from rich.table import Table
 from ..errors import UsageError
 from . import ab, compare, reference_rows
 from .views import (COMPARISON_KEYS, REPORT_KEYS, View, comparison_view, reference_lines,
-                    runs_view, section_views)
+                    robustness_records, robustness_views, runs_view, section_views)
 
 GAP = 2     # the space between two columns of a table
 
@@ -156,6 +156,9 @@ def report_table(rep: compare.Report, width: int | None = 80, color_system: str 
                 if not view.keys:
                     continue
             draw(console, view, fit=width is not None and not wide, drop=columns is None)
+        if columns is None:
+            for view in robustness_views(rep, section):
+                draw(console, view, fit=width is not None and not wide)
         heading, lines = reference_lines(rep, section)
         if lines and columns is None:
             console.print(f"\n[bold]{escape(heading)}[/bold]")
@@ -176,7 +179,7 @@ def report_markdown(rep: compare.Report) -> str:
              f"{len(rep.rows)} stored run(s) on {len(rep.sections)} machine(s) / schema version(s).", ""]
     for section in rep.sections:
         lines += [f"## Rows from {section.title}", ""]
-        for view in section_views(rep, section):
+        for view in section_views(rep, section) + robustness_views(rep, section):
             lines += [f"### {view.title}", "", _md_row(view.columns),
                       "|" + "|".join("---:" if i in view.numeric else "---"
                                      for i in range(len(view.columns))) + "|"]
@@ -208,6 +211,9 @@ LISTS = ["framework_versions", "accuracy_caveats", "ratio_caveats"]   # "; "-joi
 #      ok runs the noise rule marks (report/noise.py), counted in its statistics.
 #      Added later, as a key that readers of 3 may ignore: "reference_rows", present only where
 #      the report holds quick groups (their verdicts against dlbench's reference rows).
+#      Added later too, likewise: "robustness", present only where the rows have any: one
+#      record per group, attack and epsilon (accuracy_median/_min/_max over its ok runs,
+#      time_s_median, images, runs, reasons where the accuracy is empty).
 JSON_FORMAT_VERSION = 3
 # the quick groups' columns against the reference rows, as the CSV and JSON name them
 REFERENCE_COLUMNS = {"verdict": "reference_verdict", "reference_accuracy_pct": "reference_accuracy_pct",
@@ -242,6 +248,9 @@ def report_json(rep: compare.Report) -> str:
         "machines": [dataclasses.asdict(s) | {"title": s.title} for s in rep.sections],
         "groups": json.loads(frame.to_json(orient="records", double_precision=15)),
     }
+    robustness = robustness_records(rep)
+    if robustness:
+        document["robustness"] = robustness
     judgement = rep.against_reference
     if judgement is not None and len(judgement.groups):
         quick = judgement.groups.assign(section=judgement.groups["group"].map(

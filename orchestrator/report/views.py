@@ -131,6 +131,77 @@ def _measured(groups: pd.DataFrame, resources: list[str]) -> View:
                 drop=MEASURED_DROP)
 
 
+ROBUSTNESS_KEYS = ["attack", "epsilon", "steps", "images", "runs", "accuracy", "time", "why"]
+
+
+def robustness_views(rep: compare.Report, section: compare.Section) -> list[View]:
+    """A section's accuracy under attack: one table per group that has any (a framework on a
+    data set, its settings), a row per attack and epsilon, the median over its ok runs."""
+    found = rep.robustness
+    if found is None or not len(found):
+        return []
+    rows = rep.rows[(rep.rows["section"] == section.index) & (rep.rows["status"] == "ok")]
+    found = found.merge(rows[["run_id", "group"]], on="run_id")
+    views = []
+    for group, part in found.groupby("group", sort=True):
+        g = rep.groups.set_index("group").loc[group]
+        cells = []
+        for (attack, epsilon, steps), same in part.groupby(["attack", "epsilon", "steps"], sort=False):
+            accuracy = same["accuracy"].dropna()
+            why = "; ".join(sorted(set(same["reason"].dropna())))
+            cells.append([attack, _epsilon(epsilon), str(steps),
+                          "/".join(str(n) for n in sorted(set(same["images"]))),
+                          str(same["run_id"].nunique()),
+                          _pct(100 * accuracy.median()) if len(accuracy) else "-",
+                          _seconds(same["time_s"].median()) if same["time_s"].notna().any() else "-",
+                          why])
+        order = {"none": 0, "fgsm": 1, "pgd": 2}
+        cells.sort(key=lambda c: order.get(c[0], 3))
+        title = (f"Robustness: {g.framework} on {g.dataset} ({g.device}, {g.profile}, {g.settings}): "
+                 "accuracy under white-box attack, median over the ok runs")
+        views.append(View(title, ["attack", "ε", "steps", "images", "runs", "accuracy %", "time s", "why empty"],
+                          cells, numeric={2, 3, 4, 5, 6}, wrap={7}, keys=ROBUSTNESS_KEYS,
+                          drop=["why", "time", "runs"]))
+    return views
+
+
+def robustness_records(rep: compare.Report) -> list[dict]:
+    """The robustness tables as records, for the JSON report: one per group, attack and
+    epsilon."""
+    found = rep.robustness
+    if found is None or not len(found):
+        return []
+    rows = rep.rows[rep.rows["status"] == "ok"][["run_id", "section", "group", "framework", "dataset",
+                                                 "device", "profile", "settings"]]
+    merged = found.merge(rows, on="run_id")
+    keys = ["section", "group", "framework", "dataset", "device", "profile", "settings", "attack",
+            "epsilon", "steps"]
+    records = []
+    for values, part in merged.groupby(keys, sort=False):
+        accuracy, seconds = part["accuracy"].dropna(), part["time_s"].dropna()
+        records.append(dict(zip(keys, values)) | {
+            "images": int(part["images"].max()), "runs": int(part["run_id"].nunique()),
+            "accuracy_median": float(accuracy.median()) if len(accuracy) else None,
+            "accuracy_min": float(accuracy.min()) if len(accuracy) else None,
+            "accuracy_max": float(accuracy.max()) if len(accuracy) else None,
+            "time_s_median": float(seconds.median()) if len(seconds) else None,
+            "reasons": sorted(set(part["reason"].dropna()))})
+    for record in records:
+        for key in ("section", "group", "steps"):
+            record[key] = int(record[key])
+        record["epsilon"] = float(record["epsilon"])
+    return records
+
+
+def _epsilon(value: float) -> str:
+    """An epsilon as it was likely written: 4/255 for a multiple of 1/255 below 0.1, else
+    the number."""
+    steps = value * 255
+    if 0 < value < 0.1 and abs(steps - round(steps)) < 1e-6:
+        return f"{round(steps)}/255"
+    return f"{value:g}"
+
+
 def _disturbed(rows: pd.DataFrame) -> View:
     """The runs the noise rule marks, and why (``noise.RULE``)."""
     columns = ["run", "framework", "data", "profile", "train s", "CPU %", "load", "why disturbed"]

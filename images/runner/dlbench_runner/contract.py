@@ -16,7 +16,12 @@ from . import data as formats
 
 # Version of the result record this runner writes.  History:
 #   1  first version: timings, accuracy, per-epoch curves, provenance.
-SCHEMA_VERSION = 1
+#   2  ``model_size_bytes`` (the trained model saved as the framework's users save
+#      it, after every timed span) and ``param_bytes`` (the parameters' bytes).
+#   3  ``robustness``: the trained model's accuracy under white-box attacks, one
+#      entry per attack and epsilon (``attack``, ``epsilon``, ``steps``, ``images``,
+#      ``accuracy``, ``time_s``, ``reason``).
+SCHEMA_VERSION = 3
 
 # One machine-readable line on stdout per event, at the start of a fresh line.
 EVENT_TAG = ":::DLBENCH "
@@ -42,9 +47,28 @@ CHOICES = {"dtype": ("float64", "float32")}
 # Seeds: what every framework's seeding takes (numpy's RandomState, torch, TensorFlow).
 MAX_SEED = MAX_INT
 
+# The white-box robustness check after training, settings every model takes (models.json
+# may change them): on the first ``robust_images`` test images (0: no check), FGSM at each
+# of ``epsilons`` and PGD (BIM from a random start, PGD_STEPS steps) at ``pgd_epsilon``.
+# An epsilon is in the [0, 1] pixel scale, whatever the model's own preprocessing, written
+# as a number or a fraction ("4/255"); ``epsilons`` is a comma-separated list of them.
+ROBUSTNESS = {
+    "mnist": {"robust_images": 1000, "epsilons": "0.05,0.1,0.2,0.3", "pgd_epsilon": "0.1"},
+    "cifar10": {"robust_images": 1000, "epsilons": "1/255,2/255,4/255,8/255", "pgd_epsilon": "4/255"},
+}
+# The quick profile attacks the first 100 (a PGD step is a forward and backward pass of
+# every image: on 1,000 it would double a quick job; a model's profile may change it).
+QUICK_ROBUSTNESS = {"robust_images": 100}
+EPSILON_KEYS = ("epsilons", "pgd_epsilon")
+# A setting whose bound is another's: checked with it (``robust_images`` <= ``test_subset``).
+CHECKED_WITH = {"robust_images": ("test_subset",)}
+PGD_STEPS = 10
+# The test images of each data set: ``robust_images`` and ``test_subset`` take at most these.
+TEST_IMAGES = {"mnist": 10000, "cifar10": 10000}
+
 __all__ = ["SCHEMA_VERSION", "EVENT_TAG", "THREAD_VARIABLES", "PROFILES", "SpecError",
            "load_catalog", "resolve_hyperparameters", "check_value", "check_seed", "default_seed", "MAX_SEED",
-           "formats", "cpu_model", "gpu_index"]
+           "formats", "cpu_model", "gpu_index", "ROBUSTNESS", "PGD_STEPS", "TEST_IMAGES", "epsilons"]
 
 
 class SpecError(Exception):
@@ -68,7 +92,10 @@ def resolve_hyperparameters(catalog, dataset, profile, overrides=None, device="c
     entry = models[dataset]
     if profile not in PROFILES:
         raise SpecError("unknown profile %r (choose from %s)" % (profile, ", ".join(PROFILES)))
-    params = dict(entry["hyperparameters"])
+    params = dict(ROBUSTNESS.get(dataset, {}))
+    if profile == "quick" and dataset in ROBUSTNESS:
+        params.update(QUICK_ROBUSTNESS)
+    params.update(entry["hyperparameters"])
     if gpu_index(device) is not None:
         params.update(entry.get("gpu_hyperparameters", {}))
     params.update(entry.get("profiles", {}).get(profile, {}))
@@ -79,11 +106,45 @@ def resolve_hyperparameters(catalog, dataset, profile, overrides=None, device="c
         params[key] = _coerce(key, value, params[key])
     for key, value in params.items():
         check_value(key, value)
+    _check_robust_images(params, dataset, "robust_images" in (overrides or {}))
     return params
 
 
+def _check_robust_images(params, dataset, given):
+    """``robust_images`` takes at most the test images the job tests on: a value given is
+    refused past them, the default is cut to them."""
+    images = params.get("robust_images") or 0
+    tested = params.get("test_subset") or TEST_IMAGES.get(dataset)
+    if tested is not None and images > tested and not given:
+        params["robust_images"] = tested
+    elif tested is not None and images > tested:
+        raise SpecError("hyper-parameter 'robust_images' must be at most %d (the test images "
+                        "of %s%s), not %d" % (tested, dataset, " this profile tests on"
+                                              if params.get("test_subset") else "", images))
+
+
+def epsilons(text):
+    """An ``epsilons`` (or ``pgd_epsilon``) setting as floats: numbers or fractions such as
+    4/255, comma-separated, each in [0, 1]; SpecError naming the bad one."""
+    values = []
+    for item in str(text).split(","):
+        item = item.strip()
+        top, slash, bottom = item.partition("/")
+        try:
+            value = float(top) / float(bottom) if slash else float(item)
+        except (ValueError, ZeroDivisionError):
+            raise SpecError("epsilon %r: give a number or a fraction such as 4/255" % item)
+        if not 0.0 <= value <= 1.0:             # NaN too
+            raise SpecError("epsilon %s: an epsilon is in the [0, 1] pixel scale" % item)
+        values.append(value)
+    return values
+
+
 def _coerce(key, value, default):
-    """An override takes the type of the default it replaces (an int may stand for a float)."""
+    """An override takes the type of the default it replaces (an int may stand for a float;
+    a number for an epsilon setting's text)."""
+    if key in EPSILON_KEYS and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return repr(value)
     if isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
         try:
             return float(value)
@@ -100,6 +161,13 @@ def check_value(key, value):
     if key in CHOICES and value not in CHOICES[key]:
         raise SpecError("hyper-parameter %r must be one of %s, not %r"
                         % (key, ", ".join(CHOICES[key]), value))
+    if key in EPSILON_KEYS:
+        try:
+            found = epsilons(value)
+        except SpecError as exc:
+            raise SpecError("hyper-parameter %r: %s" % (key, exc))
+        if key == "pgd_epsilon" and len(found) != 1:
+            raise SpecError("hyper-parameter 'pgd_epsilon' is one epsilon, not %r" % (value,))
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return
     if isinstance(value, float) and not math.isfinite(value):

@@ -11,8 +11,10 @@ An adapter (``adapter.py`` in the framework directory) defines ``Adapter``::
                                 #     into ctx.train_excluded_s, and out of the epoch's
                                 #     time_s too
         def test(self):         # one pass over the test set -> {"accuracy": .., "loss": ..}
-        def describe(self):     # -> {"framework_version", "param_count", "device_name",
-                                #     "threads": {...}, ...}
+        def save(self, folder): # the trained model into the empty folder, as the
+                                #     framework's users save it (its size is measured)
+        def describe(self):     # -> {"framework_version", "param_count", "param_bytes",
+                                #     "device_name", "threads": {...}, ...}
         def synchronize(self):  # optional: wait until the device has done all the work
                                 #     queued on it (a GPU); called before every clock read
 
@@ -21,6 +23,13 @@ Every clock read goes through ``ctx.now()``, the runner's and an adapter's own
 work asynchronously (PyTorch, TensorFlow, MXNet, Theano's gpuarray) has then
 finished what came before the read, so that every span holds the work done in it.
 On the CPU ``synchronize`` does nothing (an adapter defines it so).
+
+After the last timed span (the test pass) the runner asks the adapter to save the
+trained model (``save``) into a scratch folder of its own, in the temporary
+directory: ``model_size_bytes`` is what the files written there hold, and the
+folder is removed at once.  Then, unless ``robust_images`` is 0, it attacks the
+trained model with the adapter's own input gradients (``robustness.py``).  No span
+holds either; ``total_time_s`` does.
 
 Every loss an adapter reports is checked here: one that is NaN or infinite
 stops the job as failed, naming the epoch and step (``TrainingDiverged``), so
@@ -37,7 +46,9 @@ import json
 import math
 import os
 import platform
+import shutil
 import sys
+import tempfile
 import time
 import traceback
 
@@ -110,6 +121,7 @@ class Context:
         self._step = None           # the last step reported
         self.swallowed = Swallowed()
         self.synchronize = lambda: None     # the adapter's, once it is made
+        self._test_arrays = None            # the whole test split, as load_data read it
 
     def now(self):
         """The clock (time.perf_counter), read once the device has finished its queued work."""
@@ -122,6 +134,7 @@ class Context:
         profile's sizes; the Torch scripts' own non-full mode).  ``cut``: the arrays hold
         only those; else they are whole, for a program that takes the first N itself."""
         arrays = data.load(self.dataset, self.data_dir)
+        self._test_arrays = (arrays["test_images"], arrays["test_labels"])
         samples = {}
         for split in ("train", "test"):
             samples[split] = len(arrays[split + "_labels"])
@@ -133,6 +146,13 @@ class Context:
                     arrays[split + "_labels"] = arrays[split + "_labels"][:subset]
         self.train_samples, self.test_samples = samples["train"], samples["test"]
         return arrays
+
+    def test_arrays(self):
+        """The test split's images (uint8) and labels, whole, for the robustness check."""
+        if self._test_arrays is None:
+            arrays = data.load(self.dataset, self.data_dir)
+            self._test_arrays = (arrays["test_images"], arrays["test_labels"])
+        return self._test_arrays
 
     def epoch_start(self):
         self._epoch_start = self.now()
@@ -213,6 +233,32 @@ def loaded_blas():
     return sorted(found)
 
 
+def folder_bytes(folder):
+    """The bytes of the regular files under ``folder`` (links not followed)."""
+    total = 0
+    for top, _, names in os.walk(folder):
+        for name in names:
+            path = os.path.join(top, name)
+            if os.path.isfile(path) and not os.path.islink(path):
+                total += os.path.getsize(path)
+    return total
+
+
+def saved_model_bytes(adapter):
+    """The size of the trained model as the adapter saves it (None: it has no ``save``)."""
+    if not hasattr(adapter, "save"):
+        return None
+    folder = tempfile.mkdtemp(prefix="dlbench-model-")
+    try:
+        adapter.save(folder)
+        size = folder_bytes(folder)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    if not size:
+        raise RuntimeError("the adapter's save wrote nothing")
+    return size
+
+
 def write_json_atomic(path, document):
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
@@ -263,6 +309,22 @@ def run(spec, framework_dir, data_dir, out_dir):
         for key in ("accuracy", "loss"):
             if scores.get(key) is not None and not math.isfinite(float(scores[key])):
                 raise TrainingDiverged("the test gave %s %s" % (key, float(scores[key])))
+        phase = "save"
+        emit("phase", phase="save")
+        result["model_size_bytes"] = saved_model_bytes(adapter)
+        ctx.swallowed.check()
+        if ctx.hp.get("robust_images"):
+            from . import robustness    # numpy, as the data readers: imported where used
+            phase = "robustness"
+            emit("phase", phase="robustness")
+            t0 = ctx.now()
+            images, labels = ctx.test_arrays()
+            check = robustness.gradient_check(adapter, images, labels, ctx.seed)
+            result["gradient_check"] = check
+            result["robustness"] = robustness.attack(adapter, images, labels, ctx.hp, ctx.seed,
+                                                     ctx.now, check)
+            ctx.swallowed.check()
+            result["robustness_time_s"] = ctx.now() - t0     # the whole check: its cost
         phase = "describe"
         result.update(adapter.describe())
         result["threads"]["env"] = env_threads
