@@ -102,11 +102,16 @@ class Judgement:
         ]
 
 
-def judge(rep: compare.Report, where: Path | None = None) -> Judgement:
+def judge(rep: compare.Report, where: Path | None = None,
+          against: Judgement | None = None) -> Judgement:
     """The quick groups of ``rep`` held against the reference rows (``LOCATION`` unless
-    ``where``)."""
-    rows = load(where)
-    ref = compare.build(rows) if rows is not None else None
+    ``where``); ``against``: an earlier judgement whose reference rows are used again
+    instead of being read and grouped a second time."""
+    if against is not None:
+        ref = against.reference
+    else:
+        rows = load(where)
+        ref = compare.build(rows) if rows is not None else None
     quick = rep.groups[rep.groups["profile"] == "quick"]
     records = [_judge(g, ref) for g in quick.itertuples()]
     return Judgement(groups=pd.DataFrame.from_records(records, columns=COLUMNS),

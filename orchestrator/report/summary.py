@@ -22,7 +22,7 @@ def run_summary(results: Path, run_ids, reference: Path | None = None,
         return []
     rep = compare.build(frame)
     judgement = reference_rows.judge(rep, reference)
-    lines = _verdicts(rep, judgement) + _speed(frame, rep, judgement, reference)
+    lines = _verdicts(rep, judgement) + _speed(frame, rep, judgement)
     lines += _paper_command(rep, command_results)
     return lines
 
@@ -54,8 +54,7 @@ def _verdicts(rep: compare.Report, judgement: reference_rows.Judgement) -> list[
     return lines
 
 
-def _speed(frame, rep: compare.Report, judgement: reference_rows.Judgement,
-           reference: Path | None) -> list[str]:
+def _speed(frame, rep: compare.Report, judgement: reference_rows.Judgement) -> list[str]:
     """This machine's speed beside the reference machine's, from the quick runs that no
     other work disturbed (``noise.RULE``: image builds beside them, load, CPU use, spread)
     where there are any; from disturbed ones only when there are no others, and then said."""
@@ -63,7 +62,8 @@ def _speed(frame, rep: compare.Report, judgement: reference_rows.Judgement,
     disturbed = quick["disturbed"] != ""
     note = ""
     if disturbed.any() and not disturbed.all():
-        judgement = reference_rows.judge(compare.build(frame, exclude_disturbed=True), reference)
+        judgement = reference_rows.judge(compare.build(frame, exclude_disturbed=True),
+                                         against=judgement)
         note = f"; {int(disturbed.sum())} disturbed {_runs(int(disturbed.sum()))} left out"
     elif disturbed.any():
         note = ("; every run disturbed (image builds or other work beside it, `dlbench report` "
