@@ -49,7 +49,11 @@ metadata.  History of the row schema:
        users save it (Caffe's .caffemodel, a TensorFlow checkpoint, Lua Torch7's
        torch.save, MXNet's .params, Theano's pickled shared variables, PyTorch's
        state_dict), saved after every timed span; ``param_bytes``: the parameters times
-       their element size.  Empty in every older row.
+       their element size; ``robustness_time_s``: the seconds of the robustness check
+       after training (the gradient check and the attacks, robustness/ has their rows);
+       ``gradient_error``: the gradient check's figure (the relative error of the input
+       gradient against finite differences, at the second-worst of its pixels).  Empty in
+       every older row.
 Readers refuse rows newer than they know; older ones are upgraded step by step
 by ``store.upgrade``.
 
@@ -108,6 +112,13 @@ class Robustness(BaseModel):
     reason: str | None = Field(None, max_length=1_000)
 
 
+class GradientCheck(BaseModel):
+    """The runner's finite-difference check of the input gradient (its figure only)."""
+
+    model_config = ConfigDict(extra="ignore")
+    relative_error: float = Field(ge=0.0)
+
+
 class RunnerResult(BaseModel):
     """The runner's result.json, validated field by field; extra keys are dropped."""
 
@@ -148,6 +159,8 @@ class RunnerResult(BaseModel):
     param_bytes: int | None = Field(None, ge=0)
     model_size_bytes: int | None = Field(None, ge=0)
     robustness: list[Robustness] = Field([], max_length=1_000)
+    robustness_time_s: float | None = Field(None, ge=0.0)
+    gradient_check: GradientCheck | None = None
     epochs: list[Epoch] = []
     started_at: dt.datetime | None = None
     finished_at: dt.datetime | None = None
@@ -200,6 +213,8 @@ class RunRecord(BaseModel):
     param_count: int | None = None
     param_bytes: int | None = None       # parameters times their element size
     model_size_bytes: int | None = None  # the trained model saved as its framework's users save it
+    robustness_time_s: float | None = None   # the robustness check after training, seconds
+    gradient_error: float | None = None      # its finite-difference check of the input gradient
     epoch_loss: list[float] = []
     epoch_accuracy: list[float] = []
     epoch_time_s: list[float] = []
@@ -288,7 +303,7 @@ ADDED_IN = {
         "script_train_time_s", "script_test_time_s"],
     6: ["gpu_name", "gpu_driver", "gpu_memory_total_bytes"],
     7: ["builds_alongside"],
-    8: ["param_bytes", "model_size_bytes"],
+    8: ["param_bytes", "model_size_bytes", "robustness_time_s", "gradient_error"],
 }
 # Columns a version renamed, old name -> new name.
 RENAMED_IN = {5: {"script_train_time_s": "paper_train_time_s",

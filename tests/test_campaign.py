@@ -305,9 +305,9 @@ def test_an_axis_value_a_model_lacks_is_an_error_on_the_command_line_too():
                    "--dry-run")
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
-        "dlbench: error: caffe/mnist has no hyper-parameter 'epochs' (it has: batch_size, gamma, "
-        "learning_rate, lr_policy, max_iter, momentum, power, snapshot, snapshot_after_train, "
-        "test_batch_size, test_interval, test_iter, weight_decay)"]
+        "dlbench: error: caffe/mnist has no hyper-parameter 'epochs' (it has: batch_size, epsilons, "
+        "gamma, learning_rate, lr_policy, max_iter, momentum, pgd_epsilon, power, robust_images, "
+        "snapshot, snapshot_after_train, test_batch_size, test_interval, test_iter, weight_decay)"]
 
 
 def test_dry_run_prints_the_plan_and_touches_no_docker(tmp_path):
@@ -598,7 +598,7 @@ def kept(results: Path) -> tuple[list, list, list]:
             sorted(p.name for p in (results / store.RESCUED).iterdir()) if (results / store.RESCUED).is_dir() else [])
 
 
-@pytest.mark.parametrize("module, name", [("run", "collect"), ("store", "write_trace"), ("store", "append")])
+@pytest.mark.parametrize("module, name", [("run", "collect"), ("store", "write_side"), ("store", "append")])
 def test_a_stop_signal_while_a_row_is_stored_keeps_the_row_with_its_job_directory(tmp_path, signal_at,
                                                                                   module, name):
     """A signal within milliseconds of a row's write left a job directory without its row."""

@@ -752,9 +752,10 @@ def test_the_json_report_has_its_documented_shape(tmp_path):
         assert f"`{key.removesuffix('_median').removesuffix('_min').removesuffix('_max')}" in section, key
 
 
-def test_robustness_is_a_table_per_framework_and_data_set_in_every_format(tmp_path):
-    """Each group with robustness rows gets its table (text, Markdown) and its records (JSON):
-    the median accuracy over its ok runs per attack and epsilon, and why one is empty."""
+def test_robustness_is_a_table_per_data_set_in_every_format(tmp_path):
+    """Each data set with robustness rows gets its table (text, Markdown), a row per group and
+    a column per attack and epsilon, and each group its records (JSON): the median accuracy
+    over its ok runs, and why one is empty."""
     results = runner_rows(tmp_path, [dict(framework="pytorch", profile="quick", accuracy=0.97,
                                           train_time_s=t) for t in (10.0, 11.0)]
                           + [dict(framework="caffe", profile="quick", accuracy=0.98, train_time_s=5.0)])
@@ -768,11 +769,15 @@ def test_robustness_is_a_table_per_framework_and_data_set_in_every_format(tmp_pa
         {"attack": "fgsm", "epsilon": 4 / 255, "steps": 1, "images": 1000, "accuracy": None,
          "reason": "no input gradient"}])
     table = dlbench("report", "--results", results, check=True).stdout
-    assert "Robustness: pytorch on mnist" in table and "Robustness: caffe on mnist" in table
+    assert table.count("Robustness on mnist") == 1 and "Robustness on cifar10" not in table
     markdown = dlbench("report", "--results", results, "--format", "md", check=True).stdout
-    assert "### Robustness: pytorch on mnist (cpu, quick, own defaults)" in markdown
-    assert "| pgd | 0.1 | 10 | 1000 | 2 | 29.00 |" in markdown        # the median of 0.30 and 0.28
-    assert "| fgsm | 4/255 | 1 | 1000 | 1 | - | - | no input gradient |" in markdown
+    head = ("| framework | device | profile | settings | runs | images | clean % | FGSM 4/255 % "
+            "| FGSM 0.05 % | FGSM 0.1 % | PGD 0.1 % | model MB | grad err | robust s | why empty |")
+    assert head in markdown, markdown
+    # pytorch: the medians of its two runs (PGD: 0.30 and 0.28); caffe's one cell is empty
+    assert "| pytorch | cpu | quick | own defaults | 2 | 1000 | 96.00 |  | 79.00 | 59.00 | 29.00 |" in markdown
+    assert "| caffe | cpu | quick | own defaults | 1 | 1000 |  | - |  |  |  |" in markdown
+    assert markdown.rstrip().count("no input gradient") == 1
     document = report_json(results)
     found = {(r["framework"], r["attack"], r["epsilon"]): r for r in document["robustness"]}
     pgd = found["pytorch", "pgd", 0.1]

@@ -189,20 +189,37 @@ def test_hover_shows_values_with_units_and_the_legend_hides_a_framework(browser,
     assert [name for name, visible in browser.execute_script(hidden) if visible == "legendonly"] == ["caffe"]
 
 
-def test_robust_accuracy_is_charted_where_the_rows_have_it(browser, results, tmp_path):
-    # No stored row records robust accuracy yet; where a column of it is there, the page
-    # charts it.  The values are the rows' own accuracies halved: only the drawing is tested.
-    frame = store.load(results)
-    frame[charts.ROBUST_COLUMN] = frame["accuracy"] / 2
-    page = html.write_page(compare.build(frame), tmp_path)
+def test_accuracy_under_attack_is_a_chart_per_data_set(browser, results, tmp_path):
+    """Robustness rows of two groups on MNIST: one chart, a line per group through the clean
+    and FGSM points and a PGD diamond; its CSV is the medians drawn; a row without accuracy
+    (no gradient to the input) is not drawn; rows without robustness get no such chart."""
+    directory = tmp_path / "results"
+    shutil.copytree(results, directory)
+    rows = compare.build(store.load(directory)).rows
+    quick = rows[(rows["status"] == "ok") & (rows["dataset"] == "mnist") & (rows["profile"] == "quick")]
+    widest = quick.groupby("section")["framework"].nunique().idxmax()
+    quick = quick[quick["section"] == widest].drop_duplicates("framework")
+    chosen = quick.iloc[:2]             # two frameworks of one machine
+    for run, clean in zip(chosen.itertuples(), (0.98, 0.9)):
+        store.write_side(directory, store.ROBUSTNESS, run.run_id, [
+            {"attack": a, "epsilon": e, "steps": n, "images": 100, "accuracy": acc, "time_s": 1.0}
+            for a, e, n, acc in [("none", 0.0, 0, clean), ("fgsm", 0.1, 1, clean - 0.3),
+                                 ("fgsm", 0.2, 1, clean - 0.6), ("pgd", 0.1, 10, clean - 0.5)]]
+            + [{"attack": "fgsm", "epsilon": 0.3, "steps": 1, "images": 100, "accuracy": None,
+                "reason": "no input gradient"}])
+    rep = compare.build(store.load(directory))
+    rep.robustness = store.load_robustness(directory, rep.rows["run_id"])
+    page = html.write_page(rep, tmp_path / "page")
     assert load(browser, page) == []
     plots = {p["id"]: p for p in browser.execute_script(PLOTS)}
-    robust = plots["chart-robust"]
-    assert robust["svg"] >= 1 and robust["drawn"] >= 2
-    data = pd.read_csv(io.StringIO(fetched(browser, robust["csv"])))
-    assert list(data["robust_accuracy_pct"] * 2) == pytest.approx(list(data["accuracy_pct"]))
-    without = html.render_page(compare.build(store.load(results)))
-    assert 'id="robust"' not in without and "Robust accuracy" not in without
+    robust = [p for key, p in plots.items() if key.startswith("chart-robust")]
+    assert len(robust) == 1 and robust[0]["svg"] >= 1 and robust[0]["drawn"] >= 2
+    data = pd.read_csv(io.StringIO(fetched(browser, robust[0]["csv"])))
+    assert sorted(set(data["framework"])) == sorted(chosen["framework"])
+    assert len(data) == 8 and 0.3 not in set(data["epsilon"])
+    clean = data[data["attack"] == "none"].set_index("framework")["accuracy_pct"]
+    assert sorted(clean) == pytest.approx([90.0, 98.0])
+    assert "Accuracy under attack" not in html.render_page(compare.build(store.load(results)))
 
 
 def test_the_csv_link_is_the_chart_table_itself():

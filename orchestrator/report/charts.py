@@ -25,8 +25,6 @@ def colour(framework: str) -> str:
     known = catalog.names()
     return PALETTE[known.index(framework) % len(PALETTE)] if framework in known else OTHER
 
-# A row's accuracy under attack, a fraction like `accuracy`; charted where the rows have it.
-ROBUST_COLUMN = "robust_accuracy"
 ROW_HEIGHT = 26          # pixels a bar or a point of a horizontal chart gets
 
 
@@ -49,11 +47,10 @@ class Missing:
 
 def charts(rep: compare.Report) -> list[Chart | Missing]:
     """The page's charts in its order: training-time ratios against the paper, accuracy
-    against the paper, per-epoch curves, robust accuracy, resource traces."""
+    against the paper, per-epoch curves, accuracy under attack, resource traces."""
     found: list[Chart | Missing] = [ratio_chart(rep), accuracy_chart(rep)]
     found += epoch_charts(rep)
-    robust = robust_chart(rep)
-    found += [robust] if robust is not None else []
+    found += robust_charts(rep)
     return found + trace_charts(rep)
 
 
@@ -238,38 +235,67 @@ def _epoch_figure(data: pd.DataFrame) -> go.Figure:
     return figure
 
 
-# --- (4) robust accuracy, where the rows have it ---
+# --- (4) accuracy under attack, where the rows have it ---
 
-def robust_chart(rep: compare.Report) -> Chart | None:
-    rows = rep.rows
-    if ROBUST_COLUMN not in rows.columns or rows[ROBUST_COLUMN].isna().all():
-        return None
-    ok = rows[(rows["status"] == "ok") & rows[ROBUST_COLUMN].notna()]
+def robust_charts(rep: compare.Report) -> list[Chart]:
+    """One chart per machine, data set, device and profile: each group's median accuracy
+    against epsilon, a line through the clean images (epsilon 0) and FGSM's epsilons, and
+    PGD as a diamond at its epsilon, in the group's colour."""
+    found = rep.robustness
+    if found is None or not len(found):
+        return []
+    ok = rep.rows[rep.rows["status"] == "ok"][["run_id", "group"]]
+    found = found.merge(ok, on="run_id")
     groups = rep.groups.set_index("group")
     records = []
-    for group, part in ok.groupby("group", sort=False):
+    for (group, attack, epsilon), part in found.groupby(["group", "attack", "epsilon"], sort=False):
+        accuracy = pd.to_numeric(part["accuracy"]).dropna() * 100
+        if not len(accuracy):
+            continue                # no gradient to the input: the tables say why
         g = _Named(groups.loc[group])
-        robust = pd.to_numeric(part[ROBUST_COLUMN]) * 100
         records.append(_group_keys(rep, g) | {
-            "series": series_label(rep, g), "runs": len(part),
-            "robust_accuracy_pct": float(robust.median()), "robust_accuracy_pct_min": float(robust.min()),
-            "robust_accuracy_pct_max": float(robust.max()),
-            "accuracy_pct": float(pd.to_numeric(part["accuracy"]).median() * 100)})
-    data = pd.DataFrame.from_records(records)
-    figure = _horizontal(data, "robust_accuracy_pct", (
-        "%{y}<br>robust accuracy %{x:.2f}% (median of %{customdata[0]} run(s), "
-        "%{customdata[1]:.2f}–%{customdata[2]:.2f}%)<extra></extra>"),
-        ["runs", "robust_accuracy_pct_min", "robust_accuracy_pct_max"],
-        low="robust_accuracy_pct_min", high="robust_accuracy_pct_max")
-    figure.add_trace(go.Scatter(
-        x=data["accuracy_pct"], y=data["series"], mode="markers", name="accuracy (no attack)",
-        marker=dict(symbol="circle-open", size=10, color="black", line_width=2),
-        hovertemplate="%{y}<br>accuracy without attack: %{x:.2f}%<extra></extra>"))
-    figure.update_xaxes(range=[0, 100.5], title_text="robust accuracy, % (median, bar from min to "
-                                                     "max); axis from 0")
-    return Chart("robust", "Robust accuracy", (
-        "Median accuracy under attack of the runs that measured it, from 0 to 100%; open "
-        "circles: the same runs' accuracy without attack."), data, figure)
+            "series": series_label(rep, g), "attack": attack, "epsilon": float(epsilon),
+            "steps": int(part["steps"].max()), "images": int(part["images"].max()),
+            "runs": int(part["run_id"].nunique()), "accuracy_pct": float(accuracy.median()),
+            "accuracy_pct_min": float(accuracy.min()), "accuracy_pct_max": float(accuracy.max())})
+    if not records:
+        return []
+    frame = pd.DataFrame.from_records(records)
+    charts_found = []
+    for number, ((machine, dataset, device, profile), data) in enumerate(
+            frame.groupby(["machine", "dataset", "device", "profile"], sort=False)):
+        where = f"{dataset}, {device}, {profile} profile" + (f", {machine}" if len(rep.sections) > 1 else "")
+        data = data.sort_values(["series", "attack", "epsilon"]).reset_index(drop=True)
+        charts_found.append(Chart(f"robust-{number + 1}", f"Accuracy under attack: {where}", (
+            f"{where}: median accuracy of each group's runs on the attacked test images, "
+            "against ε in the [0, 1] pixel scale; lines: the clean images (ε 0) and FGSM; "
+            "diamonds: PGD (10 steps) at its ε."), data, _robust_figure(data)))
+    return charts_found
+
+
+def _robust_figure(data: pd.DataFrame) -> go.Figure:
+    figure = go.Figure()
+    for series, part in data.groupby("series", sort=False):
+        framework = part["framework"].iloc[0]
+        line = part[part["attack"].isin(["none", "fgsm"])].sort_values("epsilon")
+        hover = (f"{series}<br>%{{customdata[0]}} ε %{{x:.4g}}: %{{y:.2f}}% "
+                 "(median of %{customdata[1]} run(s) on %{customdata[2]} images)<extra></extra>")
+        custom = ["attack", "runs", "images"]
+        figure.add_trace(go.Scatter(
+            x=line["epsilon"], y=line["accuracy_pct"], mode="lines+markers", name=series,
+            legendgroup=series, line_color=colour(framework), customdata=line[custom].values,
+            hovertemplate=hover))
+        pgd = part[part["attack"] == "pgd"]
+        if len(pgd):
+            figure.add_trace(go.Scatter(
+                x=pgd["epsilon"], y=pgd["accuracy_pct"], mode="markers", name=f"{series} · PGD",
+                legendgroup=series, showlegend=False, customdata=pgd[custom].values,
+                marker=dict(symbol="diamond", size=11, color=colour(framework)),
+                hovertemplate=hover))
+    figure.update_xaxes(title_text="ε, pixel scale [0, 1]", rangemode="tozero")
+    figure.update_yaxes(title_text="accuracy, %", range=[0, 100.5])
+    _layout(figure, height=420)
+    return figure
 
 
 # --- resource traces, where recorded ---

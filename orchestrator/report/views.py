@@ -131,37 +131,54 @@ def _measured(groups: pd.DataFrame, resources: list[str]) -> View:
                 drop=MEASURED_DROP)
 
 
-ROBUSTNESS_KEYS = ["attack", "epsilon", "steps", "images", "runs", "accuracy", "time", "why"]
-
-
 def robustness_views(rep: compare.Report, section: compare.Section) -> list[View]:
-    """A section's accuracy under attack: one table per group that has any (a framework on a
-    data set, its settings), a row per attack and epsilon, the median over its ok runs."""
+    """A section's accuracy under attack: one table per data set, a row per group that has
+    any (a framework, its device, profile and settings), a column per attack and epsilon
+    (the median over the group's ok runs), beside the trained model's size."""
     found = rep.robustness
     if found is None or not len(found):
         return []
     rows = rep.rows[(rep.rows["section"] == section.index) & (rep.rows["status"] == "ok")]
     found = found.merge(rows[["run_id", "group"]], on="run_id")
+    if not len(found):
+        return []
+    groups = rep.groups.set_index("group")
+    found = found.assign(dataset=found["group"].map(groups["dataset"]))
+    order = {"none": 0, "fgsm": 1, "pgd": 2}
     views = []
-    for group, part in found.groupby("group", sort=True):
-        g = rep.groups.set_index("group").loc[group]
+    for dataset, part in found.groupby("dataset", sort=True):
+        attacks = sorted({(a, float(e)) for a, e in zip(part["attack"], part["epsilon"])},
+                         key=lambda pair: (order.get(pair[0], 3), pair[1]))
+        heads = [("clean %" if a == "none" else f"{a.upper()} {_epsilon(e)} %") for a, e in attacks]
         cells = []
-        for (attack, epsilon, steps), same in part.groupby(["attack", "epsilon", "steps"], sort=False):
-            accuracy = same["accuracy"].dropna()
-            why = "; ".join(sorted(set(same["reason"].dropna())))
-            cells.append([attack, _epsilon(epsilon), str(steps),
-                          "/".join(str(n) for n in sorted(set(same["images"]))),
-                          str(same["run_id"].nunique()),
-                          _pct(100 * accuracy.median()) if len(accuracy) else "-",
-                          _seconds(same["time_s"].median()) if same["time_s"].notna().any() else "-",
-                          why])
-        order = {"none": 0, "fgsm": 1, "pgd": 2}
-        cells.sort(key=lambda c: order.get(c[0], 3))
-        title = (f"Robustness: {g.framework} on {g.dataset} ({g.device}, {g.profile}, {g.settings}): "
-                 "accuracy under white-box attack, median over the ok runs")
-        views.append(View(title, ["attack", "ε", "steps", "images", "runs", "accuracy %", "time s", "why empty"],
-                          cells, numeric={2, 3, 4, 5, 6}, wrap={7}, keys=ROBUSTNESS_KEYS,
-                          drop=["why", "time", "runs"]))
+        for group, same in part.groupby("group", sort=True):
+            g = groups.loc[group]
+            mine = rows[rows["group"] == group]
+            accuracy = {}
+            for (attack, epsilon), one in same.groupby(["attack", "epsilon"]):
+                values = one["accuracy"].dropna()
+                accuracy[attack, float(epsilon)] = _pct(100 * values.median()) if len(values) else "-"
+            size = mine["model_size_bytes"].dropna() if "model_size_bytes" in mine else []
+            seconds = mine["robustness_time_s"].dropna() if "robustness_time_s" in mine else []
+            error = mine["gradient_error"].dropna() if "gradient_error" in mine else []
+            cells.append([g.framework, g.device, g.profile, g.settings, str(same["run_id"].nunique()),
+                          "/".join(str(n) for n in sorted(set(same["images"])))]
+                         + [accuracy.get(pair, "") for pair in attacks]
+                         + [f"{size.median() / 1e6:.2f}" if len(size) else "-",
+                            f"{error.max():.1e}" if len(error) else "-",
+                            _seconds(seconds.median()) if len(seconds) else "-",
+                            "; ".join(sorted(set(same["reason"].dropna())))])
+        title = (f"Robustness on {dataset}: accuracy under white-box attack (ε in the [0, 1] "
+                 "pixel scale), median over the ok runs; the trained model's size; the input "
+                 "gradient's finite-difference check (its largest error over the runs); the "
+                 "check's and the attacks' seconds")
+        columns = (["framework", "device", "profile", "settings", "runs", "images"] + heads
+                   + ["model MB", "grad err", "robust s", "why empty"])
+        keys = (["framework", "device", "profile", "settings", "runs", "images"]
+                + [a for a, _ in attacks] + ["model", "check", "time", "why"])
+        numeric = set(range(4, len(columns) - 1))
+        views.append(View(title, columns, cells, numeric=numeric, wrap={3, len(columns) - 1},
+                          keys=keys, drop=["why", "settings", "time", "check", "device", "runs", "images"]))
     return views
 
 

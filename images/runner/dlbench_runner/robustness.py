@@ -143,19 +143,24 @@ def gradient_check(adapter, images, labels, seed=1, pixels=CHECK_PIXELS, among=B
     (RandomState(seed)) among those of one image whose gradient is at least the image's
     mean absolute gradient.  The image: the first of the first ``among`` the model gets
     wrong (its loss stands well above a float32 forward pass's rounding), else the one
-    with the largest gradient.  Each pixel is tried at every step of ``CHECK_STEPS`` that
-    keeps it in [0, 1], and its error is the smallest of
-    |difference - gradient| / max(|difference|, |gradient|): a step too large for the
-    model's curvature there, or too small for its rounding, agrees less than the right
-    one.  A kink of ReLU or max pooling, or a local contrast normalisation dividing by a
-    standard deviation near its floor, can still leave one pixel out, so the check's
-    figure, ``relative_error``, is the error of the pixel ranked ``pixels -
-    CHECK_OUTLIERS`` (the largest but one); a wrong gradient is wrong at every pixel.
-    The adapter's ``loss(pixels, labels)`` gives the loss whose gradient
-    ``input_gradient`` gives.  Returns {"image", "pixels", "steps", "gradient",
-    "finite_differences" (per pixel, per step; None where the step leaves [0, 1]),
-    "errors", "relative_error"}, or None where the adapter has no ``loss`` or gives no
-    gradient (``NoInputGradient``: ``attack`` has its reason)."""
+    with the largest gradient.  Each pixel is tried at every step h of ``CHECK_STEPS``
+    that keeps it in [0, 1], three ways: the central difference, and the one-sided ones
+    (loss(x + h e) - loss(x)) / h and (loss(x) - loss(x - h e)) / h; its error is the
+    smallest of |difference - gradient| / max(|difference|, |gradient|).  A step too
+    large for the model's curvature there, or too small for a float32 model's rounding,
+    agrees less than the right one; and where a pixel sits on a kink (a tie in a
+    max-pooling window, frequent where the input holds runs of equal bytes, or a ReLU
+    at 0) the framework's gradient is one of the one-sided derivatives, which the
+    central difference averages.  A kink can still leave one pixel out (a local
+    contrast normalisation dividing by a standard deviation at its floor is steep over a
+    far smaller step), so the check's figure, ``relative_error``, is the error of the
+    pixel ranked ``pixels - CHECK_OUTLIERS`` (the largest but one): a wrong gradient is
+    wrong at every pixel.  The adapter's ``loss(pixels, labels)`` gives the loss whose
+    gradient ``input_gradient`` gives.  Returns {"image", "pixels", "steps",
+    "gradient", "finite_differences" (per pixel, per step: [central, forward,
+    backward], or None where the step leaves [0, 1]), "errors", "relative_error"}, or
+    None where the adapter has no ``loss`` or gives no gradient (``NoInputGradient``:
+    ``attack`` has its reason)."""
     if not hasattr(adapter, "loss") or not hasattr(adapter, "input_gradient"):
         return None
     x, y = pixels_of(images[:among]), np.asarray(labels[:among])
@@ -179,6 +184,7 @@ def gradient_check(adapter, images, labels, seed=1, pixels=CHECK_PIXELS, among=B
         candidates = np.arange(flat.size)
     rng = np.random.RandomState(seed)
     chosen = np.sort(rng.choice(candidates, size=min(pixels, len(candidates)), replace=False))
+    centre = adapter.loss(x, y)
     differences, errors = [], []
     for index in chosen:
         expected, found = gradient[index], []
@@ -189,11 +195,11 @@ def gradient_check(adapter, images, labels, seed=1, pixels=CHECK_PIXELS, among=B
             plus, minus = flat.copy(), flat.copy()
             plus[index] += h
             minus[index] -= h
-            found.append((adapter.loss(plus.reshape(x.shape), y)
-                          - adapter.loss(minus.reshape(x.shape), y)) / (2 * h))
+            above, below = adapter.loss(plus.reshape(x.shape), y), adapter.loss(minus.reshape(x.shape), y)
+            found.append([(above - below) / (2 * h), (above - centre) / h, (centre - below) / h])
         differences.append(found)
         errors.append(min(abs(d - expected) / max(abs(d), abs(expected), 1e-300)
-                          for d in found if d is not None))
+                          for three in found if three is not None for d in three))
     ranked = sorted(errors)
     figure = ranked[max(0, len(ranked) - 1 - CHECK_OUTLIERS)]
     return {"image": image, "pixels": [int(i) for i in chosen], "steps": list(CHECK_STEPS),
