@@ -7,6 +7,7 @@ host's check (orchestrator/migration.py) runs the file it wrote with the real on
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import io
 import json
@@ -235,3 +236,21 @@ def test_a_model_the_directory_cannot_take_is_rescued_and_recovered(exported, da
     assert store.recover(results) == (1, [])
     assert store.model_path(results, "run1").read_bytes() == found.model
     assert len(store.load(results)) == 1
+
+
+def test_a_row_takes_the_hosts_figures_only_on_the_images_the_job_tested(exported, data_root, tmp_path):
+    from conftest import make_plan
+
+    plan_job, = make_plan(["pytorch"], ["mnist"], "quick", host_cpus=2).jobs
+    found = migration.evaluate(exported, "mnist", data_root)
+    outcome = Outcome(exit_code=0, wall_time_s=1.0, log_tail=[])
+    for name, given, reason in (("right", found, None),
+                                ("short", dataclasses.replace(found, images=5),
+                                 "the framework predicted 5 test images, not the 10000 it tested"),
+                                ("none", None, "the job left no ONNX model to check")):
+        job = tmp_path / name
+        shutil.copytree(exported, job)
+        record, _, model = collect(plan_job, name, name, job, outcome, {"image": "x"}, given)
+        assert record.status == "ok" and record.migration_reason == reason
+        assert (record.migration_mismatches == 0) == (reason is None)
+        assert model == (None if given is None else found.model)
