@@ -13,6 +13,9 @@ row comes out:
     oom          killed by the kernel at the job's --memory limit (Docker's OOMKilled)
     unsupported  never started: the image cannot run the job (a GPU job on a CPU image)
     no_result    exited with 0, but result.json is missing, too big or invalid
+
+An ok row also holds the migration check's figures: the ONNX model the runner exported,
+run by the host (``migration.evaluate``, before the job is collected), or why there are none.
 """
 
 from __future__ import annotations
@@ -22,10 +25,12 @@ import datetime as dt
 import json
 import signal
 from pathlib import Path
+from typing import NamedTuple
 
 from pydantic import ValidationError
 
 from . import __version__, jobdir
+from .migration import Migration
 from .plan import Job
 from .runtimes.base import Outcome
 from .schema import MAX_RESULT_BYTES, RunnerResult, RunRecord, dumps
@@ -71,9 +76,18 @@ def failed(job: Job, run_id: str, job_id: str, error: str, provenance: dict) -> 
     return RunRecord(status="failed", error=error, **_job_fields(job, run_id, job_id, provenance))
 
 
+class Collected(NamedTuple):
+    """What a job leaves to store: its row, and those of an ok row's side tables."""
+
+    record: RunRecord
+    robustness: list[dict]
+    model: bytes | None = None      # the exported ONNX model
+
+
 def collect(job: Job, run_id: str, job_id: str, job_dir: Path, outcome: Outcome,
-            provenance: dict) -> tuple[RunRecord, list[dict]]:
-    """The job's row, and its robustness rows (those of an ok row only)."""
+            provenance: dict, migration: Migration | None = None) -> Collected:
+    """The job's row, its robustness rows and its ONNX model (those of an ok row only);
+    ``migration``: what the host found of the model the job exported."""
     result, problem = read_result(job_dir)
     status, error = _status(outcome, result, problem)
     fields = _job_fields(job, run_id, job_id, provenance)
@@ -105,8 +119,28 @@ def collect(job: Job, run_id: str, job_id: str, job_dir: Path, outcome: Outcome,
             threads_framework=dumps(result.threads.get("framework")),
             libraries=dumps(result.libraries),
             started_at=result.started_at, finished_at=result.finished_at)
-    robustness = [r.model_dump() for r in result.robustness] if result and status == "ok" else []
-    return RunRecord(**fields), robustness
+    if result is None or status != "ok":
+        return Collected(RunRecord(**fields), [])
+    robustness = [r.model_dump() for r in result.robustness]
+    found = _migrated(result, migration)
+    fields.update(found.fields(), migration_model_bytes=result.migration_model_bytes,
+                  migration_time_s=result.migration_time_s)
+    return Collected(RunRecord(**fields), robustness, found.model)
+
+
+def _migrated(result: RunnerResult, migration: Migration | None) -> Migration:
+    """The migration check of an ok result: the runner's reason where it exported nothing
+    (nothing at all from a runner before the check), else what the host found, on the
+    images the job tested on."""
+    if result.migration_time_s is None or result.migration_reason is not None:
+        return Migration(migration_reason=result.migration_reason)
+    if migration is None:
+        return Migration(migration_reason="the job left no ONNX model to check")
+    if migration.migration_reason is None and migration.images != result.test_samples:
+        return Migration(migration_reason=f"the framework predicted {migration.images} test images, "
+                                          f"not the {result.test_samples} it tested",
+                         model=migration.model)
+    return migration
 
 
 def _exited(code: int | None, ran_as: str = "container") -> str:

@@ -64,9 +64,14 @@ def prepare(job_dir: Path, spec: dict, owner: int | None = None):
     return log
 
 
+def absent(name: str) -> str:
+    """``read_output``'s reason for a file the job did not write."""
+    return f"the runner wrote no {name}"
+
+
 def read_output(job_dir: Path, name: str, limit: int) -> tuple[bytes | None, str | None]:
-    """The bytes of ``out/<name>``, or None and why not: missing, not a regular file
-    (a link, FIFO, directory, device), or over ``limit`` bytes."""
+    """The bytes of ``out/<name>``, or None and why not: missing (``absent``), not a
+    regular file (a link, FIFO, directory, device), or over ``limit`` bytes."""
     try:
         top = os.open(job_dir, _DIR)
     except OSError as exc:
@@ -75,13 +80,13 @@ def read_output(job_dir: Path, name: str, limit: int) -> tuple[bytes | None, str
         try:
             out = os.open(OUT, _DIR, dir_fd=top)
         except FileNotFoundError:
-            return None, f"the runner wrote no {name}"
+            return None, absent(name)
         except OSError as exc:
             return None, f"{OUT}/ is not a directory the job made ({exc.strerror})"
         try:
             return files.read_regular(name, limit, dir_fd=out, follow_links=False), None
         except FileNotFoundError:
-            return None, f"the runner wrote no {name}"
+            return None, absent(name)
         except files.Refused as exc:
             return None, f"{name} is {exc}"
         except OSError as exc:              # ELOOP: a symbolic link, ENXIO: a socket ...

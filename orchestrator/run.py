@@ -30,10 +30,11 @@ import uuid
 from pathlib import Path
 
 from . import build, hostinfo, jobdir, runtimes, store
-from .collect import collect, failed, unsupported
+from .collect import Collected, collect, failed, unsupported
 from .display import NullDisplay
 from .errors import DlbenchError, DockerUnavailable, StoreError
 from .interrupts import signals_deferred
+from .migration import evaluate as evaluate_migration
 from .plan import Plan
 from .prepare import Prepared, Targets, prepare, resumed, stream
 from .runtimes import Outcome, gpu_device
@@ -263,19 +264,23 @@ class _Loop:
                     jobdir.remove(job_dir)
                     rescue.release()
                     return None
+                # the exported model run with onnxruntime (seconds): before the row, which a
+                # stop signal waits for
+                migration = evaluate_migration(job_dir, job.dataset, dataset.root)
             # A stop signal waits for the row to be stored (milliseconds): one that came
             # while it was written left a job directory without its row.
             with signals_deferred():
                 if broken is not None:
-                    record, samples, robustness = failed(job, run_id, job_id, broken, provenance), [], []
+                    collected, samples = Collected(failed(job, run_id, job_id, broken, provenance), []), []
                 elif reason is None:
-                    record, robustness = collect(job, run_id, job_id, job_dir, outcome, provenance)
+                    collected = collect(job, run_id, job_id, job_dir, outcome, provenance, migration)
                     samples = outcome.samples
                 else:
-                    record, samples, robustness = unsupported(job, run_id, job_id, reason, provenance), [], []
+                    collected, samples = Collected(unsupported(job, run_id, job_id, reason, provenance), []), []
+                record = collected.record
                 handed = True
                 # or keeps them and says how to recover
-                store.store_row(self.results, record, samples, rescue, robustness)
+                store.store_row(self.results, record, samples, rescue, collected.robustness, collected.model)
         except BaseException:           # interrupted (Ctrl-C, SIGTERM, SIGHUP): no row, no directory
             if rescue is not None:
                 rescue.release()        # unless it holds a row kept by store_row

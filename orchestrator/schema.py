@@ -54,6 +54,15 @@ metadata.  History of the row schema:
        ``gradient_error``: the gradient check's figure (the relative error of the input
        gradient against finite differences, at the second-worst of its pixels).  Empty in
        every older row.
+    9  the migration check: the trained model exported to ONNX (stored as
+       ``RESULTS/models/<run id>.onnx``) and run by the host with onnxruntime on the test
+       images the job tested on: ``migrated_accuracy``, ``migration_mismatches`` (images
+       whose class differs from the framework's own prediction),
+       ``migration_max_logit_error`` (relative, on the first 16 images),
+       ``migration_reason`` (why they are empty: the framework's adapter exports no
+       model, its exporter refused it, onnxruntime could not run it),
+       ``migration_model_bytes`` (the ONNX file) and ``migration_time_s`` (the export
+       and the framework's own predictions, in the job).  Empty in every older row.
 Readers refuse rows newer than they know; older ones are upgraded step by step
 by ``store.upgrade``.
 
@@ -82,7 +91,7 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
 from dlbench_runner.contract import SCHEMA_VERSION as RUNNER_SCHEMA_VERSION
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 TRACE_SCHEMA_VERSION = 1
 ROBUSTNESS_SCHEMA_VERSION = 1
 ATTACKS = ("none", "fgsm", "pgd")
@@ -161,6 +170,9 @@ class RunnerResult(BaseModel):
     robustness: list[Robustness] = Field([], max_length=1_000)
     robustness_time_s: float | None = Field(None, ge=0.0)
     gradient_check: GradientCheck | None = None
+    migration_reason: str | None = Field(None, max_length=1_000)
+    migration_model_bytes: int | None = Field(None, ge=0)
+    migration_time_s: float | None = Field(None, ge=0.0)
     epochs: list[Epoch] = []
     started_at: dt.datetime | None = None
     finished_at: dt.datetime | None = None
@@ -215,6 +227,13 @@ class RunRecord(BaseModel):
     model_size_bytes: int | None = None  # the trained model saved as its framework's users save it
     robustness_time_s: float | None = None   # the robustness check after training, seconds
     gradient_error: float | None = None      # its finite-difference check of the input gradient
+    # the migration check: the model exported to ONNX, run by the host with onnxruntime
+    migrated_accuracy: float | None = None
+    migration_mismatches: int | None = None      # images classified otherwise than by the framework
+    migration_max_logit_error: float | None = None   # relative, on the runner's batch
+    migration_reason: str | None = None          # why the three above are empty
+    migration_model_bytes: int | None = None     # RESULTS/models/<run id>.onnx
+    migration_time_s: float | None = None        # the export in the job, outside every span
     epoch_loss: list[float] = []
     epoch_accuracy: list[float] = []
     epoch_time_s: list[float] = []
@@ -304,6 +323,8 @@ ADDED_IN = {
     6: ["gpu_name", "gpu_driver", "gpu_memory_total_bytes"],
     7: ["builds_alongside"],
     8: ["param_bytes", "model_size_bytes", "robustness_time_s", "gradient_error"],
+    9: ["migrated_accuracy", "migration_mismatches", "migration_max_logit_error", "migration_reason",
+        "migration_model_bytes", "migration_time_s"],
 }
 # Columns a version renamed, old name -> new name.
 RENAMED_IN = {5: {"script_train_time_s": "paper_train_time_s",

@@ -1,5 +1,5 @@
 """The results directory: three Parquet datasets, rows, traces and robustness, one file
-per write.
+per write; and the jobs' trained models, exported to ONNX.
 
     RESULTS/runs/<time>-<run id>.parquet             a job's row, written when it ends
     RESULTS/runs/<time>-compacted-<id>.parquet       rows merged by compaction
@@ -7,6 +7,7 @@ per write.
     RESULTS/traces/<time>-compacted-<id>.parquet     samples merged by compaction
     RESULTS/robustness/<run id>.parquet              a job's accuracy under attack
     RESULTS/robustness/<time>-compacted-<id>.parquet those merged by compaction
+    RESULTS/models/<run id>.onnx                     a job's trained model (the migration check)
     RESULTS/_jobs/<run id>/                          the job's spec, raw result and log
     RESULTS/_rescued/<run id>.json                   a row that could not be stored (``recover``)
     RESULTS/.compact.lock                            the lock (``_lock``)
@@ -23,7 +24,7 @@ starting with ``_`` or ``.`` are ignored by Parquet readers.
 
 Traces and robustness are a job's side tables (``SideTable``: ``TRACE``,
 ``ROBUSTNESS``), written, read, migrated, compacted and rescued alike, each with its own
-schema version.
+schema version.  A job's ONNX model is written and rescued as they are, never merged.
 
 One file per job keeps every row safe the moment its job ends, but thousands of small
 files are slow to read.  ``compact`` merges the row files into one, and each side
@@ -58,6 +59,7 @@ version are refused.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import datetime as dt
 import errno
@@ -82,6 +84,7 @@ from .schema import (ADDED_IN, ARROW_SCHEMA, RENAMED_IN, ROBUSTNESS_SCHEMA, SCHE
                      RunRecord)
 
 RUNS = "runs"
+MODELS = "models"
 JOBS = "_jobs"
 OLD_ROWS = "runs-*.parquet"   # rows before schema version 4, at the top of the directory
 OLD_TRACES = "_traces"        # traces before schema version 4
@@ -208,14 +211,17 @@ def _fsync_folder(folder: Path) -> None:
         os.close(fd)
 
 
-def _write_hidden(table: pa.Table, final: Path) -> Path:
-    """Write to a hidden temporary name beside ``final``, fsynced; returns that name.
-    Parquet readers skip it: it starts with a dot (pyarrow, pandas) and does not end in
-    .parquet (a glob of ``*.parquet``: DuckDB, polars)."""
+def _write_hidden(table: pa.Table | bytes, final: Path) -> Path:
+    """Write a table (or bytes) to a hidden temporary name beside ``final``, fsynced;
+    returns that name.  Parquet readers skip it: it starts with a dot (pyarrow, pandas)
+    and does not end in .parquet (a glob of ``*.parquet``: DuckDB, polars)."""
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = final.parent / f".{final.name}.{os.getpid()}.tmp"
     try:
-        pq.write_table(table, tmp)
+        if isinstance(table, bytes):
+            tmp.write_bytes(table)
+        else:
+            pq.write_table(table, tmp)
         with open(tmp, "rb") as f:
             os.fsync(f.fileno())
     except BaseException:
@@ -224,7 +230,7 @@ def _write_hidden(table: pa.Table, final: Path) -> Path:
     return tmp
 
 
-def _write_atomic(table: pa.Table, final: Path) -> Path:
+def _write_atomic(table: pa.Table | bytes, final: Path) -> Path:
     """Write to a hidden temporary name in the same folder, fsync, rename into place."""
     tmp = _write_hidden(table, final)
     try:
@@ -379,9 +385,9 @@ def _to_4(table: pa.Table) -> pa.Table:
 # the host's timing facts, the Slurm node and ids and the script's own times (and torch
 # rows of the PyTorch port read as pytorch); 5 renamed the script's times to the paper
 # spans; 6 added the GPU's model, driver and memory; 7 the image builds a job ran beside;
-# 8 the parameters' and the saved model's bytes.
+# 8 the parameters' and the saved model's bytes; 9 the migration check's figures.
 UPGRADES = {1: _add_empty(2), 2: _add_empty(3), 3: _to_4, 4: _renamed(5), 5: _add_empty(6),
-            6: _add_empty(7), 7: _add_empty(8)}
+            6: _add_empty(7), 7: _add_empty(8), 8: _add_empty(9)}
 
 
 def upgrade(table: pa.Table, version: int) -> pa.Table:
@@ -522,6 +528,17 @@ def load_robustness(results: Path, run_ids=None) -> pd.DataFrame:
     return load_side(results, ROBUSTNESS, run_ids)
 
 
+# -- the jobs' ONNX models ------------------------------------------------------------------
+def model_path(results: Path, run_id: str) -> Path:
+    return results / MODELS / f"{run_id}.onnx"
+
+
+def write_model(results: Path, run_id: str, model: bytes) -> Path:
+    """A job's exported ONNX model, atomically, as ``RESULTS/models/<run id>.onnx``."""
+    with _lock(results, shared=True):
+        return _write_atomic(model, model_path(results, run_id))
+
+
 # -- the lock, and a compaction made crash-safe ----------------------------------------------
 LOCK = ".compact.lock"
 JOURNAL = ".compaction.json"    # a compaction making its file visible: the names involved
@@ -637,7 +654,7 @@ def _sweep(results: Path) -> None:
     """Remove the temporary files of writers that died (under the exclusive lock no writer
     is writing): half-written rows, traces and compactions, a journal or a migration mark
     never renamed into place."""
-    for folder, pattern in ((results / RUNS, ".*.tmp"),
+    for folder, pattern in ((results / RUNS, ".*.tmp"), (results / MODELS, ".*.tmp"),
                             *((results / side.folder, ".*.tmp") for side in SIDE_TABLES),
                             (results, f"{JOURNAL}.*.tmp"), (results, f"{MIGRATED}.*.tmp")):
         for path in folder.glob(pattern):
@@ -795,8 +812,8 @@ RESCUED = "_rescued"
 MIN_FREE_MB = 100               # free space a run needs to start; DLBENCH_MIN_FREE_MB overrides
 MIN_FREE_VARIABLE = "DLBENCH_MIN_FREE_MB"
 RESCUE_RESERVE = 1 << 20        # bytes set aside for each job's row before the job starts
-RESCUED_LIMIT = 1 << 30         # a rescued row with its trace (a sample a second: ~100 B each)
-                                # and robustness rows
+RESCUED_LIMIT = 1 << 30         # a rescued row with its trace (a sample a second: ~100 B each),
+                                # robustness rows and ONNX model (at most 48 MiB, in base64)
 DISK_ERRORS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG, errno.EIO,
                          errno.EACCES, errno.EPERM})
 
@@ -875,12 +892,13 @@ class Rescue:
             raise
 
     def keep(self, record: RunRecord, samples: list[dict], row_stored: bool,
-             robustness: list[dict] = ()) -> Path | None:
-        """Write the row (and the trace samples, the robustness rows) into the room set
-        aside; returns where they are: here, or in the temporary directory if even this
-        failed (None: nowhere)."""
+             robustness: list[dict] = (), model: bytes | None = None) -> Path | None:
+        """Write the row (and the trace samples, the robustness rows, the ONNX model) into
+        the room set aside; returns where they are: here, or in the temporary directory if
+        even this failed (None: nowhere)."""
         data = json.dumps({"row": record.model_dump(mode="json"), "trace": samples,
-                           "robustness": list(robustness), "row_stored": row_stored}).encode()
+                           "robustness": list(robustness), "row_stored": row_stored,
+                           "model": None if model is None else base64.b64encode(model).decode()}).encode()
         try:
             os.pwrite(self.fd, data, 0)
             os.ftruncate(self.fd, len(data))
@@ -907,10 +925,10 @@ class Rescue:
 
 
 def store_row(results: Path, record: RunRecord, samples: list[dict], rescue: Rescue,
-              robustness: list[dict] = ()) -> None:
-    """Store a finished job's trace, robustness rows (if it has any) and row; if the
-    results directory cannot take them, keep them in the rescue file and raise one
-    StoreError saying how to recover them."""
+              robustness: list[dict] = (), model: bytes | None = None) -> None:
+    """Store a finished job's trace, robustness rows and ONNX model (if it has them) and
+    row; if the results directory cannot take them, keep them in the rescue file and raise
+    one StoreError saying how to recover them."""
     problems = []
     for side, rows in ((TRACE, samples), (ROBUSTNESS, robustness)):
         if side is ROBUSTNESS and not rows:
@@ -919,6 +937,11 @@ def store_row(results: Path, record: RunRecord, samples: list[dict], rescue: Res
             write_side(results, side, record.run_id, rows)
         except (OSError, pa.ArrowException, OverflowError, ValueError) as exc:
             problems.append(f"its {side.kind}: {_reason(exc)}")
+    if model is not None:
+        try:
+            write_model(results, record.run_id, model)
+        except OSError as exc:
+            problems.append(f"its ONNX model: {_reason(exc)}")
     try:
         append(results, [record])
     except (OSError, pa.ArrowException, OverflowError, ValueError) as exc:
@@ -929,7 +952,7 @@ def store_row(results: Path, record: RunRecord, samples: list[dict], rescue: Res
     if not problems:
         rescue.release()
         return
-    kept = rescue.keep(record, samples, stored, robustness)
+    kept = rescue.keep(record, samples, stored, robustness, model)
     what = (f"{results}: cannot store job {record.run_id} ({record.framework}/{record.dataset}, "
             f"{record.status}): {'; '.join(problems)}")
     if kept is None:
@@ -952,9 +975,10 @@ def _reason(exc: BaseException) -> str:
 
 
 def recover(results: Path) -> tuple[int, list[str]]:
-    """Store the rows (and traces) kept in ``RESULTS/_rescued/``; returns how many, and a
-    line for each file that could not be (left in place).  Room set aside by a run that
-    still lives is left alone; room left empty by a run that was stopped is removed."""
+    """Store the rows (and their traces, robustness rows, ONNX models) kept in
+    ``RESULTS/_rescued/``; returns how many, and a line for each file that could not be
+    (left in place).  Room set aside by a run that still lives is left alone; room left
+    empty by a run that was stopped is removed."""
     if not results.is_dir():
         raise StoreError(f"{results}: no such results directory")
     settle(results)                         # the empty room goes there
@@ -970,6 +994,8 @@ def recover(results: Path) -> tuple[int, list[str]]:
                 write_trace(results, record.run_id, document["trace"])
             if document.get("robustness"):
                 write_side(results, ROBUSTNESS, record.run_id, document["robustness"])
+            if document.get("model") is not None:
+                write_model(results, record.run_id, base64.b64decode(document["model"], validate=True))
             if not document.get("row_stored"):
                 append(results, [record])
         except (OSError, files.Refused, ValueError, KeyError, TypeError, pa.ArrowException) as exc:

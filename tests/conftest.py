@@ -193,6 +193,22 @@ def assert_robustness(results: Path, row) -> dict:
     return found
 
 
+def assert_migration(results: Path, row, tolerance: float = 1e-4) -> None:
+    """An ok row's migration check, as the issue asks of it: the exported ONNX model stored
+    beside the rows, its accuracy on the images the job tested the framework's own within 0.1
+    points, no image classified otherwise than by the framework, and its outputs on the
+    runner's batch within ``tolerance`` (relative: 1e-4 for a float32 graph, 1e-9 for a
+    float64 one) of the framework's own."""
+    from orchestrator import store
+
+    assert pd.isna(row.migration_reason), row.migration_reason
+    assert abs(row.migrated_accuracy - row.accuracy) <= 0.001, (row.migrated_accuracy, row.accuracy)
+    assert row.migration_mismatches == 0
+    assert 0 <= row.migration_max_logit_error <= tolerance, row.migration_max_logit_error
+    assert store.model_path(results, row.run_id).stat().st_size == row.migration_model_bytes > 0
+    assert row.migration_time_s > 0
+
+
 def make_plan(frameworks: list[str] | None = None, datasets: list[str] | None = None,
               profile: str = "paper", cpus: int | None = None, gpu: int | None = None,
               overrides: dict | None = None, repeats: int = 1, seed: int | None = None,

@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import assert_model_size, assert_robustness, dlbench
+from conftest import assert_migration, assert_model_size, assert_robustness, dlbench
 from orchestrator import hostinfo
 
 pytestmark = pytest.mark.docker
@@ -45,6 +45,7 @@ def test_quick_run_stores_an_ok_row_with_provenance(quick_dir, data_root):
     assert_model_size(row, at_most=1.01)        # the state_dict: float32 weights
     found = assert_robustness(quick_dir, row)   # attacked with autograd's input gradients
     assert found["none", 0.0].accuracy >= 0.9 and found["fgsm", 0.3].accuracy < 0.5
+    assert_migration(quick_dir, row)            # torch.onnx.export of pixels -> log-probabilities
     assert row.train_time_s > 0 and row.test_time_s > 0 and row.setup_time_s > 0
     assert row.wall_time_s > row.total_time_s   # includes the container's start and stop
     assert len(row.epoch_loss) == 1 and row.train_samples == 60000 and row.test_samples == 10000

@@ -189,6 +189,8 @@ def test_every_model_takes_the_robustness_settings_with_its_data_sets_defaults()
     ({"robust_images": -1}, "'robust_images' must be 0 or more, not -1"),
     ({"robust_images": 10001}, r"'robust_images' must be at most 10000 \(the test images of mnist\)"),
     ({"robust_images": 1.5}, "must be int"),
+    ({"export_onnx": 2}, "'export_onnx' must be one of 0, 1, not 2"),
+    ({"export_onnx": True}, "'export_onnx' must be int, not True"),
 ])
 def test_bad_robustness_settings_are_refused_before_any_job(overrides, message):
     with pytest.raises(UsageError, match=message):

@@ -14,7 +14,7 @@ from collections import Counter
 import pandas as pd
 import pytest
 
-from conftest import REPO, assert_model_size, assert_robustness, quick_profile
+from conftest import REPO, assert_migration, assert_model_size, assert_robustness, quick_profile
 from dlbench_runner.runner import adapter_module
 
 pytestmark = pytest.mark.docker
@@ -42,6 +42,7 @@ def test_quick_cifar_run_learns_and_counts_only_connected_weights(quick_row, qui
     assert row.param_count == CIFAR_PARAMS == 846890
     assert_model_size(row, at_most=1.01)        # and the connection tables' indices
     assert_robustness(quick_run("pytorch", "cifar10"), row)    # through the YUV normalisation
+    assert_migration(quick_run("pytorch", "cifar10"), row)     # the normalisation in the graph
     quick = quick_profile("pytorch", "cifar10")
     assert (row.train_samples, row.test_samples) == (quick["train_subset"], quick["test_subset"])
     assert len(row.epoch_loss) == 1
@@ -104,3 +105,18 @@ def test_the_images_connection_tables_are_grouped_convolutions_of_1_and_4_inputs
     assert found["outputs"] == [16, 256]
     assert found["gathered_follow_the_table"] is True and found["matches_the_table"] is True
     assert found["param_count"] == CIFAR_PARAMS
+
+
+def test_the_banded_matrices_smooth_as_the_zero_padded_separable_filter():
+    """The local contrast normalisation's smoothing as two matrix products (a float64
+    convolution has no onnxruntime kernel): B @ x @ B.T is the 1-D kernel's correlation
+    down and across the plane, zero-padded, as nn.SpatialSubtractiveNormalization's."""
+    import numpy as np
+
+    taps = np.array(torch_adapter_module().gaussian1d(7))
+    band = np.array(torch_adapter_module().banded(list(taps), 12))
+    plane = np.random.RandomState(3).rand(12, 12)
+    padded = np.pad(plane, 3)
+    down = np.array([[taps @ padded[i:i + 7, j] for j in range(18)] for i in range(12)])
+    expected = np.array([[taps @ down[i, j:j + 7] for j in range(12)] for i in range(12)])
+    assert np.allclose(band @ plane @ band.T, expected, rtol=1e-13, atol=0)

@@ -73,15 +73,18 @@ def test_runner_failure_is_a_result_not_a_crash(data_root, tmp_path):
 @pytest.mark.parametrize("fail", [False, True])
 def test_the_model_is_saved_after_the_timed_spans_into_a_folder_then_removed(data_root, tmp_path, fail):
     """The save comes after the test pass, into a scratch folder of the temporary
-    directory that is gone afterwards; a save that fails fails the job, its spans kept."""
+    directory that is gone afterwards; a save that fails fails the job, its spans kept.
+    So does the ONNX export's scratch folder: only the model is copied to /out."""
     scratch, out = tmp_path / "tmp", tmp_path / "out"
     scratch.mkdir(), out.mkdir()
     proc = run_runner(data_root, out, "--profile", "quick", "--set", f"fail_in={'save' if fail else ''}",
                       env={"TMPDIR": str(scratch)})
     result = json.loads((out / "result.json").read_text())
     phases = [e["phase"] for e in events(proc.stdout) if e["event"] == "phase"]
-    assert phases == ["setup", "train", "test", "save"] + ([] if fail else ["robustness"])
-    assert list(scratch.iterdir()) == [] and [p.name for p in out.iterdir()] == ["result.json"]
+    assert phases == ["setup", "train", "test", "save"] + ([] if fail else ["robustness", "migration"])
+    assert list(scratch.iterdir()) == []
+    assert sorted(p.name for p in out.iterdir()) == (["result.json"] if fail else
+                                                     ["migration.npz", "model.onnx", "result.json"])
     assert result["test_time_s"] > 0
     if fail:
         assert proc.returncode == 1 and result["status"] == "failed"

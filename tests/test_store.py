@@ -269,29 +269,29 @@ def three_readers(runs) -> dict[str, pa.Table]:
 
 @pytest.mark.parametrize("how", ["upgrade", "compact"])
 def test_a_mixed_version_directory_reads_alike_in_pandas_duckdb_and_polars(tmp_path, how):
-    """Rows of versions 1 to 7 (golden files) beside current ones written by this
+    """Rows of versions 1 to 8 (golden files) beside current ones written by this
     dlbench; after `dlbench upgrade` (or compaction) the three readers agree, row for row."""
     from conftest import dlbench
 
     results = tmp_path / "results"
-    for version in (1, 2, 3, 4, 5, 6, 7):
+    for version in (1, 2, 3, 4, 5, 6, 7, 8):
         shutil.copytree(FIXTURES / f"results-v{version}", results, dirs_exist_ok=True)
     old = store.load(results)                               # read as they are, upgraded
-    assert sorted(old["written_schema_version"]) == [1, 1, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7]
+    assert sorted(old["written_schema_version"]) == [1, 1, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7, 8, 8]
     fill(results, tmp_path, ["now1", "now2"])                # the first write migrates
     fill(results, tmp_path, ["now3"])
     expected = store.load(results)
     pd.testing.assert_frame_equal(expected[expected["run_id"].isin(old["run_id"])]
                                   .reset_index(drop=True), old)
     dlbench(how, "--results", results, check=True)
-    assert len(store.row_files(results)) == (1 if how == "compact" else 12)
+    assert len(store.row_files(results)) == (1 if how == "compact" else 13)
     stored = store.load(results)
     pd.testing.assert_frame_equal(stored, expected)
     assert dict(zip(stored["run_id"], stored["written_schema_version"])) == {
         "v1okrun000000001": 1, "v1badrun00000001": 1, "v2okrun000000001": 2,
         "v3okrun000000001": 3, "v3badrun00000001": 3, "v4luarun00000001": 4, "v4caffrun0000001": 4,
         "v5gpurun00000001": 5, "v5cpurun00000001": 5, "v6gpurun00000001": 6, "v6cpurun00000001": 6,
-        "v7ptrun000000001": 7, "v7cafrun00000001": 7,
+        "v7ptrun000000001": 7, "v7cafrun00000001": 7, "v8ptrun000000001": 8, "v8cafrun00000001": 8,
         **{now: SCHEMA_VERSION for now in ("now1", "now2", "now3")}}
     tables = three_readers(results / store.RUNS)
     for reader, table in tables.items():
@@ -302,7 +302,7 @@ def test_a_mixed_version_directory_reads_alike_in_pandas_duckdb_and_polars(tmp_p
     rows = {reader: sorted(table.cast(ARROW_SCHEMA).to_pylist(), key=lambda r: r["run_id"])
             for reader, table in tables.items()}
     assert rows["pandas"] == rows["duckdb"] == rows["polars"]
-    assert len(rows["pandas"]) == 16
+    assert len(rows["pandas"]) == 18
     by_run = {r["run_id"]: r for r in rows["pandas"]}
     assert by_run["v1badrun00000001"]["exit_code"] == 137 and by_run["v3badrun00000001"]["exit_code"] == 137
     assert by_run["v1okrun000000001"]["written_schema_version"] == 1
@@ -791,6 +791,33 @@ def test_rows_of_schema_version_7_get_no_model_size(tmp_path):
         assert all(new[name] == value for name, value in old.items() if name != "schema_version")
 
 
+def test_rows_of_schema_version_8_get_no_migration_check(tmp_path):
+    """Golden files written with schema version 8 (quick rows of the PyTorch and Caffe
+    images, with their model sizes): read with the migration check's columns empty, which
+    version 8 did not record; ``dlbench upgrade`` rewrites them in place with every value
+    kept."""
+    from conftest import dlbench
+
+    results = copy_fixture("results-v8", tmp_path / "results")
+    before = pq.read_table(next((results / store.RUNS).iterdir())).to_pylist()
+    assert {r["schema_version"] for r in before} == {8} and "migrated_accuracy" not in before[0]
+    frame = store.load(results).set_index("run_id")
+    added = ["migrated_accuracy", "migration_mismatches", "migration_max_logit_error", "migration_reason",
+             "migration_model_bytes", "migration_time_s"]
+    assert frame[added].isna().all().all() and (frame["model_size_bytes"] > 0).all()
+    assert str(frame["migration_mismatches"].dtype) == "Int64"
+    proc = dlbench("upgrade", "--results", results)
+    assert proc.returncode == 0, proc.stderr
+    rows = {r["run_id"]: r for r in pq.read_table(next((results / store.RUNS).iterdir())).to_pylist()}
+    assert set(rows) == {r["run_id"] for r in before}
+    for old in before:
+        new = rows[old["run_id"]]
+        assert new["written_schema_version"] == 8 and new["schema_version"] == SCHEMA_VERSION
+        assert all(new[name] is None for name in added)
+        assert all(new[name] == value for name, value in old.items() if name != "schema_version")
+    assert not (results / store.MODELS).exists()
+
+
 ROBUST = [{"attack": "none", "epsilon": 0.0, "steps": 0, "images": 1000, "accuracy": 0.97, "time_s": 0.5},
           {"attack": "fgsm", "epsilon": 0.1, "steps": 1, "images": 1000, "accuracy": 0.61, "time_s": 1.5},
           {"attack": "pgd", "epsilon": 0.1, "steps": 10, "images": 1000, "accuracy": 0.2, "time_s": 9.0}]
@@ -806,8 +833,8 @@ def test_robustness_rows_come_from_an_ok_result_and_are_stored_beside_the_row(tm
     job_dir = tmp_path / "job"
     (job_dir / "out").mkdir(parents=True)
     (job_dir / "out" / "result.json").write_text(json.dumps(result))
-    record, robustness = collect(JOB, "run1", "job1", job_dir,
-                                 Outcome(exit_code=0, wall_time_s=1.0, log_tail=[]), {"image": "x"})
+    record, robustness, _ = collect(JOB, "run1", "job1", job_dir,
+                                    Outcome(exit_code=0, wall_time_s=1.0, log_tail=[]), {"image": "x"})
     assert record.status == "ok" and [r["attack"] for r in robustness] == ["none", "fgsm", "pgd", "fgsm"]
     results = tmp_path / "results"
     results.mkdir()

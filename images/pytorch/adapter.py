@@ -19,10 +19,18 @@ set in file order), as for MNIST; the random numbers (connection tables,
 initial weights) are PyTorch's, not Torch7's.  The model and data are float64,
 as the script's (it never sets a default tensor type); ``dtype=float32`` chooses
 single precision.
+
+The migration check exports the model with ``torch.onnx.export`` (the TorchScript
+exporter, which needs no onnx package) as a module from pixels to log-probabilities:
+the preprocessing of the robustness check (``model_input``), then the model.  The
+preprocessing's float64 steps stay float64 in the graph: CIFAR-10's filters are matrix
+products (``banded``), which onnxruntime computes in float64, where it has no float64
+convolution.  For that reason a float64 model is exported as a float32 copy.
 """
 
 import math
 import os
+import warnings
 
 # image.gaussian1D defaults (sigma 0.25, amplitude 1, mean 0.5, not normalised).
 GAUSSIAN_SIGMA = 0.25
@@ -56,6 +64,15 @@ def random_connection_table(nin, nout, nto, randperm):
         if chunk == chunks:
             perm, chunk = randperm(nin), 0
     return table
+
+
+def banded(taps, size):
+    """The size x size matrix B for which B @ x @ B.T applies the 1-D kernel ``taps`` down
+    and across a zero-padded size x size plane (a centred cross-correlation): row i holds
+    the taps from column i - len(taps) // 2."""
+    half = len(taps) // 2
+    return [[taps[k - i + half] if abs(k - i) <= half else 0.0 for k in range(size)]
+            for i in range(size)]
 
 
 def connection_conv(torch):
@@ -198,19 +215,19 @@ class Adapter:
         the training set's mean, divided by minus its (unbiased) std -- the
         script's ``div(-std_u)``, a harmless sign flip kept for fidelity."""
         torch = self.torch
-        F = torch.nn.functional
-        taps = torch.tensor(gaussian1d(7), dtype=torch.float64)
-        taps /= taps.sum()          # SpatialSubtractiveNormalization normalises it in place
-        pad = len(taps) // 2
-        across, down = taps.view(1, 1, 1, -1), taps.view(1, 1, -1, 1)
+        taps = gaussian1d(7)
+        total = sum(taps)
+        # SpatialSubtractiveNormalization normalises the kernel in place
+        band = torch.tensor(banded([t / total for t in taps], 32), dtype=torch.float64)
 
         def smooth(x):
-            """The 1-D kernel applied separably over a zero-padded plane."""
-            return F.conv2d(F.conv2d(F.pad(x, (pad, pad, pad, pad)), across.to(x.device)),
-                            down.to(x.device))
+            """The 1-D kernel applied separably over a zero-padded plane, as two matrix
+            products (a float64 convolution has no onnxruntime kernel)."""
+            b = band.to(x.device)
+            return b.matmul(x).matmul(b.t())
 
         coef = smooth(torch.ones(1, 1, 32, 32, dtype=torch.float64))
-        yuv_kernel = torch.tensor(RGB_TO_YUV, dtype=torch.float64).view(3, 3, 1, 1)
+        yuv_matrix = torch.tensor(RGB_TO_YUV, dtype=torch.float64)
         # std <= threshold becomes the threshold: the same as clamping smooth(y^2) at
         # (threshold * coef)^2 under the square root, where the root's gradient stays finite
         # (torch.max of two tensors: PyTorch 1.7's clamp_min takes a number only)
@@ -219,7 +236,7 @@ class Adapter:
         def yuv_normalised(rgb):
             """float64 RGB (0-255) -> YUV with Y normalised; differentiable."""
             here = coef.to(rgb.device)
-            yuv = F.conv2d(rgb, yuv_kernel.to(rgb.device))
+            yuv = yuv_matrix.to(rgb.device).matmul(rgb.flatten(2)).reshape(-1, 3, 32, 32)
             y = yuv[:, :1]
             y = y - smooth(y) / here                                          # subtractive
             std = torch.max(smooth(y * y), floor.to(rgb.device)).sqrt() / here   # divisive
@@ -357,6 +374,42 @@ class Adapter:
             output = self.model(self.model_input(self._pixels(pixels)))
             y = torch.from_numpy(labels).to(self.device)
             return float(torch.nn.functional.nll_loss(output, y, reduction="sum"))
+
+    # -- migration: the model from pixels, exported by torch.onnx ----------------------
+    def logits(self, pixels):
+        """The model's log-probabilities for the pixels, as the exported graph gives them."""
+        self.model.eval()
+        with self.torch.no_grad():
+            return self.model(self.model_input(self._pixels(pixels))).cpu().numpy()
+
+    def export_onnx(self, path, pixels):
+        """torch.onnx.export (opset 12) of pixels -> ``model_input`` -> the model, traced on
+        ``pixels`` with the batch dimension free.  A float64 model is exported as a float32
+        copy (its input cast to float32 after the float64 preprocessing), onnxruntime having
+        no float64 convolution; the copy's weights are the model's, rounded."""
+        import copy
+
+        torch = self.torch
+        adapter, model = self, self.model
+        if next(model.parameters()).dtype == torch.float64:
+            model = copy.deepcopy(model).float()
+
+        class FromPixels(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.model = model
+
+            def forward(self, x):
+                return self.model(adapter.model_input(x).to(next(self.model.parameters()).dtype))
+
+        exported = FromPixels().eval()
+        with torch.no_grad(), warnings.catch_warnings():
+            # SampleLinear's test of the batch size: the trace takes the batch's branch,
+            # the one every batch but a single image takes (both compute x W^T + b)
+            warnings.simplefilter("ignore", torch.jit.TracerWarning)
+            torch.onnx.export(exported, self._pixels(pixels), path, opset_version=12,
+                              input_names=["pixels"], output_names=["log_probabilities"],
+                              dynamic_axes={"pixels": {0: "images"}, "log_probabilities": {0: "images"}})
 
     # -- save ----------------------------------------------------------------
     def save(self, folder):

@@ -258,16 +258,12 @@ def _settings(row) -> tuple[str, str]:
     except (TypeError, ValueError):
         return "own defaults", "own"
     changed = {k: v for k, v in used.items() if expected.get(k) != v}
-    # a setting of the checks after training (robustness) that a row lacks is one its
-    # runner did not have yet: the training's settings are what tell a row's kind
-    changed.update({k: None for k in expected if k not in used and k not in _AFTER_TRAINING})
+    # a setting of the checks after training (robustness, migration) that a row lacks is
+    # one its runner did not have yet: the training's settings are what tell a row's kind
+    changed.update({k: None for k in expected if k not in used and k not in contract.AFTER_TRAINING})
     if not changed:
         return "own defaults", "own"
     return "changed: " + ", ".join(f"{k}={v}" for k, v in sorted(changed.items())), "changed"
-
-
-# The settings of the checks after training (robustness), not of the training itself.
-_AFTER_TRAINING = frozenset(key for settings in contract.ROBUSTNESS.values() for key in settings)
 
 
 @functools.lru_cache(maxsize=None)

@@ -21,7 +21,12 @@ from . import data as formats
 #   3  ``robustness``: the trained model's accuracy under white-box attacks, one
 #      entry per attack and epsilon (``attack``, ``epsilon``, ``steps``, ``images``,
 #      ``accuracy``, ``time_s``, ``reason``).
-SCHEMA_VERSION = 3
+#   4  migration: ``migration_reason`` (why the trained model was not exported to ONNX;
+#      empty when it was), ``migration_model_bytes`` (the exported file's size) and
+#      ``migration_time_s`` (the export and the framework's own predictions for the
+#      host to compare, outside every timed span); the files ``model.onnx`` and
+#      ``migration.npz`` beside the result (``migration.py``).
+SCHEMA_VERSION = 4
 
 # One machine-readable line on stdout per event, at the start of a fresh line.
 EVENT_TAG = ":::DLBENCH "
@@ -37,13 +42,14 @@ PROFILES = ("paper", "quick")
 # learning rates are more than 0, and the length of training, batch sizes and the
 # batches of a test pass (``test_iter``) are at least 1 (a batch at most
 # MAX_BATCH_SIZE images, more than either data set holds); a named choice is one of
-# its values (``dtype``: the floating-point type a model computes in).
+# its values (``dtype``: the floating-point type a model computes in; ``export_onnx``:
+# 0 or 1).
 MAX_INT = 2**31 - 1
 MAX_BATCH_SIZE = 65536
 POSITIVE = ("learning_rate", "learning_rate_lr1")
 AT_LEAST_ONE = ("epochs", "max_iter", "max_steps", "batch_size", "test_batch_size", "test_iter")
 BATCH_SIZES = ("batch_size", "test_batch_size")
-CHOICES = {"dtype": ("float64", "float32")}
+CHOICES = {"dtype": ("float64", "float32"), "export_onnx": (0, 1)}
 # Seeds: what every framework's seeding takes (numpy's RandomState, torch, TensorFlow).
 MAX_SEED = MAX_INT
 
@@ -63,12 +69,21 @@ EPSILON_KEYS = ("epsilons", "pgd_epsilon")
 # A setting whose bound is another's: checked with it (``robust_images`` <= ``test_subset``).
 CHECKED_WITH = {"robust_images": ("test_subset",)}
 PGD_STEPS = 10
+# The migration check after the robustness check, a setting every model takes: 1 exports
+# the trained model to ONNX for the host to run with onnxruntime, 0 does not.
+MIGRATION = {"export_onnx": 1}
+# The largest exported model a job may hand the host (its /out holds at most 64 MiB).
+MAX_MODEL_BYTES = 48 << 20
+# The settings of the checks after training, not of the training itself.
+AFTER_TRAINING = frozenset([key for settings in ROBUSTNESS.values() for key in settings]
+                           + list(MIGRATION))
 # The test images of each data set: ``robust_images`` and ``test_subset`` take at most these.
 TEST_IMAGES = {"mnist": 10000, "cifar10": 10000}
 
 __all__ = ["SCHEMA_VERSION", "EVENT_TAG", "THREAD_VARIABLES", "PROFILES", "SpecError",
            "load_catalog", "resolve_hyperparameters", "check_value", "check_seed", "default_seed", "MAX_SEED",
-           "formats", "cpu_model", "gpu_index", "ROBUSTNESS", "PGD_STEPS", "TEST_IMAGES", "epsilons"]
+           "formats", "cpu_model", "gpu_index", "ROBUSTNESS", "PGD_STEPS", "TEST_IMAGES", "epsilons",
+           "MIGRATION", "MAX_MODEL_BYTES", "AFTER_TRAINING"]
 
 
 class SpecError(Exception):
@@ -95,6 +110,7 @@ def resolve_hyperparameters(catalog, dataset, profile, overrides=None, device="c
     params = dict(ROBUSTNESS.get(dataset, {}))
     if profile == "quick" and dataset in ROBUSTNESS:
         params.update(QUICK_ROBUSTNESS)
+    params.update(MIGRATION)
     params.update(entry["hyperparameters"])
     if gpu_index(device) is not None:
         params.update(entry.get("gpu_hyperparameters", {}))
@@ -160,7 +176,7 @@ def check_value(key, value):
     """Refuse a hyper-parameter outside the bounds above; the message names it."""
     if key in CHOICES and value not in CHOICES[key]:
         raise SpecError("hyper-parameter %r must be one of %s, not %r"
-                        % (key, ", ".join(CHOICES[key]), value))
+                        % (key, ", ".join(str(choice) for choice in CHOICES[key]), value))
     if key in EPSILON_KEYS:
         try:
             found = epsilons(value)

@@ -140,22 +140,32 @@ def cifar_arrays(paths):
     return records[:, 1:].reshape(-1, 3, 32, 32), records[:, 0].astype(np.int64)
 
 
-def load(dataset, data_dir):
-    """The whole data set as numpy arrays.
+def load(dataset, data_dir, splits=("train", "test")):
+    """The data set's splits as numpy arrays (``<split>_images``, ``<split>_labels``).
 
     Images are uint8, MNIST as N x 28 x 28 and CIFAR-10 as N x 3 x 32 x 32
     (channel-first, as stored); labels are int64.
     """
+    arrays = {}
     if dataset == "mnist":
         root = os.path.join(data_dir, "mnist")
-        arrays = {key: idx_array(find(root, name)) for key, name in MNIST_FILES.items()}
-        for key in ("train_labels", "test_labels"):
-            arrays[key] = arrays[key].astype("int64")
+        for key, name in MNIST_FILES.items():
+            if key.split("_")[0] in splits:
+                arrays[key] = idx_array(find(root, name))
+                if key.endswith("_labels"):
+                    arrays[key] = arrays[key].astype("int64")
         return arrays
     if dataset == "cifar10":
         root = os.path.join(data_dir, "cifar10", CIFAR_DIR)
-        train_x, train_y = cifar_arrays([find(root, n) for n in CIFAR_TRAIN])
-        test_x, test_y = cifar_arrays([find(root, n) for n in CIFAR_TEST])
-        return {"train_images": train_x, "train_labels": train_y,
-                "test_images": test_x, "test_labels": test_y}
+        for split, names in (("train", CIFAR_TRAIN), ("test", CIFAR_TEST)):
+            if split in splits:
+                arrays[split + "_images"], arrays[split + "_labels"] = \
+                    cifar_arrays([find(root, n) for n in names])
+        return arrays
     raise DataError("unknown data set %r" % dataset)
+
+
+def test_split(dataset, data_dir):
+    """The test images and labels alone (the host's migration check)."""
+    arrays = load(dataset, data_dir, ("test",))
+    return arrays["test_images"], arrays["test_labels"]

@@ -17,6 +17,12 @@ An adapter (``adapter.py`` in the framework directory) defines ``Adapter``::
                                 #     "device_name", "threads": {...}, ...}
         def synchronize(self):  # optional: wait until the device has done all the work
                                 #     queued on it (a GPU); called before every clock read
+        def export_onnx(self, path, pixels):
+                                # optional: the trained model as one ONNX file at path, its
+                                #     input the pixels (float32, [0, 1], the data set's
+                                #     layout), its preprocessing inside, its output the 10
+                                #     classes' logits; with ``logits(pixels)``, the
+                                #     framework's own outputs (``migration.py``)
 
 Every clock read goes through ``ctx.now()``, the runner's and an adapter's own
 (a span it keeps out of training, a paper span): on a GPU, a framework that queues
@@ -28,8 +34,12 @@ After the last timed span (the test pass) the runner asks the adapter to save th
 trained model (``save``) into a scratch folder of its own, in the temporary
 directory: ``model_size_bytes`` is what the files written there hold, and the
 folder is removed at once.  Then, unless ``robust_images`` is 0, it attacks the
-trained model with the adapter's own input gradients (``robustness.py``).  No span
-holds either; ``total_time_s`` does.
+trained model with the adapter's own input gradients (``robustness.py``).  Then,
+unless ``export_onnx`` is 0, it exports the model to ONNX (``migration.py``):
+``/out/model.onnx`` and the framework's own predictions beside it, for the host to run
+the model with onnxruntime; a model that cannot be exported gives ``migration_reason``,
+never a failed job.  No span holds any of these; ``total_time_s`` does, and
+``robustness_time_s`` and ``migration_time_s`` say what each cost.
 
 Every loss an adapter reports is checked here: one that is NaN or infinite
 stops the job as failed, naming the epoch and step (``TrainingDiverged``), so
@@ -325,6 +335,17 @@ def run(spec, framework_dir, data_dir, out_dir):
                                                      ctx.now, check)
             ctx.swallowed.check()
             result["robustness_time_s"] = ctx.now() - t0     # the whole check: its cost
+        if ctx.hp.get("export_onnx", 1):
+            from . import migration
+            phase = "migration"
+            emit("phase", phase="migration")
+            t0 = ctx.now()
+            images = ctx.test_arrays()[0][:ctx.test_samples or None]
+            result.update(migration.export(adapter, images, out_dir))
+            ctx.swallowed.check()
+            result["migration_time_s"] = ctx.now() - t0      # the export and the predictions
+        else:
+            result["migration_reason"] = "not asked for (export_onnx=0)"
         phase = "describe"
         result.update(adapter.describe())
         result["threads"]["env"] = env_threads

@@ -1,0 +1,148 @@
+"""The migration check on the host: a job's exported ONNX model run with onnxruntime.
+
+The runner leaves ``model.onnx`` and ``migration.npz`` in the job's out/ (the runner's
+``migration.py`` says what they hold).  Once the job has ended, ``evaluate`` reads both
+as hostile input (``jobdir.read_output``: regular files only, size-capped; the arrays
+without pickles), runs the model with onnxruntime's CPU provider on the test images the
+framework predicted (the first ones of the test split, read with the runner's own
+readers and scaled to pixels as the runner scales them), and compares:
+
+    migrated_accuracy           the fraction of those images the ONNX model classifies right
+    migration_mismatches        how many it classifies otherwise than the framework itself
+    migration_max_logit_error   on the runner's batch (its first images), the largest of
+                                max |ONNX - own| / max |own| over each image's outputs
+    migration_reason            why they are empty
+
+Whatever onnxruntime makes of the file (it cannot load it, an operator it lacks, a wrong
+shape) is a reason, never a failed job; the file is still stored, so that it can be
+looked at.  ``collect`` puts the figures into an ok row; ``store`` keeps the file as
+``RESULTS/models/<run id>.onnx``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import zipfile
+from pathlib import Path
+
+import numpy as np
+
+from dlbench_runner.contract import MAX_MODEL_BYTES, TEST_IMAGES, formats
+
+from . import jobdir
+
+MODEL = "model.onnx"
+COMPARED = "migration.npz"
+MAX_COMPARED_BYTES = 1 << 20    # 10,000 predictions and a batch of logits: ~90 KB
+CLASSES = 10
+BATCH = 500                     # images per onnxruntime call
+
+
+@dataclasses.dataclass(frozen=True)
+class Migration:
+    """What the host found of a job's exported model."""
+
+    images: int | None = None               # the test images the framework predicted
+    migrated_accuracy: float | None = None
+    migration_mismatches: int | None = None
+    migration_max_logit_error: float | None = None
+    migration_reason: str | None = None
+    model: bytes | None = None              # the ONNX file, to store
+
+    def fields(self) -> dict:
+        """The row's columns."""
+        return dict(migrated_accuracy=self.migrated_accuracy,
+                    migration_mismatches=self.migration_mismatches,
+                    migration_max_logit_error=self.migration_max_logit_error,
+                    migration_reason=self.migration_reason)
+
+
+class _Refused(Exception):
+    """Why the files cannot be checked: the reason in the row."""
+
+
+def evaluate(job_dir: Path, dataset: str, data_root: Path) -> Migration | None:
+    """The check of the model a job left in its out/, or None when it left none (the
+    runner did not export: the result says why; or the job failed before)."""
+    compared, problem = jobdir.read_output(job_dir, COMPARED, MAX_COMPARED_BYTES)
+    if compared is None and problem == jobdir.absent(COMPARED):
+        return None
+    model, model_problem = jobdir.read_output(job_dir, MODEL, MAX_MODEL_BYTES)
+    try:
+        if compared is None:
+            raise _Refused(problem)
+        if model is None:
+            raise _Refused(model_problem)
+        predictions, own_logits = _arrays(compared, dataset)
+        images, labels = formats.test_split(dataset, str(data_root))
+        found = _run(model, images[:len(predictions)], len(own_logits))
+    except _Refused as exc:
+        return Migration(migration_reason=str(exc), model=model)
+    classes, logits = found
+    return Migration(images=len(predictions),
+                     migrated_accuracy=float(np.mean(classes == labels[:len(predictions)])),
+                     migration_mismatches=int(np.count_nonzero(classes != predictions)),
+                     migration_max_logit_error=logit_error(logits, own_logits),
+                     model=model)
+
+
+def _arrays(data: bytes, dataset: str) -> tuple[np.ndarray, np.ndarray]:
+    """The framework's predictions and its batch of logits, checked."""
+    try:
+        with np.load(io.BytesIO(data), allow_pickle=False) as arrays:
+            predictions, logits = arrays["predictions"], arrays["logits"]
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
+        raise _Refused(f"{COMPARED} is invalid: {_first_line(exc)}") from None
+    most = TEST_IMAGES.get(dataset, 0)
+    if (predictions.ndim != 1 or predictions.dtype.kind not in "iu" or not 1 <= len(predictions) <= most
+            or ((predictions < 0) | (predictions >= CLASSES)).any()):
+        raise _Refused(f"{COMPARED} is invalid: predictions must be 1 to {most} classes of 0 to {CLASSES - 1}")
+    if (logits.ndim != 2 or logits.dtype.kind != "f" or not 1 <= len(logits) <= len(predictions)
+            or logits.shape[1] != CLASSES or not np.isfinite(logits).all()):
+        raise _Refused(f"{COMPARED} is invalid: logits must be N x {CLASSES} finite numbers")
+    return predictions, logits
+
+
+def _run(model: bytes, images: np.ndarray, first: int) -> tuple[np.ndarray, np.ndarray]:
+    """The ONNX model's classes for ``images`` and its outputs for the ``first`` of them;
+    what onnxruntime raises, translated here once."""
+    import onnxruntime        # loaded by the jobs that exported a model only
+
+    try:
+        options = onnxruntime.SessionOptions()
+        options.log_severity_level = 3          # its warnings would go to dlbench's terminal
+        session = onnxruntime.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+        inputs = session.get_inputs()
+        if len(inputs) != 1:
+            raise _Refused(f"the ONNX model takes {len(inputs)} inputs, not the pixels alone")
+        name = inputs[0].name
+        parts = []
+        for start in range(0, len(images), BATCH):
+            # the runner's pixels: bytes / 255 in float32 (robustness.pixels_of)
+            pixels = images[start:start + BATCH].astype(np.float32) / np.float32(255.0)
+            output = np.asarray(session.run(None, {name: pixels})[0])
+            if output.shape != (len(pixels), CLASSES):
+                raise _Refused(f"the ONNX model's output is {'x'.join(map(str, output.shape))}, "
+                               f"not {len(pixels)}x{CLASSES} for {len(pixels)} images")
+            parts.append(output)
+    except _Refused:
+        raise
+    except Exception as exc:    # onnxruntime's own errors share no base class but Exception
+        raise _Refused(f"onnxruntime: {_first_line(exc)}") from None
+    outputs = np.concatenate(parts)
+    return outputs.argmax(1), outputs[:first]
+
+
+def logit_error(found: np.ndarray, expected: np.ndarray) -> float:
+    """The largest, over images, of max |found - expected| / max |expected| of that image's
+    outputs (in float64; an image whose outputs are all 0 counts its absolute error)."""
+    found, expected = np.asarray(found, np.float64), np.asarray(expected, np.float64)
+    scale = np.abs(expected).max(axis=1)
+    error = np.abs(found - expected).max(axis=1) / np.where(scale > 0, scale, 1.0)
+    return float(error.max())
+
+
+def _first_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return (text or type(exc).__name__)[:300]
