@@ -5,6 +5,8 @@ A page marks where generated Markdown goes with an HTML comment:
     <!-- dlbench: schema -->                 the row schema, from orchestrator/schema.py
     <!-- dlbench: report measurements/DIR --> `dlbench report --format md` of the rows
                                              committed under docs/measurements/DIR/runs/
+    <!-- dlbench: robustness measurements/DIR -->  its robustness tables only (one per
+                                             data set: attacks, ONNX, model size, check)
 
 A marked results directory without rows is an error, so a table whose rows are missing
 fails the build (``mkdocs build --strict``).
@@ -16,15 +18,25 @@ import inspect
 import re
 from pathlib import Path
 
-MARKER = re.compile(r"<!-- dlbench: (schema|report (\S+)) -->")
+MARKER = re.compile(r"<!-- dlbench: (schema|(report|robustness) (\S+)) -->")
 
 
 def on_page_markdown(markdown, page, config, files):
     def replace(match):
         if match.group(1) == "schema":
             return schema_markdown()
-        return report_markdown(Path(config["docs_dir"]) / match.group(2))
+        text = report_markdown(Path(config["docs_dir"]) / match.group(3))
+        return text if match.group(2) == "report" else robustness_tables(text, match.group(3))
     return MARKER.sub(replace, markdown)
+
+
+def robustness_tables(text: str, where: str) -> str:
+    """The robustness tables of a report's Markdown (each a heading and its table)."""
+    parts = re.split(r"(?m)^(?=#+ )", text)
+    found = [part for part in parts if re.match(r"#+ Robustness on ", part)]
+    if not found:
+        raise RuntimeError(f"{where}: the rows have no robustness rows to tabulate")
+    return "".join(found)
 
 
 def report_markdown(results: Path) -> str:

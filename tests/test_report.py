@@ -772,7 +772,8 @@ def test_robustness_is_a_table_per_data_set_in_every_format(tmp_path):
     assert table.count("Robustness on mnist") == 1 and "Robustness on cifar10" not in table
     markdown = dlbench("report", "--results", results, "--format", "md", check=True).stdout
     head = ("| framework | device | profile | settings | runs | images | clean % | FGSM 4/255 % "
-            "| FGSM 0.05 % | FGSM 0.1 % | PGD 0.1 % | model MB | grad err | robust s | why empty |")
+            "| FGSM 0.05 % | FGSM 0.1 % | PGD 0.1 % | ONNX % | mism. | model MB | grad err | robust s "
+            "| why empty |")
     assert head in markdown, markdown
     # pytorch: the medians of its two runs (PGD: 0.30 and 0.28); caffe's one cell is empty
     assert "| pytorch | cpu | quick | own defaults | 2 | 1000 | 96.00 |  | 79.00 | 59.00 | 29.00 |" in markdown

@@ -161,24 +161,34 @@ def robustness_views(rep: compare.Report, section: compare.Section) -> list[View
             size = mine["model_size_bytes"].dropna() if "model_size_bytes" in mine else []
             seconds = mine["robustness_time_s"].dropna() if "robustness_time_s" in mine else []
             error = mine["gradient_error"].dropna() if "gradient_error" in mine else []
+            migrated = mine["migrated_accuracy"].dropna() if "migrated_accuracy" in mine else []
+            mismatches = mine["migration_mismatches"].dropna() if "migration_mismatches" in mine else []
+            reasons = set(same["reason"].dropna())
+            if "migration_reason" in mine:
+                reasons |= {f"ONNX: {r}" for r in mine["migration_reason"].dropna()}
             cells.append([g.framework, g.device, g.profile, g.settings, str(same["run_id"].nunique()),
                           "/".join(str(n) for n in sorted(set(same["images"])))]
                          + [accuracy.get(pair, "") for pair in attacks]
-                         + [f"{size.median() / 1e6:.2f}" if len(size) else "-",
+                         + [_pct(100 * migrated.median()) if len(migrated) else "-",
+                            str(int(mismatches.max())) if len(mismatches) else "-",
+                            f"{size.median() / 1e6:.2f}" if len(size) else "-",
                             f"{error.max():.1e}" if len(error) else "-",
                             _seconds(seconds.median()) if len(seconds) else "-",
-                            "; ".join(sorted(set(same["reason"].dropna())))])
+                            "; ".join(sorted(reasons))])
         title = (f"Robustness on {dataset}: accuracy under white-box attack (ε in the [0, 1] "
-                 "pixel scale), median over the ok runs; the trained model's size; the input "
-                 "gradient's finite-difference check (its largest error over the runs); the "
-                 "check's and the attacks' seconds")
+                 "pixel scale), median over the ok runs; the model exported to ONNX, run by "
+                 "onnxruntime on the images the job tested (its accuracy, and the most images "
+                 "it classified otherwise than the framework over the runs); the trained "
+                 "model's size; the input gradient's finite-difference check (its largest "
+                 "error over the runs); the check's and the attacks' seconds")
         columns = (["framework", "device", "profile", "settings", "runs", "images"] + heads
-                   + ["model MB", "grad err", "robust s", "why empty"])
+                   + ["ONNX %", "mism.", "model MB", "grad err", "robust s", "why empty"])
         keys = (["framework", "device", "profile", "settings", "runs", "images"]
-                + [a for a, _ in attacks] + ["model", "check", "time", "why"])
+                + [a for a, _ in attacks] + ["onnx", "mismatches", "model", "check", "time", "why"])
         numeric = set(range(4, len(columns) - 1))
         views.append(View(title, columns, cells, numeric=numeric, wrap={3, len(columns) - 1},
-                          keys=keys, drop=["why", "settings", "time", "check", "device", "runs", "images"]))
+                          keys=keys, drop=["why", "settings", "time", "check", "device", "runs", "images",
+                                           "mismatches"]))
     return views
 
 
