@@ -462,7 +462,10 @@ def test_a_campaign_interrupted_in_the_middle_then_resumed(tmp_path, data_root):
     assert set(traces.run_id) == set(frame.run_id)
     for row in frame.itertuples():
         assert row.trace_samples == (traces.run_id == row.run_id).sum() > 0
-        assert abs(row.memory_peak_bytes - row.memory_peak_cgroup_bytes) <= 0.1 * row.memory_peak_cgroup_bytes
+        # the sampled peak against the kernel's: the robustness and migration checks after
+        # training allocate for a second or less, between two samples (14% below, once)
+        assert row.memory_peak_bytes <= 1.05 * row.memory_peak_cgroup_bytes
+        assert row.memory_peak_bytes >= 0.75 * row.memory_peak_cgroup_bytes
     # a second --resume has nothing to do
     again = dlbench(*args, "--resume", check=True)
     assert "resume: 8 job(s) already stored as ok, 0 to run" in again.stderr, again.stderr

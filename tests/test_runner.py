@@ -236,6 +236,33 @@ def test_a_gradient_that_fails_its_check_attacks_nothing():
     assert robustness.attack(Wrong(), images, labels, hp, 1, lambda: 0.0)[0]["accuracy"] == 1.0
 
 
+def test_the_gradient_check_of_an_image_of_black_and_white_only_uses_one_sided_differences():
+    """No pixel lies inside (0, 1): each is checked by the difference that stays in [0, 1]
+    (a right gradient agrees, a wrong one does not), never a job that fails on the check."""
+    import numpy as np
+
+    from dlbench_runner import robustness
+
+    class Square:
+        """The loss is the sum of the squared pixels; ``sign`` -1 gives a wrong gradient."""
+        def __init__(self, sign):
+            self.sign = sign
+
+        def input_gradient(self, pixels, labels):
+            return self.sign * 2 * pixels + (pixels == 0), np.zeros(len(pixels), int)
+
+        def loss(self, pixels, labels):
+            return float(np.sum(pixels ** 2) + np.sum(pixels[pixels < 0.5]))
+
+    images = np.tile(np.array([[0, 255], [255, 0]], np.uint8), (3, 1, 1))
+    labels = np.zeros(3, int)
+    right = robustness.gradient_check(Square(1), images, labels)
+    assert len(right["pixels"]) == 2 and max(right["errors"]) < 1e-4, right     # the two at 1
+    on_edge = [all(three[0] is None for three in found) for found in right["finite_differences"]]
+    assert all(on_edge)
+    assert robustness.gradient_check(Square(-1), images, labels)["relative_error"] > 1
+
+
 def test_pgd_stays_in_its_epsilon_ball_and_in_valid_pixels():
     import numpy as np
 

@@ -141,10 +141,12 @@ def gradient_check(adapter, images, labels, seed=1, pixels=CHECK_PIXELS, among=B
     """The adapter's input gradient against central finite differences of its loss,
     (loss(x + h e) - loss(x - h e)) / 2h, at ``pixels`` pixels drawn at random
     (RandomState(seed)) among those of one image whose gradient is at least the image's
-    mean absolute gradient.  The image: the first of the first ``among`` the model gets
+    mean absolute gradient and that lie inside (0, 1) by the smallest step (where none
+    does, as in an image of black and white only, those on the edge too, checked by the
+    one-sided difference that stays in [0, 1]).  The image: the first of the first ``among`` the model gets
     wrong (its loss stands well above a float32 forward pass's rounding), else the one
-    with the largest gradient.  Each pixel is tried at every step h of ``CHECK_STEPS``
-    that keeps it in [0, 1], three ways: the central difference, and the one-sided ones
+    with the largest gradient.  Each pixel is tried at every step h of ``CHECK_STEPS``,
+    three ways, each where it keeps the pixel in [0, 1]: the central difference, and the one-sided ones
     (loss(x + h e) - loss(x)) / h and (loss(x) - loss(x - h e)) / h; its error is the
     smallest of |difference - gradient| / max(|difference|, |gradient|).  A step too
     large for the model's curvature there, or too small for a float32 model's rounding,
@@ -158,7 +160,7 @@ def gradient_check(adapter, images, labels, seed=1, pixels=CHECK_PIXELS, among=B
     wrong at every pixel.  The adapter's ``loss(pixels, labels)`` gives the loss whose
     gradient ``input_gradient`` gives.  Returns {"image", "pixels", "steps",
     "gradient", "finite_differences" (per pixel, per step: [central, forward,
-    backward], or None where the step leaves [0, 1]), "errors", "relative_error"}, or
+    backward], each None where its step leaves [0, 1]), "errors", "relative_error"}, or
     None where the adapter has no ``loss`` or gives no gradient (``NoInputGradient``:
     ``attack`` has its reason)."""
     if not hasattr(adapter, "loss") or not hasattr(adapter, "input_gradient"):
@@ -176,12 +178,12 @@ def gradient_check(adapter, images, labels, seed=1, pixels=CHECK_PIXELS, among=B
     flat = x.reshape(-1)
     smallest = min(CHECK_STEPS)
     magnitude = np.abs(gradient)
-    candidates = np.flatnonzero((flat >= smallest) & (flat <= 1 - smallest)
-                                & (magnitude >= magnitude.mean()) & (magnitude > 0))
-    if not len(candidates):
-        candidates = np.flatnonzero(magnitude > 0)
-    if not len(candidates):
-        candidates = np.arange(flat.size)
+    significant = (magnitude >= magnitude.mean()) & (magnitude > 0)
+    inside = (flat >= smallest) & (flat <= 1 - smallest)
+    for where in (significant & inside, significant, magnitude > 0, np.ones(flat.size, bool)):
+        candidates = np.flatnonzero(where)
+        if len(candidates):
+            break
     rng = np.random.RandomState(seed)
     chosen = np.sort(rng.choice(candidates, size=min(pixels, len(candidates)), replace=False))
     centre = adapter.loss(x, y)
@@ -189,17 +191,21 @@ def gradient_check(adapter, images, labels, seed=1, pixels=CHECK_PIXELS, among=B
     for index in chosen:
         expected, found = gradient[index], []
         for h in CHECK_STEPS:
-            if flat[index] - h < 0 or flat[index] + h > 1:
-                found.append(None)
-                continue
-            plus, minus = flat.copy(), flat.copy()
-            plus[index] += h
-            minus[index] -= h
-            above, below = adapter.loss(plus.reshape(x.shape), y), adapter.loss(minus.reshape(x.shape), y)
-            found.append([(above - below) / (2 * h), (above - centre) / h, (centre - below) / h])
+            above = below = None
+            if flat[index] + h <= 1:
+                plus = flat.copy()
+                plus[index] += h
+                above = adapter.loss(plus.reshape(x.shape), y)
+            if flat[index] - h >= 0:
+                minus = flat.copy()
+                minus[index] -= h
+                below = adapter.loss(minus.reshape(x.shape), y)
+            found.append([None if above is None or below is None else (above - below) / (2 * h),
+                          None if above is None else (above - centre) / h,
+                          None if below is None else (centre - below) / h])
         differences.append(found)
         errors.append(min(abs(d - expected) / max(abs(d), abs(expected), 1e-300)
-                          for three in found if three is not None for d in three))
+                          for three in found for d in three if d is not None))
     ranked = sorted(errors)
     figure = ranked[max(0, len(ranked) - 1 - CHECK_OUTLIERS)]
     return {"image": image, "pixels": [int(i) for i in chosen], "steps": list(CHECK_STEPS),
