@@ -183,16 +183,22 @@ def epoch_charts(rep: compare.Report) -> list[Chart]:
                 "epoch_time_s": seconds[i] if i < len(seconds) else None})
     if not records:
         return []
-    frame = pd.DataFrame.from_records(records)
     found = []
-    for number, ((machine, dataset, device, profile), data) in enumerate(
-            frame.groupby(["machine", "dataset", "device", "profile"], sort=False)):
-        where = f"{dataset}, {device}, {profile} profile" + (f", {machine}" if len(rep.sections) > 1 else "")
+    for number, where, data in _panels(rep, pd.DataFrame.from_records(records)):
         data = data.reset_index(drop=True)
-        found.append(Chart(f"epochs-{number + 1}", f"Per epoch: {where}", (
+        found.append(Chart(f"epochs-{number}", f"Per epoch: {where}", (
             f"{where}: training loss and training accuracy after each epoch, one line per run; "
             f"only runs of two epochs or more are drawn."), data, _epoch_figure(data)))
     return found
+
+
+def _panels(rep: compare.Report, frame: pd.DataFrame):
+    """A chart's records split one chart per machine, data set, device and profile:
+    (number from 1, the words saying which, its records)."""
+    for number, ((machine, dataset, device, profile), data) in enumerate(
+            frame.groupby(["machine", "dataset", "device", "profile"], sort=False), start=1):
+        where = f"{dataset}, {device}, {profile} profile" + (f", {machine}" if len(rep.sections) > 1 else "")
+        yield number, where, data
 
 
 class _Named:
@@ -260,13 +266,10 @@ def robust_charts(rep: compare.Report) -> list[Chart]:
             "accuracy_pct_min": float(accuracy.min()), "accuracy_pct_max": float(accuracy.max())})
     if not records:
         return []
-    frame = pd.DataFrame.from_records(records)
     charts_found = []
-    for number, ((machine, dataset, device, profile), data) in enumerate(
-            frame.groupby(["machine", "dataset", "device", "profile"], sort=False)):
-        where = f"{dataset}, {device}, {profile} profile" + (f", {machine}" if len(rep.sections) > 1 else "")
+    for number, where, data in _panels(rep, pd.DataFrame.from_records(records)):
         data = data.sort_values(["series", "attack", "epsilon"]).reset_index(drop=True)
-        charts_found.append(Chart(f"robust-{number + 1}", f"Accuracy under attack: {where}", (
+        charts_found.append(Chart(f"robust-{number}", f"Accuracy under attack: {where}", (
             f"{where}: median accuracy of each group's runs on the attacked test images, "
             "against ε in the [0, 1] pixel scale; lines: the clean images (ε 0) and FGSM; "
             "diamonds: PGD (10 steps) at its ε."), data, _robust_figure(data)))
