@@ -85,6 +85,8 @@ def test_a_graph_that_is_not_the_trained_model_is_caught(data_root, tmp_path):
     ('onnx_export="none"', "numpy has no ONNX exporter"),
     ('onnx_export="crash"', "RuntimeError: the exporter met an operator it does not know"),
     ("export_onnx=0", "not asked for (export_onnx=0)"),
+    ('onnx_export="external"', "the exporter wrote the model's weights to other files (model.onnx.data): "
+                               "dlbench keeps one self-contained ONNX file"),
 ])
 def test_a_model_that_is_not_exported_has_a_reason_and_an_ok_job(data_root, tmp_path, setting, reason):
     job = tmp_path / "job"

@@ -236,9 +236,10 @@ def test_a_gradient_that_fails_its_check_attacks_nothing():
     assert robustness.attack(Wrong(), images, labels, hp, 1, lambda: 0.0)[0]["accuracy"] == 1.0
 
 
-def test_the_gradient_check_of_an_image_of_black_and_white_only_uses_one_sided_differences():
-    """No pixel lies inside (0, 1): each is checked by the difference that stays in [0, 1]
-    (a right gradient agrees, a wrong one does not), never a job that fails on the check."""
+def test_the_gradient_check_of_an_image_of_black_and_white_only_checks_near_it():
+    """No byte lies inside (0, 255): the check moves the image inside [0, 1] by less than
+    ``CHECK_JITTER`` and checks there (a right gradient agrees, a wrong one does not), never
+    a job that fails on the check."""
     import numpy as np
 
     from dlbench_runner import robustness
@@ -247,20 +248,55 @@ def test_the_gradient_check_of_an_image_of_black_and_white_only_uses_one_sided_d
         """The loss is the sum of the squared pixels; ``sign`` -1 gives a wrong gradient."""
         def __init__(self, sign):
             self.sign = sign
+            self.seen = []
 
         def input_gradient(self, pixels, labels):
-            return self.sign * 2 * pixels + (pixels == 0), np.zeros(len(pixels), int)
+            self.seen.append(pixels)
+            return self.sign * 2 * pixels, np.zeros(len(pixels), int)
 
         def loss(self, pixels, labels):
-            return float(np.sum(pixels ** 2) + np.sum(pixels[pixels < 0.5]))
+            return float(np.sum(pixels ** 2))
 
     images = np.tile(np.array([[0, 255], [255, 0]], np.uint8), (3, 1, 1))
     labels = np.zeros(3, int)
-    right = robustness.gradient_check(Square(1), images, labels)
-    assert len(right["pixels"]) == 2 and max(right["errors"]) < 1e-4, right     # the two at 1
-    on_edge = [all(three[0] is None for three in found) for found in right["finite_differences"]]
-    assert all(on_edge)
+    right = Square(1)
+    check = robustness.gradient_check(right, images, labels)
+    assert len(check["pixels"]) == 2 and max(check["errors"]) < 1e-4, check     # the two near 1
+    checked = right.seen[-1].reshape(-1)
+    moved = np.abs(checked - images[check["image"]].reshape(-1) / 255.0)
+    assert (moved < robustness.CHECK_JITTER).all() and (moved > 0).all()
+    assert ((checked > 0) & (checked < 1)).all()
     assert robustness.gradient_check(Square(-1), images, labels)["relative_error"] > 1
+
+
+def test_the_gradient_check_steps_off_the_kinks_of_equal_bytes(monkeypatch):
+    """Runs of equal bytes tie the maxima of pooling windows: at the tie a framework's
+    gradient is one subgradient, which can lie outside both one-sided derivatives (here
+    dL/dx1 = -1 where both are 0).  Checked at the bytes the right gradient would fail;
+    the check moves off them and it agrees."""
+    import numpy as np
+
+    from dlbench_runner import robustness
+
+    class Pooled:
+        """Per row of three pixels, max(x0, x1) - max(x1, x2), each window's gradient going
+        to its first maximum."""
+        def input_gradient(self, pixels, labels):
+            rows = pixels.reshape(-1, 3)
+            gradient = np.zeros_like(rows)
+            index = np.arange(len(rows))
+            gradient[index, np.argmax(rows[:, [0, 1]], axis=1)] += 1
+            gradient[index, 1 + np.argmax(rows[:, [1, 2]], axis=1)] -= 1
+            return gradient.reshape(pixels.shape), np.zeros(len(pixels), int)
+
+        def loss(self, pixels, labels):
+            rows = np.asarray(pixels, dtype=np.float64).reshape(-1, 3)
+            return float(np.sum(np.maximum(rows[:, 0], rows[:, 1]) - np.maximum(rows[:, 1], rows[:, 2])))
+
+    images, labels = np.full((3, 2, 3), 128, np.uint8), np.zeros(3, int)
+    assert robustness.gradient_check(Pooled(), images, labels)["relative_error"] < 1e-6
+    monkeypatch.setattr(robustness, "CHECK_JITTER", 0.0)
+    assert robustness.gradient_check(Pooled(), images, labels)["relative_error"] >= 1
 
 
 def test_pgd_stays_in_its_epsilon_ball_and_in_valid_pixels():

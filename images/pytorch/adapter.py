@@ -409,7 +409,18 @@ class Adapter:
             warnings.simplefilter("ignore", torch.jit.TracerWarning)
             torch.onnx.export(exported, self._pixels(pixels), path, opset_version=12,
                               input_names=["pixels"], output_names=["log_probabilities"],
-                              dynamic_axes={"pixels": {0: "images"}, "log_probabilities": {0: "images"}})
+                              dynamic_axes={"pixels": {0: "images"}, "log_probabilities": {0: "images"}},
+                              **self._torchscript_exporter())
+
+    def _torchscript_exporter(self):
+        """The arguments that keep ``torch.onnx.export`` on the TorchScript exporter with the
+        weights inside the one file: from PyTorch 2.9 it defaults to the dynamo exporter,
+        which writes the weights to a second file (``external_data``); PyTorch 1.7 has
+        neither argument."""
+        import inspect
+
+        parameters = inspect.signature(self.torch.onnx.export).parameters
+        return {name: False for name in ("dynamo", "external_data") if name in parameters}
 
     # -- save ----------------------------------------------------------------
     def save(self, folder):

@@ -79,6 +79,11 @@ def _export_file(adapter, pixels, final):
         adapter.export_onnx(path, pixels)
         if not os.path.isfile(path) or not os.path.getsize(path):
             raise NoExport("the adapter's export wrote no model")
+        others = sorted(set(os.listdir(folder)) - {MODEL})
+        if others:
+            # onnxruntime would look for them beside the host's copy, which has only the model
+            raise NoExport("the exporter wrote the model's weights to other files (%s): dlbench "
+                           "keeps one self-contained ONNX file" % ", ".join(others[:3]))
         size = os.path.getsize(path)
         if size > contract.MAX_MODEL_BYTES:
             raise NoExport("the ONNX model is %d bytes, more than the %d a job may keep"

@@ -38,6 +38,7 @@ STEP_FACTOR = 2.5       # PGD's step is 2.5 eps / steps (Madry et al.'s choice)
 CHECK_PIXELS = 8        # pixels the finite-difference check perturbs
 CHECK_OUTLIERS = 1      # of which may disagree (a kink within every step of one pixel)
 CHECK_STEPS = (1e-2, 1e-3, 1e-4, 1e-5)     # its steps, in the pixel scale
+CHECK_JITTER = 1e-2     # the checked image's random move: 2.55 byte steps at most
 # The most the check lets a gradient differ from its finite differences: a float32 model
 # differs by a few tenths of a percent at the best step; a wrong gradient by 100% and more.
 GRADIENT_TOLERANCE = 0.05
@@ -137,15 +138,28 @@ def pgd(adapter, x, y, eps, steps, rng):
     return adversarial
 
 
+def _jittered(x, rng):
+    """``x`` (float64) moved by less than ``CHECK_JITTER`` per pixel, at random, into
+    [CHECK_JITTER / 4, 1 - CHECK_JITTER / 4]: an image of bytes has runs of equal pixels,
+    which tie the maxima of pooling windows, each tie a kink at the very point checked."""
+    x = np.asarray(x, dtype=np.float64)
+    noise = rng.uniform(-CHECK_JITTER / 4, CHECK_JITTER / 4, x.shape)
+    return CHECK_JITTER / 2 + (1 - CHECK_JITTER) * x + noise
+
+
 def gradient_check(adapter, images, labels, seed=1, pixels=CHECK_PIXELS, among=BATCH):
     """The adapter's input gradient against central finite differences of its loss,
     (loss(x + h e) - loss(x - h e)) / 2h, at ``pixels`` pixels drawn at random
     (RandomState(seed)) among those of one image whose gradient is at least the image's
-    mean absolute gradient and that lie inside (0, 1) by the smallest step (where none
-    does, as in an image of black and white only, those on the edge too, checked by the
-    one-sided difference that stays in [0, 1]).  The image: the first of the first ``among`` the model gets
-    wrong (its loss stands well above a float32 forward pass's rounding), else the one
-    with the largest gradient.  Each pixel is tried at every step h of ``CHECK_STEPS``,
+    mean absolute gradient and whose byte is neither 0 nor 255 (where none is, as in an
+    image of black and white only, any of them).  The image: the first of the first
+    ``among`` the model gets wrong (its loss stands well above a float32 forward pass's
+    rounding), else the one with the largest gradient; checked not at its bytes but
+    moved at random by less than ``CHECK_JITTER`` per pixel (``_jittered``), off the
+    kinks that runs of equal bytes put at the very point: a trained MNIST model checked
+    at its bytes failed at 6 of 24 seeds (relative error up to 0.46, the gradient one
+    subgradient of a max-pooling tie, outside both one-sided derivatives), and passed at
+    all 24 when moved (at most 0.0024).  Each pixel is tried at every step h of ``CHECK_STEPS``,
     three ways, each where it keeps the pixel in [0, 1]: the central difference, and the one-sided ones
     (loss(x + h e) - loss(x)) / h and (loss(x) - loss(x - h e)) / h; its error is the
     smallest of |difference - gradient| / max(|difference|, |gradient|).  A step too
@@ -153,7 +167,7 @@ def gradient_check(adapter, images, labels, seed=1, pixels=CHECK_PIXELS, among=B
     agrees less than the right one; and where a pixel sits on a kink (a tie in a
     max-pooling window, frequent where the input holds runs of equal bytes, or a ReLU
     at 0) the framework's gradient is one of the one-sided derivatives, which the
-    central difference averages.  A kink can still leave one pixel out (a local
+    central difference averages (the move takes most such kinks away).  A kink can still leave one pixel out (a local
     contrast normalisation dividing by a standard deviation at its floor is steep over a
     far smaller step), so the check's figure, ``relative_error``, is the error of the
     pixel ranked ``pixels - CHECK_OUTLIERS`` (the largest but one): a wrong gradient is
@@ -173,18 +187,18 @@ def gradient_check(adapter, images, labels, seed=1, pixels=CHECK_PIXELS, among=B
     wrong = np.flatnonzero(np.asarray(predicted) != y)
     norms = np.abs(np.asarray(first, dtype=np.float64)).reshape(len(x), -1).sum(1)
     image = int(wrong[0]) if len(wrong) else int(np.argmax(norms))
-    x, y = x[image:image + 1].astype(np.float64), y[image:image + 1]
+    rng = np.random.RandomState(seed)
+    original = x[image].reshape(-1)
+    inside = (original > 0) & (original < 1)
+    x, y = _jittered(x[image:image + 1], rng), y[image:image + 1]
     gradient = np.asarray(adapter.input_gradient(x, y)[0], dtype=np.float64).reshape(-1)
     flat = x.reshape(-1)
-    smallest = min(CHECK_STEPS)
     magnitude = np.abs(gradient)
     significant = (magnitude >= magnitude.mean()) & (magnitude > 0)
-    inside = (flat >= smallest) & (flat <= 1 - smallest)
     for where in (significant & inside, significant, magnitude > 0, np.ones(flat.size, bool)):
         candidates = np.flatnonzero(where)
         if len(candidates):
             break
-    rng = np.random.RandomState(seed)
     chosen = np.sort(rng.choice(candidates, size=min(pixels, len(candidates)), replace=False))
     centre = adapter.loss(x, y)
     differences, errors = [], []
