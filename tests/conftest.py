@@ -209,6 +209,11 @@ def assert_migration(results: Path, row, tolerance: float = 1e-4) -> None:
     assert row.migration_time_s > 0
 
 
+# The checks after training (robustness on 1,000 images, the ONNX export) in a paper-profile
+# job cut short to test its timed loop: the quick jobs test them, here they would only cost.
+NO_CHECKS = ("robust_images=0", "export_onnx=0")
+
+
 def make_plan(frameworks: list[str] | None = None, datasets: list[str] | None = None,
               profile: str = "paper", cpus: int | None = None, gpu: int | None = None,
               overrides: dict | None = None, repeats: int = 1, seed: int | None = None,
