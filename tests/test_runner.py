@@ -299,6 +299,38 @@ def test_the_gradient_check_steps_off_the_kinks_of_equal_bytes(monkeypatch):
     assert robustness.gradient_check(Pooled(), images, labels)["relative_error"] >= 1
 
 
+def test_the_gradient_check_asks_once_for_its_losses_where_the_adapter_gives_them_batched():
+    """An adapter with ``losses`` (Lua Torch7's: every call crosses into th) gets the centre
+    and every moved image in one call; the differences are those of one loss call each."""
+    import numpy as np
+
+    from dlbench_runner import robustness
+
+    class Cubic:
+        """The loss is the sum of the pixels cubed; ``losses`` counts its calls."""
+        calls = 0
+
+        def input_gradient(self, pixels, labels):
+            return 3 * pixels ** 2, np.zeros(len(pixels), int)
+
+        def loss(self, pixels, labels):
+            return float(np.sum(np.asarray(pixels, dtype=np.float64) ** 3))
+
+    class Batched(Cubic):
+        def losses(self, pixels, labels):
+            self.calls += 1
+            assert len(pixels) == len(labels) and (np.asarray(labels) == 0).all()
+            return (np.asarray(pixels, dtype=np.float64) ** 3).reshape(len(pixels), -1).sum(1)
+
+    images, labels = np.random.RandomState(3).randint(0, 256, (4, 6, 6)).astype(np.uint8), np.zeros(4, int)
+    one_by_one = robustness.gradient_check(Cubic(), images, labels)
+    batched = Batched()
+    found = robustness.gradient_check(batched, images, labels)
+    assert batched.calls == 1 and found["relative_error"] < 1e-6
+    assert np.allclose(np.array(found["finite_differences"], dtype=float),
+                       np.array(one_by_one["finite_differences"], dtype=float), rtol=1e-6, equal_nan=True)
+
+
 def test_pgd_stays_in_its_epsilon_ball_and_in_valid_pixels():
     import numpy as np
 

@@ -21,7 +21,9 @@
 --     predict N PIXELS                    -> `predicted` {predicted}
 --     loss N PIXELS LABELS                -> `loss` {loss}
 --     gradient N PIXELS LABELS GRADIENT   -> `gradient` {loss, predicted}, and GRADIENT written
---   the last three for the robustness check: PIXELS holds N images in [0, 1] as raw float64
+--     losses N PIXELS LABELS LOSSES       -> `losses`, and LOSSES written: each image's loss,
+--                                            raw float64 (the gradient check's 65 images at once)
+--   the last four for the robustness check: PIXELS holds N images in [0, 1] as raw float64
 --   (MNIST N x 28 x 28, CIFAR-10 N x 3 x 32 x 32), LABELS their classes as raw uint8 (0-9),
 --   GRADIENT gets the loss's gradient with respect to the pixels, raw float64 of their shape
 --   (paths without spaces, absolute or relative to the working directory); `predicted` is
@@ -358,13 +360,14 @@ local function write_doubles(path, tensor)
    file:close()
 end
 
--- `predict N PIXELS`, `loss N PIXELS LABELS` or `gradient N PIXELS LABELS GRADIENT`: N images
+-- `predict N PIXELS`, `loss N PIXELS LABELS`, `gradient N PIXELS LABELS GRADIENT` or
+-- `losses N PIXELS LABELS LOSSES`: N images
 -- (float64, N x image shape) and their classes (uint8, 0-9) from the adapter's files; the
 -- preprocessing, the trained model in evaluate mode and a ClassNLLCriterion summed over the
 -- batch (the script's criterion averages).  The model's own updateOutput and updateGradInput,
 -- not forward and backward: its input is made its type here (the harness's GPU copy of the
 -- script's batches is not needed), and no gradient of its parameters is accumulated.
-local function robust(request, n, pixels_path, labels_path, gradient_path)
+local function robust(request, n, pixels_path, labels_path, out_path)
    local known, model = DATASETS[config.dataset], rawget(_G, 'model')
    local preprocessing, reason = nil, 'no preprocessing is known for ' .. tostring(config.dataset)
    if known then preprocessing, reason = known.preprocessing() end
@@ -380,15 +383,19 @@ local function robust(request, n, pixels_path, labels_path, gradient_path)
    local predicted = classes:select(2, 1):add(-1):totable()
    if request == 'predict' then return emit('predicted', {predicted = predicted}) end
    local targets = bytes(labels_path, {n}):long():add(1)
+   if request == 'losses' then       -- ClassNLLCriterion's terms, one per image
+      write_doubles(out_path, output:double():gather(2, targets:view(n, 1)):mul(-1))
+      return emit('losses')
+   end
    local nll = nn.ClassNLLCriterion(nil, false):type(model_type)
    local loss = nll:forward(output, targets)
    if request == 'loss' then return emit('loss', {loss = loss}) end
    local gradient = model:updateGradInput(input, nll:updateGradInput(output, targets))
-   write_doubles(gradient_path, preprocessing:updateGradInput(pixels, gradient:type(default)))
+   write_doubles(out_path, preprocessing:updateGradInput(pixels, gradient:type(default)))
    emit('gradient', {loss = loss, predicted = predicted})
 end
 
-local ROBUST_REQUESTS = {predict = true, loss = true, gradient = true}
+local ROBUST_REQUESTS = {predict = true, loss = true, gradient = true, losses = true}
 for line in io.stdin:lines() do
    local words = {}
    for word in line:gmatch('%S+') do words[#words + 1] = word end
