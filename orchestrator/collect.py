@@ -15,7 +15,8 @@ row comes out:
     no_result    exited with 0, but result.json is missing, too big or invalid
 
 An ok row also holds the migration check's figures: the ONNX model the runner exported,
-run by the host (``migration.evaluate``, before the job is collected), or why there are none.
+run by the host (``migration.evaluate``, before the job is collected), or why there are none;
+its FGSM images for transfer attacks (``transfer.take``) are stored beside it.
 """
 
 from __future__ import annotations
@@ -82,12 +83,15 @@ class Collected(NamedTuple):
     record: RunRecord
     robustness: list[dict]
     model: bytes | None = None      # the exported ONNX model
+    transfer: bytes | None = None   # the FGSM images kept for transfer attacks (transfer.py)
 
 
 def collect(job: Job, run_id: str, job_id: str, job_dir: Path, outcome: Outcome,
-            provenance: dict, migration: Migration | None = None) -> Collected:
-    """The job's row, its robustness rows and its ONNX model (those of an ok row only);
-    ``migration``: what the host found of the model the job exported."""
+            provenance: dict, migration: Migration | None = None,
+            transfer: bytes | None = None) -> Collected:
+    """The job's row, its robustness rows, its ONNX model and its FGSM images (those of an
+    ok row only); ``migration``: what the host found of the model the job exported;
+    ``transfer``: the images it kept (``transfer.take``)."""
     result, problem = read_result(job_dir)
     status, error = _status(outcome, result, problem)
     fields = _job_fields(job, run_id, job_id, provenance)
@@ -125,7 +129,7 @@ def collect(job: Job, run_id: str, job_id: str, job_dir: Path, outcome: Outcome,
     found = _migrated(result, migration)
     fields.update(found.fields(), migration_model_bytes=result.migration_model_bytes,
                   migration_time_s=result.migration_time_s)
-    return Collected(RunRecord(**fields), robustness, found.model)
+    return Collected(RunRecord(**fields), robustness, found.model, transfer)
 
 
 def _migrated(result: RunnerResult, migration: Migration | None) -> Migration:

@@ -58,7 +58,7 @@ class Migration:
                     migration_reason=self.migration_reason)
 
 
-class _Refused(Exception):
+class Refused(Exception):
     """Why the files cannot be checked: the reason in the row."""
 
 
@@ -71,13 +71,13 @@ def evaluate(job_dir: Path, dataset: str, data_root: Path) -> Migration | None:
     model, model_problem = jobdir.read_output(job_dir, MODEL, MAX_MODEL_BYTES)
     try:
         if compared is None:
-            raise _Refused(problem)
+            raise Refused(problem)
         if model is None:
-            raise _Refused(model_problem)
+            raise Refused(model_problem)
         predictions, own_logits = _arrays(compared, dataset)
         images, labels = formats.test_split(dataset, str(data_root))
-        found = _run(model, images[:len(predictions)], len(own_logits))
-    except _Refused as exc:
+        found = run_model(model, images[:len(predictions)], len(own_logits))
+    except Refused as exc:
         return Migration(migration_reason=str(exc), model=model)
     classes, logits = found
     return Migration(images=len(predictions),
@@ -93,20 +93,21 @@ def _arrays(data: bytes, dataset: str) -> tuple[np.ndarray, np.ndarray]:
         with np.load(io.BytesIO(data), allow_pickle=False) as arrays:
             predictions, logits = arrays["predictions"], arrays["logits"]
     except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
-        raise _Refused(f"{COMPARED} is invalid: {_first_line(exc)}") from None
+        raise Refused(f"{COMPARED} is invalid: {first_line(exc)}") from None
     most = TEST_IMAGES.get(dataset, 0)
     if (predictions.ndim != 1 or predictions.dtype.kind not in "iu" or not 1 <= len(predictions) <= most
             or ((predictions < 0) | (predictions >= CLASSES)).any()):
-        raise _Refused(f"{COMPARED} is invalid: predictions must be 1 to {most} classes of 0 to {CLASSES - 1}")
+        raise Refused(f"{COMPARED} is invalid: predictions must be 1 to {most} classes of 0 to {CLASSES - 1}")
     if (logits.ndim != 2 or logits.dtype.kind != "f" or not 1 <= len(logits) <= len(predictions)
             or logits.shape[1] != CLASSES or not np.isfinite(logits).all()):
-        raise _Refused(f"{COMPARED} is invalid: logits must be N x {CLASSES} finite numbers")
+        raise Refused(f"{COMPARED} is invalid: logits must be N x {CLASSES} finite numbers")
     return predictions, logits
 
 
-def _run(model: bytes, images: np.ndarray, first: int) -> tuple[np.ndarray, np.ndarray]:
-    """The ONNX model's classes for ``images`` and its outputs for the ``first`` of them;
-    what onnxruntime raises, translated here once."""
+def run_model(model: bytes, images: np.ndarray, first: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """The ONNX model's classes for ``images`` (the data set's bytes, scaled to pixels here
+    as the runner scales them, or pixels already: float32 in [0, 1]) and its outputs for
+    the ``first`` of them; what onnxruntime raises, translated here once (``Refused``)."""
     import onnxruntime        # loaded by the jobs that exported a model only
 
     try:
@@ -115,21 +116,22 @@ def _run(model: bytes, images: np.ndarray, first: int) -> tuple[np.ndarray, np.n
         session = onnxruntime.InferenceSession(model, options, providers=["CPUExecutionProvider"])
         inputs = session.get_inputs()
         if len(inputs) != 1:
-            raise _Refused(f"the ONNX model takes {len(inputs)} inputs, not the pixels alone")
+            raise Refused(f"the ONNX model takes {len(inputs)} inputs, not the pixels alone")
         name = inputs[0].name
         parts = []
         for start in range(0, len(images), BATCH):
-            # the runner's pixels: bytes / 255 in float32 (robustness.pixels_of)
-            pixels = images[start:start + BATCH].astype(np.float32) / np.float32(255.0)
+            pixels = images[start:start + BATCH]
+            if pixels.dtype == np.uint8:    # the runner's pixels: bytes / 255 in float32
+                pixels = pixels.astype(np.float32) / np.float32(255.0)     # (robustness.pixels_of)
             output = np.asarray(session.run(None, {name: pixels})[0])
             if output.shape != (len(pixels), CLASSES):
-                raise _Refused(f"the ONNX model's output is {'x'.join(map(str, output.shape))}, "
+                raise Refused(f"the ONNX model's output is {'x'.join(map(str, output.shape))}, "
                                f"not {len(pixels)}x{CLASSES} for {len(pixels)} images")
             parts.append(output)
-    except _Refused:
+    except Refused:
         raise
     except Exception as exc:    # onnxruntime's own errors share no base class but Exception
-        raise _Refused(f"onnxruntime: {_first_line(exc)}") from None
+        raise Refused(f"onnxruntime: {first_line(exc)}") from None
     outputs = np.concatenate(parts)
     return outputs.argmax(1), outputs[:first]
 
@@ -143,6 +145,6 @@ def logit_error(found: np.ndarray, expected: np.ndarray) -> float:
     return float(error.max())
 
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
     text = " ".join(str(exc).split())
     return (text or type(exc).__name__)[:300]

@@ -29,7 +29,7 @@ import threading
 import uuid
 from pathlib import Path
 
-from . import build, hostinfo, jobdir, runtimes, store
+from . import build, hostinfo, jobdir, runtimes, store, transfer
 from .collect import Collected, collect, failed, unsupported
 from .display import NullDisplay
 from .errors import DlbenchError, DockerUnavailable, StoreError
@@ -267,20 +267,22 @@ class _Loop:
                 # the exported model run with onnxruntime (seconds): before the row, which a
                 # stop signal waits for
                 migration = evaluate_migration(job_dir, job.dataset, dataset.root)
+                kept = transfer.take(job_dir)        # before collect removes out/
             # A stop signal waits for the row to be stored (milliseconds): one that came
             # while it was written left a job directory without its row.
             with signals_deferred():
                 if broken is not None:
                     collected, samples = Collected(failed(job, run_id, job_id, broken, provenance), []), []
                 elif reason is None:
-                    collected = collect(job, run_id, job_id, job_dir, outcome, provenance, migration)
+                    collected = collect(job, run_id, job_id, job_dir, outcome, provenance, migration, kept)
                     samples = outcome.samples
                 else:
                     collected, samples = Collected(unsupported(job, run_id, job_id, reason, provenance), []), []
                 record = collected.record
                 handed = True
                 # or keeps them and says how to recover
-                store.store_row(self.results, record, samples, rescue, collected.robustness, collected.model)
+                store.store_row(self.results, record, samples, rescue, collected.robustness, collected.model,
+                                collected.transfer)
         except BaseException:           # interrupted (Ctrl-C, SIGTERM, SIGHUP): no row, no directory
             if rescue is not None:
                 rescue.release()        # unless it holds a row kept by store_row

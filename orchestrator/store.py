@@ -8,6 +8,7 @@ per write; and the jobs' trained models, exported to ONNX.
     RESULTS/robustness/<run id>.parquet              a job's accuracy under attack
     RESULTS/robustness/<time>-compacted-<id>.parquet those merged by compaction
     RESULTS/models/<run id>.onnx                     a job's trained model (the migration check)
+    RESULTS/transfer/<run id>.npz                    a job's FGSM images, for transfer attacks
     RESULTS/_jobs/<run id>/                          the job's spec, raw result and log
     RESULTS/_rescued/<run id>.json                   a row that could not be stored (``recover``)
     RESULTS/.compact.lock                            the lock (``_lock``)
@@ -24,7 +25,8 @@ starting with ``_`` or ``.`` are ignored by Parquet readers.
 
 Traces and robustness are a job's side tables (``SideTable``: ``TRACE``,
 ``ROBUSTNESS``), written, read, migrated, compacted and rescued alike, each with its own
-schema version.  A job's ONNX model is written and rescued as they are, never merged.
+schema version.  A job's ONNX model and its FGSM images are written and rescued as they
+are, never merged.
 
 One file per job keeps every row safe the moment its job ends, but thousands of small
 files are slow to read.  ``compact`` merges the row files into one, and each side
@@ -85,6 +87,7 @@ from .schema import (ADDED_IN, ARROW_SCHEMA, RENAMED_IN, ROBUSTNESS_SCHEMA, SCHE
 
 RUNS = "runs"
 MODELS = "models"
+TRANSFER = "transfer"
 JOBS = "_jobs"
 OLD_ROWS = "runs-*.parquet"   # rows before schema version 4, at the top of the directory
 OLD_TRACES = "_traces"        # traces before schema version 4
@@ -539,6 +542,18 @@ def write_model(results: Path, run_id: str, model: bytes) -> Path:
         return _write_atomic(model, model_path(results, run_id))
 
 
+# -- the jobs' FGSM images, for transfer attacks ------------------------------------------
+def transfer_path(results: Path, run_id: str) -> Path:
+    return results / TRANSFER / f"{run_id}.npz"
+
+
+def write_transfer(results: Path, run_id: str, images: bytes) -> Path:
+    """A job's FGSM images (the file its runner wrote, as it is), atomically, as
+    ``RESULTS/transfer/<run id>.npz``; ``transfer.read`` checks them where they are used."""
+    with _lock(results, shared=True):
+        return _write_atomic(images, transfer_path(results, run_id))
+
+
 # -- the lock, and a compaction made crash-safe ----------------------------------------------
 LOCK = ".compact.lock"
 JOURNAL = ".compaction.json"    # a compaction making its file visible: the names involved
@@ -655,6 +670,7 @@ def _sweep(results: Path) -> None:
     is writing): half-written rows, traces and compactions, a journal or a migration mark
     never renamed into place."""
     for folder, pattern in ((results / RUNS, ".*.tmp"), (results / MODELS, ".*.tmp"),
+                            (results / TRANSFER, ".*.tmp"),
                             *((results / side.folder, ".*.tmp") for side in SIDE_TABLES),
                             (results, f"{JOURNAL}.*.tmp"), (results, f"{MIGRATED}.*.tmp")):
         for path in folder.glob(pattern):
@@ -813,7 +829,8 @@ MIN_FREE_MB = 100               # free space a run needs to start; DLBENCH_MIN_F
 MIN_FREE_VARIABLE = "DLBENCH_MIN_FREE_MB"
 RESCUE_RESERVE = 1 << 20        # bytes set aside for each job's row before the job starts
 RESCUED_LIMIT = 1 << 30         # a rescued row with its trace (a sample a second: ~100 B each),
-                                # robustness rows and ONNX model (at most 48 MiB, in base64)
+                                # robustness rows, ONNX model (at most 48 MiB, in base64) and
+                                # FGSM images (at most 16 MiB)
 DISK_ERRORS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG, errno.EIO,
                          errno.EACCES, errno.EPERM})
 
@@ -892,13 +909,16 @@ class Rescue:
             raise
 
     def keep(self, record: RunRecord, samples: list[dict], row_stored: bool,
-             robustness: list[dict] = (), model: bytes | None = None) -> Path | None:
-        """Write the row (and the trace samples, the robustness rows, the ONNX model) into
-        the room set aside; returns where they are: here, or in the temporary directory if
-        even this failed (None: nowhere)."""
+             robustness: list[dict] = (), model: bytes | None = None,
+             transfer: bytes | None = None) -> Path | None:
+        """Write the row (and the trace samples, the robustness rows, the ONNX model, the
+        FGSM images) into the room set aside; returns where they are: here, or in the
+        temporary directory if even this failed (None: nowhere)."""
         data = json.dumps({"row": record.model_dump(mode="json"), "trace": samples,
                            "robustness": list(robustness), "row_stored": row_stored,
-                           "model": None if model is None else base64.b64encode(model).decode()}).encode()
+                           "model": None if model is None else base64.b64encode(model).decode(),
+                           "transfer": None if transfer is None else base64.b64encode(transfer).decode(),
+                           }).encode()
         try:
             os.pwrite(self.fd, data, 0)
             os.ftruncate(self.fd, len(data))
@@ -925,10 +945,11 @@ class Rescue:
 
 
 def store_row(results: Path, record: RunRecord, samples: list[dict], rescue: Rescue,
-              robustness: list[dict] = (), model: bytes | None = None) -> None:
-    """Store a finished job's trace, robustness rows and ONNX model (if it has them) and
-    row; if the results directory cannot take them, keep them in the rescue file and raise
-    one StoreError saying how to recover them."""
+              robustness: list[dict] = (), model: bytes | None = None,
+              transfer: bytes | None = None) -> None:
+    """Store a finished job's trace, robustness rows, ONNX model and FGSM images (if it has
+    them) and row; if the results directory cannot take them, keep them in the rescue file
+    and raise one StoreError saying how to recover them."""
     problems = []
     for side, rows in ((TRACE, samples), (ROBUSTNESS, robustness)):
         if side is ROBUSTNESS and not rows:
@@ -942,6 +963,11 @@ def store_row(results: Path, record: RunRecord, samples: list[dict], rescue: Res
             write_model(results, record.run_id, model)
         except OSError as exc:
             problems.append(f"its ONNX model: {_reason(exc)}")
+    if transfer is not None:
+        try:
+            write_transfer(results, record.run_id, transfer)
+        except OSError as exc:
+            problems.append(f"its FGSM images: {_reason(exc)}")
     try:
         append(results, [record])
     except (OSError, pa.ArrowException, OverflowError, ValueError) as exc:
@@ -952,7 +978,7 @@ def store_row(results: Path, record: RunRecord, samples: list[dict], rescue: Res
     if not problems:
         rescue.release()
         return
-    kept = rescue.keep(record, samples, stored, robustness, model)
+    kept = rescue.keep(record, samples, stored, robustness, model, transfer)
     what = (f"{results}: cannot store job {record.run_id} ({record.framework}/{record.dataset}, "
             f"{record.status}): {'; '.join(problems)}")
     if kept is None:
@@ -975,7 +1001,7 @@ def _reason(exc: BaseException) -> str:
 
 
 def recover(results: Path) -> tuple[int, list[str]]:
-    """Store the rows (and their traces, robustness rows, ONNX models) kept in
+    """Store the rows (and their traces, robustness rows, ONNX models, FGSM images) kept in
     ``RESULTS/_rescued/``; returns how many, and a line for each file that could not be
     (left in place).  Room set aside by a run that still lives is left alone; room left
     empty by a run that was stopped is removed."""
@@ -996,6 +1022,8 @@ def recover(results: Path) -> tuple[int, list[str]]:
                 write_side(results, ROBUSTNESS, record.run_id, document["robustness"])
             if document.get("model") is not None:
                 write_model(results, record.run_id, base64.b64decode(document["model"], validate=True))
+            if document.get("transfer") is not None:
+                write_transfer(results, record.run_id, base64.b64decode(document["transfer"], validate=True))
             if not document.get("row_stored"):
                 append(results, [record])
         except (OSError, files.Refused, ValueError, KeyError, TypeError, pa.ArrowException) as exc:

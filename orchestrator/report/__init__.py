@@ -7,7 +7,7 @@ from pathlib import Path
 
 from .. import store
 from ..errors import StoreError, UsageError
-from . import compare, reference_rows, select, text
+from . import compare, reference_rows, select, text, transfer
 
 
 def make_report(results: Path, fmt: str | None, html_dir: Path | None, tolerance: float | None = None,
@@ -26,6 +26,7 @@ def make_report(results: Path, fmt: str | None, html_dir: Path | None, tolerance
     rep = compare.build(frame, traces, tolerance, exclude_disturbed=exclude_disturbed)
     rep.against_reference = reference_rows.judge(rep, reference)
     rep.robustness = store.load_robustness(results, rep.rows["run_id"])
+    rep.transfer = transfer.matrices(results, rep)
     page = None
     if html_dir is not None:
         from . import html     # plotly: imported only for the page

@@ -51,6 +51,7 @@ def charts(rep: compare.Report) -> list[Chart | Missing]:
     found: list[Chart | Missing] = [ratio_chart(rep), accuracy_chart(rep)]
     found += epoch_charts(rep)
     found += robust_charts(rep)
+    found += transfer_charts(rep)
     return found + trace_charts(rep)
 
 
@@ -298,6 +299,43 @@ def _robust_figure(data: pd.DataFrame) -> go.Figure:
     figure.update_xaxes(title_text="ε, pixel scale [0, 1]", rangemode="tozero")
     figure.update_yaxes(title_text="accuracy, %", range=[0, 100.5])
     _layout(figure, height=420)
+    return figure
+
+
+# --- (5) transfer attacks, where runs kept their FGSM images ---
+
+def transfer_charts(rep: compare.Report) -> list[Chart]:
+    """One heat map per transfer matrix (report/transfer.py): rows the runs whose FGSM
+    images are tried, columns the runs whose ONNX model is, colour the accuracy."""
+    found = []
+    for number, matrix in enumerate(rep.transfer, start=1):
+        where = f"{matrix.dataset}, {matrix.profile} profile"
+        if len(rep.sections) > 1:
+            where += f", {machine_label(rep, matrix.section)}"
+        data = pd.DataFrame.from_records(matrix.records())
+        found.append(Chart(f"transfer-{number}", f"Transfer attacks: {where}", (
+            f"{where}: accuracy of each column's model, exported to ONNX and run by onnxruntime, "
+            "on each row's FGSM images at its ε (the latest ok run of each); the diagonal is a "
+            "model on its own white-box images, about its own FGSM accuracy; a blank cell's "
+            "reason shows on hovering."), data, _transfer_figure(matrix)))
+    return found
+
+
+def _transfer_figure(matrix) -> go.Figure:
+    labels = [e.label for e in matrix.entries]
+    z = [[None if v is None else 100 * v for v in row] for row in matrix.accuracy]
+    text = [[("" if v is None else f"{v:.1f}") for v in row] for row in z]
+    hover = [[f"images of {a.label}" + (f" (ε {a.epsilon:.4g}, {a.images} images)" if a.images else "")
+              + f"<br>model of {b.label}: " + (f"{z[i][j]:.2f}%" if z[i][j] is not None
+                                               else (matrix.reasons[i][j] or ""))
+              for j, b in enumerate(matrix.entries)] for i, a in enumerate(matrix.entries)]
+    figure = go.Figure(go.Heatmap(
+        z=z, x=labels, y=labels, text=text, texttemplate="%{text}", hovertext=hover,
+        hovertemplate="%{hovertext}<extra></extra>", zmin=0, zmax=100, colorscale="Viridis",
+        colorbar=dict(title="accuracy, %")))
+    figure.update_xaxes(title_text="ONNX model of", side="bottom")
+    figure.update_yaxes(title_text="FGSM images of", autorange="reversed")
+    _layout(figure, height=220 + 40 * len(labels))
     return figure
 
 

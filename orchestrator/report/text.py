@@ -28,7 +28,8 @@ from rich.table import Table
 from ..errors import UsageError
 from . import ab, compare, reference_rows
 from .views import (COMPARISON_KEYS, REPORT_KEYS, View, comparison_view, reference_lines,
-                    robustness_records, robustness_views, runs_view, section_views)
+                    robustness_records, robustness_views, runs_view, section_views, transfer_records,
+                    transfer_views)
 
 GAP = 2     # the space between two columns of a table
 
@@ -157,7 +158,7 @@ def report_table(rep: compare.Report, width: int | None = 80, color_system: str 
                     continue
             draw(console, view, fit=width is not None and not wide, drop=columns is None)
         if columns is None:
-            for view in robustness_views(rep, section):
+            for view in robustness_views(rep, section) + transfer_views(rep, section):
                 draw(console, view, fit=width is not None and not wide)
         heading, lines = reference_lines(rep, section)
         if lines and columns is None:
@@ -179,7 +180,7 @@ def report_markdown(rep: compare.Report) -> str:
              f"{len(rep.rows)} stored run(s) on {len(rep.sections)} machine(s) / schema version(s).", ""]
     for section in rep.sections:
         lines += [f"## Rows from {section.title}", ""]
-        for view in section_views(rep, section) + robustness_views(rep, section):
+        for view in section_views(rep, section) + robustness_views(rep, section) + transfer_views(rep, section):
             lines += [f"### {view.title}", "", _md_row(view.columns),
                       "|" + "|".join("---:" if i in view.numeric else "---"
                                      for i in range(len(view.columns))) + "|"]
@@ -214,6 +215,10 @@ LISTS = ["framework_versions", "accuracy_caveats", "ratio_caveats"]   # "; "-joi
 #      Added later too, likewise: "robustness", present only where the rows have any: one
 #      record per group, attack and epsilon (accuracy_median/_min/_max over its ok runs,
 #      time_s_median, images, runs, reasons where the accuracy is empty).
+#      Added later too, likewise: "transfer", present only where a run kept FGSM images:
+#      one record per cell of each transfer matrix (section, dataset, profile, images_of
+#      with its run id, epsilon, images and own_fgsm_accuracy, model_of with its run id,
+#      accuracy, reason where it is empty).
 JSON_FORMAT_VERSION = 3
 # the quick groups' columns against the reference rows, as the CSV and JSON name them
 REFERENCE_COLUMNS = {"verdict": "reference_verdict", "reference_accuracy_pct": "reference_accuracy_pct",
@@ -251,6 +256,8 @@ def report_json(rep: compare.Report) -> str:
     robustness = robustness_records(rep)
     if robustness:
         document["robustness"] = robustness
+    if rep.transfer:
+        document["transfer"] = transfer_records(rep)
     judgement = rep.against_reference
     if judgement is not None and len(judgement.groups):
         quick = judgement.groups.assign(section=judgement.groups["group"].map(

@@ -192,6 +192,39 @@ def robustness_views(rep: compare.Report, section: compare.Section) -> list[View
     return views
 
 
+def transfer_views(rep: compare.Report, section: compare.Section) -> list[View]:
+    """A section's transfer matrices (report/transfer.py), one table each: a row per run
+    whose FGSM images are tried, a column per run whose ONNX model is, the accuracy %."""
+    views = []
+    for matrix in rep.transfer:
+        if matrix.section != section.index:
+            continue
+        labels = [e.label for e in matrix.entries]
+        cells = []
+        for i, a in enumerate(matrix.entries):
+            why = ([a.images_reason] if a.images_reason else
+                   [f"{b.label}: {r}" for b, r in zip(matrix.entries, matrix.reasons[i]) if r])
+            cells.append([a.label, _epsilon(a.epsilon) if a.epsilon is not None else "-",
+                          str(a.images) if a.images else "-",
+                          _pct(100 * a.own_fgsm) if a.own_fgsm is not None else "-"]
+                         + [_pct(100 * v) if v is not None else "-" for v in matrix.accuracy[i]]
+                         + ["; ".join(why)])
+        title = (f"Transfer attacks on {matrix.dataset}, {matrix.profile} profile: accuracy % of "
+                 "each column's ONNX model (onnxruntime) on each row's FGSM images at its ε, the "
+                 "latest ok run of each; the diagonal is a model on its own white-box images, "
+                 "about its own FGSM accuracy (\"own FGSM %\")")
+        columns = ["images of", "ε", "images", "own FGSM %"] + [f"model: {label}" for label in labels] + ["why empty"]
+        keys = ["images_of", "epsilon", "images", "own"] + [f"model{j}" for j in range(len(labels))] + ["why"]
+        views.append(View(title, columns, cells, numeric=set(range(1, len(columns) - 1)),
+                          wrap={0, len(columns) - 1}, keys=keys, drop=["why", "images", "epsilon"]))
+    return views
+
+
+def transfer_records(rep: compare.Report) -> list[dict]:
+    """Every cell of the transfer matrices, for the JSON report."""
+    return [record for matrix in rep.transfer for record in matrix.records()]
+
+
 def robustness_records(rep: compare.Report) -> list[dict]:
     """The robustness tables as records, for the JSON report: one per group, attack and
     epsilon."""

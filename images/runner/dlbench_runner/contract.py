@@ -74,16 +74,23 @@ PGD_STEPS = 10
 MIGRATION = {"export_onnx": 1}
 # The largest exported model a job may hand the host (its /out holds at most 64 MiB).
 MAX_MODEL_BYTES = 48 << 20
+# The FGSM images a job keeps for transfer attacks (robustness.py's ``transfer.npz``): the
+# largest such file; 1,000 CIFAR-10 images take about 4 MB, MNIST ones 0.45 MB.
+TRANSFER_FILE = "transfer.npz"
+MAX_TRANSFER_BYTES = 16 << 20
 # The settings of the checks after training, not of the training itself.
 AFTER_TRAINING = frozenset([key for settings in ROBUSTNESS.values() for key in settings]
                            + list(MIGRATION))
 # The test images of each data set: ``robust_images`` and ``test_subset`` take at most these.
 TEST_IMAGES = {"mnist": 10000, "cifar10": 10000}
+# An image of each data set, as the readers (``formats``) give it and the checks after
+# training take it: MNIST 28 x 28, CIFAR-10 3 x 32 x 32.
+IMAGE_SHAPES = {"mnist": (28, 28), "cifar10": (3, 32, 32)}
 
 __all__ = ["SCHEMA_VERSION", "EVENT_TAG", "THREAD_VARIABLES", "PROFILES", "SpecError",
            "load_catalog", "resolve_hyperparameters", "check_value", "check_seed", "default_seed", "MAX_SEED",
            "formats", "cpu_model", "gpu_index", "ROBUSTNESS", "PGD_STEPS", "TEST_IMAGES", "epsilons",
-           "MIGRATION", "MAX_MODEL_BYTES", "AFTER_TRAINING"]
+           "MIGRATION", "MAX_MODEL_BYTES", "AFTER_TRAINING", "TRANSFER_FILE", "MAX_TRANSFER_BYTES", "IMAGE_SHAPES"]
 
 
 class SpecError(Exception):

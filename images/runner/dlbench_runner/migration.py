@@ -40,6 +40,7 @@ import tempfile
 import numpy as np
 
 from . import contract, robustness
+from .output import remove as _remove, write_atomic as _write_atomic
 
 BATCH = 16              # test images whose logits the host compares, the first ones
 MODEL = "model.onnx"
@@ -97,22 +98,3 @@ def _export_file(adapter, pixels, final):
 def _copy(path, f):
     with open(path, "rb") as source:
         shutil.copyfileobj(source, f)
-
-
-def _write_atomic(path, write):
-    tmp = path + ".tmp"
-    try:
-        with open(tmp, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        _remove(tmp)
-
-
-def _remove(path):
-    try:
-        os.unlink(path)
-    except OSError:
-        pass

@@ -34,7 +34,8 @@ After the last timed span (the test pass) the runner asks the adapter to save th
 trained model (``save``) into a scratch folder of its own, in the temporary
 directory: ``model_size_bytes`` is what the files written there hold, and the
 folder is removed at once.  Then, unless ``robust_images`` is 0, it attacks the
-trained model with the adapter's own input gradients (``robustness.py``).  Then,
+trained model with the adapter's own input gradients (``robustness.py``), and keeps
+the FGSM images at ``pgd_epsilon`` as ``/out/transfer.npz`` for transfer attacks.  Then,
 unless ``export_onnx`` is 0, it exports the model to ONNX (``migration.py``):
 ``/out/model.onnx`` and the framework's own predictions beside it, for the host to run
 the model with onnxruntime; a model that cannot be exported gives ``migration_reason``,
@@ -63,7 +64,7 @@ import time
 import traceback
 
 from . import data
-from .contract import EVENT_TAG, SCHEMA_VERSION, THREAD_VARIABLES, cpu_model, gpu_index
+from .contract import EVENT_TAG, SCHEMA_VERSION, THREAD_VARIABLES, TRANSFER_FILE, cpu_model, gpu_index
 
 PROGRESS_INTERVAL_S = 1.0
 
@@ -332,7 +333,8 @@ def run(spec, framework_dir, data_dir, out_dir):
             check = robustness.gradient_check(adapter, images, labels, ctx.seed)
             result["gradient_check"] = check
             result["robustness"] = robustness.attack(adapter, images, labels, ctx.hp, ctx.seed,
-                                                     ctx.now, check)
+                                                     ctx.now, check,
+                                                     os.path.join(out_dir, TRANSFER_FILE))
             ctx.swallowed.check()
             result["robustness_time_s"] = ctx.now() - t0     # the whole check: its cost
         if ctx.hp.get("export_onnx", 1):

@@ -1,0 +1,111 @@
+"""Transfer attacks: a framework's FGSM images tried on every other framework's model.
+
+The runner keeps the FGSM images it crafted at ``pgd_epsilon`` as ``transfer.npz`` in the
+job's out/ (the runner's ``robustness.py`` says what it holds).  Once the job has ended the
+host takes the file (``take``: a regular file of at most ``MAX_TRANSFER_BYTES``, read as
+any of a job's output) and stores it as it is, beside the job's row, as
+``RESULTS/transfer/<run id>.npz``.  What it holds is checked where it is used (``read``):
+a results directory is as untrusted as a job's out/.  ``accuracy`` runs an ONNX model
+(``RESULTS/models/<run id>.onnx``) on such images; the report builds its matrices of them.
+"""
+
+from __future__ import annotations
+
+import io
+import zipfile
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+
+from dlbench_runner.contract import IMAGE_SHAPES, MAX_MODEL_BYTES, MAX_TRANSFER_BYTES, TEST_IMAGES, TRANSFER_FILE
+
+from . import files, jobdir
+from .migration import CLASSES, Refused, first_line, run_model
+
+MEMBERS = ("images", "labels", "epsilon")
+HEADER_BYTES = 1024         # an .npy member's header, at most (numpy writes 128 bytes)
+
+
+class Images(NamedTuple):
+    """A run's FGSM images, checked."""
+
+    images: np.ndarray      # float32 pixels in [0, 1], the data set's layout
+    labels: np.ndarray      # their classes
+    epsilon: float
+
+
+def take(job_dir: Path) -> bytes | None:
+    """The FGSM images a job left in its out/, as they are; None where it left none, or a
+    file the host does not take (a link, a FIFO, one past ``MAX_TRANSFER_BYTES``)."""
+    data, _ = jobdir.read_output(job_dir, TRANSFER_FILE, MAX_TRANSFER_BYTES)
+    return data
+
+
+def load(path: Path, dataset: str) -> Images:
+    """The stored images of ``path`` (``store.transfer_path``), checked (``read``)."""
+    return read(_stored(path, MAX_TRANSFER_BYTES), dataset)
+
+
+def read_model(path: Path) -> bytes:
+    """A stored ONNX model (``store.model_path``): a regular file within the model's cap."""
+    return _stored(path, MAX_MODEL_BYTES)
+
+
+def _stored(path: Path, limit: int) -> bytes:
+    try:
+        return files.read_regular(path, limit, follow_links=False)
+    except files.Refused as exc:
+        raise Refused(f"{path.parent.name}/{path.name} is {exc}") from None
+    except OSError as exc:
+        raise Refused(f"{path.parent.name}/{path.name} cannot be read "
+                      f"({exc.strerror or type(exc).__name__})") from None
+
+
+def read(data: bytes, dataset: str) -> Images:
+    """The images, labels and epsilon of a transfer file, each checked: a zip of the three
+    arrays, none pickled, none larger than the data set's test split would make it, the
+    images N x the data set's image shape, float32 pixels in [0, 1], N labels of 0 to 9,
+    epsilon in [0, 1]; else ``Refused`` with the reason."""
+    shape, most = IMAGE_SHAPES.get(dataset), TEST_IMAGES.get(dataset, 0)
+    if shape is None:
+        raise Refused(f"no transfer attacks on data set {dataset!r}")
+    bound = most * int(np.prod(shape)) * 4 + HEADER_BYTES
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            sizes = {info.filename: info.file_size for info in archive.infolist()}
+        if sorted(sizes) != sorted(f"{name}.npy" for name in MEMBERS):
+            raise Refused(f"{TRANSFER_FILE} is invalid: it holds {', '.join(sorted(sizes)) or 'nothing'}, "
+                          f"not {', '.join(MEMBERS)}")
+        if max(sizes.values()) > bound:
+            raise Refused(f"{TRANSFER_FILE} is invalid: an array of {max(sizes.values())} bytes, "
+                          f"more than {most} images of {dataset} take")
+        # a member is read up to its declared size, checked above: no bomb inflates past it
+        with np.load(io.BytesIO(data), allow_pickle=False) as arrays:
+            images, labels, epsilon = (arrays[name] for name in MEMBERS)
+    except Refused:
+        raise
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile, NotImplementedError) as exc:
+        raise Refused(f"{TRANSFER_FILE} is invalid: {first_line(exc)}") from None
+    layout = "x".join(map(str, shape))
+    if (images.dtype != np.float32 or images.shape[1:] != shape or not 1 <= len(images) <= most
+            or images.ndim != 1 + len(shape)):
+        raise Refused(f"{TRANSFER_FILE} is invalid: images must be 1 to {most} float32 images "
+                      f"of {layout}, not {images.dtype} {'x'.join(map(str, images.shape))}")
+    if not (np.isfinite(images).all() and images.min() >= 0 and images.max() <= 1):
+        raise Refused(f"{TRANSFER_FILE} is invalid: pixels must be in [0, 1]")
+    if (labels.shape != (len(images),) or labels.dtype.kind not in "iu"
+            or ((labels < 0) | (labels >= CLASSES)).any()):
+        raise Refused(f"{TRANSFER_FILE} is invalid: labels must be one class of 0 to "
+                      f"{CLASSES - 1} per image")
+    if epsilon.shape != () or epsilon.dtype.kind != "f" or not 0 <= float(epsilon) <= 1:
+        raise Refused(f"{TRANSFER_FILE} is invalid: epsilon must be one number in [0, 1]")
+    return Images(images, labels, float(epsilon))
+
+
+def accuracy(model: bytes, found: Images) -> float:
+    """The fraction of the images the ONNX model classifies as their labels (onnxruntime's
+    CPU provider); ``Refused`` with onnxruntime's reason where it cannot run the model."""
+    classes, _ = run_model(model, found.images)
+    return float(np.mean(classes == found.labels))
+
