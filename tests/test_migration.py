@@ -252,7 +252,8 @@ def test_a_row_takes_the_hosts_figures_only_on_the_images_the_job_tested(exporte
                                 ("none", None, "the job left no ONNX model to check")):
         job = tmp_path / name
         shutil.copytree(exported, job)
-        record, _, model = collect(plan_job, name, name, job, outcome, {"image": "x"}, given)
+        collected = collect(plan_job, name, name, job, outcome, {"image": "x"}, given)
+        record, model = collected.record, collected.model
         assert record.status == "ok" and record.migration_reason == reason
         assert (record.migration_mismatches == 0) == (reason is None)
         assert model == (None if given is None else found.model)

@@ -833,8 +833,9 @@ def test_robustness_rows_come_from_an_ok_result_and_are_stored_beside_the_row(tm
     job_dir = tmp_path / "job"
     (job_dir / "out").mkdir(parents=True)
     (job_dir / "out" / "result.json").write_text(json.dumps(result))
-    record, robustness, _ = collect(JOB, "run1", "job1", job_dir,
-                                    Outcome(exit_code=0, wall_time_s=1.0, log_tail=[]), {"image": "x"})
+    collected = collect(JOB, "run1", "job1", job_dir, Outcome(exit_code=0, wall_time_s=1.0, log_tail=[]),
+                        {"image": "x"})
+    record, robustness = collected.record, collected.robustness
     assert record.status == "ok" and [r["attack"] for r in robustness] == ["none", "fgsm", "pgd", "fgsm"]
     results = tmp_path / "results"
     results.mkdir()
