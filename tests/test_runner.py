@@ -84,7 +84,7 @@ def test_the_model_is_saved_after_the_timed_spans_into_a_folder_then_removed(dat
     assert phases == ["setup", "train", "test", "save"] + ([] if fail else ["robustness", "migration"])
     assert list(scratch.iterdir()) == []
     assert sorted(p.name for p in out.iterdir()) == (["result.json"] if fail else
-                                                     ["migration.npz", "model.onnx", "result.json"])
+                                                     ["migration.npz", "model.onnx", "result.json", "transfer.npz"])
     assert result["test_time_s"] > 0
     if fail:
         assert proc.returncode == 1 and result["status"] == "failed"
