@@ -127,7 +127,9 @@ def collect(job: Job, run_id: str, job_id: str, job_dir: Path, outcome: Outcome,
         return Collected(RunRecord(**fields), [])
     robustness = [r.model_dump() for r in result.robustness]
     found = _migrated(result, migration)
-    fields.update(found.fields(), migration_model_bytes=result.migration_model_bytes,
+    # the host's model is the one stored: a layer list's is built on the host
+    fields.update(found.fields(), migration_model_bytes=(result.migration_model_bytes if found.model is None
+                                                         else len(found.model)),
                   migration_time_s=result.migration_time_s)
     return Collected(RunRecord(**fields), robustness, found.model, transfer)
 

@@ -1,7 +1,10 @@
 """The migration check on the host: a job's exported ONNX model run with onnxruntime.
 
 The runner leaves ``model.onnx`` and ``migration.npz`` in the job's out/ (the runner's
-``migration.py`` says what they hold).  Once the job has ended, ``evaluate`` reads both
+``migration.py`` says what they hold), or instead of the model the layer list of a
+framework without an ONNX exporter, ``layers.json`` and ``layers.npz``, which the host
+makes into the ONNX model (``onnx_layers``: a list that cannot be is a reason, like a
+model that cannot be run).  Once the job has ended, ``evaluate`` reads both
 as hostile input (``jobdir.read_output``: regular files only, size-capped; the arrays
 without pickles), runs the model with onnxruntime's CPU provider on the test images the
 framework predicted (the first ones of the test split, read with the runner's own
@@ -30,7 +33,7 @@ import numpy as np
 
 from dlbench_runner.contract import MAX_MODEL_BYTES, TEST_IMAGES, formats
 
-from . import jobdir
+from . import jobdir, onnx_layers
 
 MODEL = "model.onnx"
 COMPARED = "migration.npz"
@@ -72,10 +75,12 @@ def evaluate(job_dir: Path, dataset: str, data_root: Path) -> Migration | None:
     try:
         if compared is None:
             raise Refused(problem)
-        if model is None:
+        if model is None and model_problem != jobdir.absent(MODEL):
             raise Refused(model_problem)
         predictions, own_logits = _arrays(compared, dataset)
         images, labels = formats.test_split(dataset, str(data_root))
+        if model is None:
+            model = _from_layers(job_dir, dataset, images.shape[1:])
         found = run_model(model, images[:len(predictions)], len(own_logits))
     except Refused as exc:
         return Migration(migration_reason=str(exc), model=model)
@@ -102,6 +107,32 @@ def _arrays(data: bytes, dataset: str) -> tuple[np.ndarray, np.ndarray]:
             or logits.shape[1] != CLASSES or not np.isfinite(logits).all()):
         raise Refused(f"{COMPARED} is invalid: logits must be N x {CLASSES} finite numbers")
     return predictions, logits
+
+
+def _from_layers(job_dir: Path, dataset: str, pixels: tuple[int, ...]) -> bytes:
+    """The ONNX model built from the layer list the runner wrote instead of a model."""
+    listing, problem = jobdir.read_output(job_dir, onnx_layers.LAYERS, onnx_layers.MAX_LIST_BYTES)
+    if listing is None:
+        raise Refused(f"the runner wrote no {MODEL} and no {onnx_layers.LAYERS}"
+                      if problem == jobdir.absent(onnx_layers.LAYERS) else problem)
+    arrays, problem = jobdir.read_output(job_dir, onnx_layers.ARRAYS, onnx_layers.MAX_ARRAY_BYTES)
+    if arrays is None:
+        raise Refused(problem)
+    try:
+        layers, found = onnx_layers.read(listing, arrays)
+        if tuple(layers.input) != pixels:
+            raise onnx_layers.Refused(f"{onnx_layers.LAYERS} takes images of {'x'.join(map(str, layers.input))}, "
+                                      f"not {dataset}'s {'x'.join(map(str, pixels))}")
+        model, shape = onnx_layers.build(layers, found)
+        if shape != (CLASSES,):
+            raise onnx_layers.Refused(f"the layers of {onnx_layers.LAYERS} end in "
+                                      f"{'x'.join(map(str, shape))} per image, not {CLASSES} outputs")
+    except onnx_layers.Refused as exc:
+        raise Refused(str(exc)) from None
+    if len(model) > MAX_MODEL_BYTES:
+        raise Refused(f"the ONNX model built from {onnx_layers.LAYERS} is {len(model)} bytes, "
+                       f"more than the {MAX_MODEL_BYTES} a job may keep")
+    return model
 
 
 def run_model(model: bytes, images: np.ndarray, first: int = 0) -> tuple[np.ndarray, np.ndarray]:

@@ -9,7 +9,7 @@ import json
 import pandas as pd
 import pytest
 
-from conftest import NO_CHECKS, assert_model_size, assert_robustness, dlbench, quick_profile
+from conftest import NO_CHECKS, assert_migration, assert_model_size, assert_robustness, dlbench, quick_profile
 
 pytestmark = pytest.mark.docker
 
@@ -34,6 +34,7 @@ def test_both_quick_runs_are_stored_as_ok(quick_results):
 def test_lenet_on_mnist(quick_results, quick_run):
     row = quick_results["mnist"]
     assert_robustness(quick_run("caffe"), row)     # by Caffe's backward to the pixels
+    assert_migration(quick_run("caffe"), row)      # the host's graph of its layer list (float32)
     assert row.model == "caffe-lenet"
     assert row.param_count == 431080     # 520 + 25050 + 400500 + 5010
     assert_model_size(row, at_most=1.01)    # the .caffemodel: float32 weights and the net's names
@@ -48,6 +49,7 @@ def test_lenet_on_mnist(quick_results, quick_run):
 def test_cifar10_quick_on_cifar10(quick_results, quick_run):
     row = quick_results["cifar10"]
     assert_robustness(quick_run("caffe"), row)     # through the mean image's Bias layer
+    assert_migration(quick_run("caffe"), row)      # the mean image and ceil-mode pooling in the graph
     assert row.model == "caffe-cifar10-quick"
     assert row.param_count == 145578     # 2432 + 25632 + 51264 + 65600 + 650
     assert_model_size(row, at_most=1.01)

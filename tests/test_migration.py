@@ -1,7 +1,8 @@
 """The migration check: the trained model exported to ONNX, run by the host with onnxruntime.
 
 The runner's test adapter (a numpy softmax regression, tests/fixtures/numpy_softmax) builds
-its graph with the onnx package's helpers; the runner runs it on the real MNIST, and the
+its graph with the onnx package's helpers, or hands over its layer list for the host to
+build (orchestrator/onnx_layers.py); the runner runs it on the real MNIST, and the
 host's check (orchestrator/migration.py) runs the file it wrote with the real onnxruntime.
 """
 
@@ -71,6 +72,53 @@ def test_the_onnx_model_gives_the_frameworks_own_logits_and_classes(data_root, t
     assert found.model == (job / "out" / "model.onnx").read_bytes()
 
 
+def test_a_layer_list_becomes_the_hosts_onnx_model(data_root, tmp_path):
+    """An adapter without an ONNX exporter hands over its layers (float64, as it
+    computes): the runner writes the list, the host builds the graph in float32 and
+    checks it as an exported one."""
+    job = tmp_path / "job"
+    result = run_job(data_root, job, 'onnx_export="layers"')
+    assert result["migration_reason"] is None and result["migration_model_bytes"] is None
+    assert sorted(p.name for p in (job / "out").iterdir()) == ["layers.json", "layers.npz", "migration.npz",
+                                                               "result.json"]
+    listing = json.loads((job / "out" / "layers.json").read_text())
+    assert listing == {"format": "dlbench-layers", "version": 1, "dtype": "float64", "input": [28, 28],
+                       "layers": [{"op": "flatten"}, {"op": "dense", "weight": "1.weight"}]}
+    found = migration.evaluate(job, "mnist", data_root)
+    assert found.migration_reason is None and found.images == 10000
+    assert found.migration_mismatches == 0 and abs(found.migrated_accuracy - result["accuracy"]) <= 0.001
+    assert 1e-9 < found.migration_max_logit_error <= 1e-4       # float32 weights of a float64 model
+    session = onnxruntime.InferenceSession(found.model, providers=["CPUExecutionProvider"])
+    assert [i.name for i in session.get_inputs()] == ["pixels"]
+
+
+@pytest.mark.parametrize("damage, reason", [
+    ("no arrays", "the runner wrote no layers.npz"),
+    ("no list", "the runner wrote no model.onnx and no layers.json"),
+    ("linked list", "layers.json is not a regular file (a symbolic link)"),
+    ("cifar", "layers.json takes images of 28x28, not cifar10's 3x32x32"),
+    ("renamed array", "layer 1 (dense): layers.npz has no array 1.w"),
+])
+def test_a_layer_list_the_host_cannot_build_is_a_reason(exported_layers, data_root, tmp_path, damage, reason):
+    job = tmp_path / "job"
+    shutil.copytree(exported_layers, job)
+    out = job / "out"
+    if damage == "no arrays":
+        (out / "layers.npz").unlink()
+    elif damage == "no list":
+        (out / "layers.json").unlink()
+    elif damage == "linked list":
+        (out / "layers.json").unlink()
+        (out / "layers.json").symlink_to(exported_layers / "out" / "layers.json")
+    elif damage == "renamed array":
+        listing = json.loads((out / "layers.json").read_text())
+        listing["layers"][1]["weight"] = "1.w"
+        (out / "layers.json").write_text(json.dumps(listing))
+    found = migration.evaluate(job, "cifar10" if damage == "cifar" else "mnist", data_root)
+    assert found.migration_reason == reason, found.migration_reason
+    assert found.model is None and found.migrated_accuracy is None
+
+
 def test_a_graph_that_is_not_the_trained_model_is_caught(data_root, tmp_path):
     """A graph whose weights are the trained ones negated: every class differs."""
     job = tmp_path / "job"
@@ -121,6 +169,14 @@ def exported(data_root, tmp_path_factory) -> Path:
     """A job directory whose out/ holds the test adapter's exported model (read only)."""
     job = tmp_path_factory.mktemp("exported") / "job"
     run_job(data_root, job)
+    return job
+
+
+@pytest.fixture(scope="module")
+def exported_layers(data_root, tmp_path_factory) -> Path:
+    """A job directory whose out/ holds the test adapter's layer list (read only)."""
+    job = tmp_path_factory.mktemp("listed") / "job"
+    run_job(data_root, job, 'onnx_export="layers"')
     return job
 
 
@@ -201,6 +257,17 @@ def test_dlbench_run_stores_the_model_beside_the_row(framework_path, data_root, 
     images, labels = formats.test_split("mnist", str(data_root))
     classes = session.run(None, {"pixels": images.astype(np.float32) / np.float32(255.0)})[0].argmax(1)
     assert float(np.mean(classes == labels)) == row.migrated_accuracy
+
+
+def test_dlbench_run_stores_the_model_the_host_built_from_a_layer_list(framework_path, data_root, tmp_path):
+    results = tmp_path / "results"
+    native_run(framework_path, data_root, results, "--set", 'onnx_export="layers"')
+    row = store.load(results).iloc[0]
+    assert row.status == "ok" and pd.isna(row.migration_reason), row.error
+    assert row.migration_mismatches == 0 and row.migration_max_logit_error <= 1e-4
+    path = store.model_path(results, row.run_id)
+    assert path.stat().st_size == row.migration_model_bytes      # the host's model, not the runner's files
+    onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
 
 
 def test_dlbench_run_stores_the_reason_and_no_model(framework_path, data_root, tmp_path):

@@ -17,7 +17,7 @@ import textwrap
 import pandas as pd
 import pytest
 
-from conftest import NO_CHECKS, REPO, assert_model_size, assert_robustness, dlbench, make_plan
+from conftest import NO_CHECKS, REPO, assert_migration, assert_model_size, assert_robustness, dlbench, make_plan
 from dlbench_runner.runner import adapter_module
 from orchestrator import catalog, store
 from orchestrator.report import compare
@@ -132,6 +132,7 @@ def test_both_quick_runs_are_stored_as_ok(quick_results, documents):
 def test_lenet5_on_mnist(quick_results, documents, quick_run):
     row = quick_results["mnist"]
     assert_robustness(quick_run("theano"), row)    # by T.grad
+    assert_migration(quick_run("theano"), row)     # flipped kernels, float64 weights in float32
     assert row.model == "theano-lenet5"
     assert row.param_count == MNIST_PARAMS == 431080
     assert_model_size(row, element_sizes=(8,), at_most=1.01)    # float64, pickled
@@ -156,6 +157,7 @@ def test_lenet5_on_mnist(quick_results, documents, quick_run):
 def test_reslab_convnet_on_cifar10(quick_results, documents, quick_run):
     row = quick_results["cifar10"]
     assert_robustness(quick_run("theano"), row)
+    assert_migration(quick_run("theano"), row)
     assert row.model == RESLAB
     assert row.param_count == RESLAB_PARAMS == 14318
     assert_model_size(row, element_sizes=(8,), at_most=1.1)

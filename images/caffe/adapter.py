@@ -204,6 +204,81 @@ def schedule(hp):
     return before, after
 
 
+def _pair(single, repeated, h, w, default):
+    """A Caffe spatial parameter: ``kernel_h``/``kernel_w`` where set, else the one or
+    two values of its repeated (or single) field, else ``default``."""
+    if h or w:
+        return [int(h), int(w)]
+    values = [int(v) for v in (repeated if repeated is not None else ([single] if single else []))]
+    if not values:
+        return [default, default]
+    return values * 2 if len(values) == 1 else values[:2]
+
+
+def caffe_layers(np, spec, params, first, last):
+    """The layer list (``orchestrator/onnx_layers.py``) of a chain of Caffe layers in
+    ``spec`` (a NetParameter) from the blob ``first`` to the blob ``last``, with the
+    trained ``params`` (net.params).  The kinds these nets use; another, or an option
+    the list cannot say, is ``NoExport``."""
+    from dlbench_runner.migration import NoExport
+    layers, blob, flat = [], first, False
+    for layer in spec.layer:
+        if layer.type == "Input" or blob == last:
+            continue
+        if list(layer.bottom) != [blob] or len(layer.top) != 1:
+            raise NoExport("Caffe layer %s is not in a chain from %s" % (layer.name, first))
+        blobs = [b.data.copy() for b in params[layer.name]] if layer.name in params else []
+        kind = layer.type
+        if kind == "Power":
+            p = layer.power_param
+            if p.power != 1:
+                raise NoExport("Caffe layer %s raises to a power" % layer.name)
+            layers.append({"op": "affine", "scale": float(p.scale), "shift": float(p.shift)})
+        elif kind == "Bias" and layer.bias_param.axis == 1 and len(blobs) == 1:
+            # the blob over axes 1.., broadcast over the rest (a mean image: all of them)
+            layers.append({"op": "affine", "shift": blobs[0]})
+        elif kind == "Convolution":
+            p = layer.convolution_param
+            if any(d != 1 for d in p.dilation) or p.axis != 1:
+                raise NoExport("Caffe layer %s: dilated or not over axis 1" % layer.name)
+            ph, pw = _pair(None, p.pad, p.pad_h, p.pad_w, 0)
+            layers.append({"op": "conv", "weight": blobs[0], "bias": blobs[1] if p.bias_term else None,
+                           "stride": _pair(None, p.stride, p.stride_h, p.stride_w, 1),
+                           "pads": [ph, pw, ph, pw], "group": int(p.group)})
+        elif kind == "Pooling":
+            p = layer.pooling_param
+            if p.global_pooling or p.pool not in (p.MAX, p.AVE):
+                raise NoExport("Caffe layer %s: global or stochastic pooling" % layer.name)
+            kernel = _pair(p.kernel_size, None, p.kernel_h, p.kernel_w, 0)
+            stride = _pair(p.stride, None, p.stride_h, p.stride_w, 1)
+            ph, pw = _pair(p.pad, None, p.pad_h, p.pad_w, 0)
+            # Caffe 1.0 rounds pooled sizes up; later versions have round_mode (CEIL = 0)
+            ceil = getattr(p, "round_mode", 0) == 0
+            if ceil and not (ph or pw) and any(s > k for s, k in zip(stride, kernel)):
+                raise NoExport("Caffe layer %s: strides past the kernel without padding make windows "
+                               "past the input" % layer.name)
+            layers.append({"op": "pool", "mode": "max" if p.pool == p.MAX else "avg", "kernel": kernel,
+                           "stride": stride, "pads": [ph, pw, ph, pw], "ceil": ceil, "divisor": "padded"})
+        elif kind == "InnerProduct":
+            p = layer.inner_product_param
+            if p.axis != 1 or p.transpose:
+                raise NoExport("Caffe layer %s: not over axis 1, or transposed" % layer.name)
+            if not flat:
+                layers.append({"op": "flatten"})
+                flat = True
+            layers.append({"op": "dense", "weight": blobs[0], "bias": blobs[1] if p.bias_term else None})
+        elif kind == "ReLU" and layer.relu_param.negative_slope == 0:
+            layers.append({"op": "relu"})
+        elif kind in ("TanH", "Sigmoid", "Softmax"):
+            layers.append({"op": kind.lower()})
+        else:
+            raise NoExport("Caffe layer %s (%s) has no form in dlbench's layer list" % (layer.name, kind))
+        blob = layer.top[0]
+    if blob != last:
+        raise NoExport("the Caffe net's chain from %s does not reach %s" % (first, last))
+    return layers
+
+
 class Adapter:
     def __init__(self, ctx):
         self.ctx = ctx
@@ -463,6 +538,27 @@ class Adapter:
 
     def loss(self, pixels, labels):
         return float(self._forward(pixels, labels).blobs["loss"].data)
+
+    def logits(self, pixels):
+        """The net's scores before the softmax (ip2), float32."""
+        return self._forward(pixels).blobs["ip2"].data.copy()
+
+    # -- migration: the trained net as a layer list, for the host's ONNX graph ---------
+    def export_layers(self, pixels):
+        """The robustness check's net (the Data layer's transform as layers, then the
+        model) from its pixels to ip2, read from its own prototxt with the trained
+        blobs (``caffe_layers``)."""
+        from caffe.proto import caffe_pb2
+        from google.protobuf import text_format
+        net = self._attack_net(len(pixels))
+        spec = caffe_pb2.NetParameter()
+        with open(os.path.join(self.workdir, "attack.prototxt")) as f:
+            text_format.Merge(f.read(), spec)
+        layers = []
+        shape = tuple(net.blobs["pixels"].data.shape[1:])
+        if shape != tuple(pixels.shape[1:]):        # MNIST: 28 x 28 pixels, a 1 x 28 x 28 blob
+            layers.append({"op": "reshape", "shape": list(shape)})
+        return layers + caffe_layers(self.np, spec, net.params, "pixels", "ip2")
 
     # -- save ----------------------------------------------------------------
     def save(self, folder):

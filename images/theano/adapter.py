@@ -213,6 +213,7 @@ class Adapter:
         self.ctx = ctx
         self.net = None
         self.robust = None      # the robustness check's functions, compiled at its first call
+        self.outputs = None     # the migration check's, likewise
 
     # -- setup ---------------------------------------------------------------
     def setup(self):
@@ -302,6 +303,21 @@ class Adapter:
 
     def loss(self, pixels, labels):
         return float(self._robust()[2](self._floatx(pixels), labels.astype("int32")))
+
+    # -- migration: the trained net as a layer list, for the host's ONNX graph ---------
+    def logits(self, pixels):
+        """The net's outputs for pixels: the softmax's probabilities (p_y_given_x, the
+        graph's output), in floatX."""
+        if self.outputs is None:
+            theano, net = self.theano, self.net
+            pixels_in, model_input = net.pixel_input()
+            self.outputs = theano.function(
+                [pixels_in], theano.clone(net.p_y_given_x, replace={net.x: model_input}))
+        return self.outputs(self._floatx(pixels))
+
+    def export_layers(self, pixels):
+        """The net as a layer list from the pixels (its ``layers``), its arrays in floatX."""
+        return self.net.layers()
 
     # -- save ----------------------------------------------------------------
     def save(self, folder):
@@ -498,6 +514,23 @@ class LeNet5:
         T, floatX = self.theano.tensor, self.theano.config.floatX
         pixels = T.tensor3("pixels")
         return pixels, pixels.flatten(2) * self.np.asarray(255 * PIXEL_SCALE, dtype=floatX)
+
+    def layers(self):
+        """The graph of ``build`` as a layer list (``orchestrator/onnx_layers.py``), from
+        pixels (``pixel_input``'s scale, then the 1 x 28 x 28 image) to p_y_given_x:
+        conv2d is a true convolution (filter_flip), so the kernels are flipped for the
+        list's cross-correlation; the bias is added after the pooling."""
+        values = [p.get_value() for p in self.params]
+        w_out, b_out, w_hidden, b_hidden = values[:4]
+        stages = [values[i:i + 2] for i in range(len(values) - 2, 3, -2)]     # layer0 first
+        layers = [{"op": "affine", "scale": 255 * PIXEL_SCALE}, {"op": "reshape", "shape": list(MNIST_SHAPE)}]
+        for w, b in stages:
+            layers += [{"op": "conv", "weight": w[:, :, ::-1, ::-1]},
+                       {"op": "pool", "mode": "max", "kernel": list(POOL), "stride": list(POOL)},
+                       {"op": "affine", "shift": b.reshape(-1, 1, 1)}, {"op": "tanh"}]
+        return layers + [{"op": "flatten"}, {"op": "dense", "weight": w_hidden.T, "bias": b_hidden},
+                         {"op": "tanh"}, {"op": "dense", "weight": w_out.T, "bias": b_out},
+                         {"op": "softmax"}]
 
     def summed_loss(self, p_y_given_x, y):
         """The tutorial's negative log-likelihood, summed over the batch."""
@@ -704,6 +737,23 @@ class ReslabConvnet:
         if self.channels == 3:
             return pixels, pixels
         return pixels, T.unbroadcast(pixels.mean(axis=1, keepdims=True), 1)
+
+    def layers(self):
+        """The graph of ``build`` as a layer list (``orchestrator/onnx_layers.py``), from
+        pixels (grey: their channels' mean, as a 1 x 1 convolution by 1/3) to
+        p_y_given_x; conv2d's kernels flipped, as in LeNet5's ``layers``."""
+        np = self.np
+        values = {p.name: p.get_value() for p in self.params}
+        layers = []
+        if self.channels == 1:
+            layers.append({"op": "conv", "weight": np.full((1, 3, 1, 1), 1.0 / 3, dtype=values["w_c1"].dtype)})
+        for i, ws in enumerate(RESLAB_POOLS, start=1):
+            layers += [{"op": "conv", "weight": values["w_c%d" % i][:, :, ::-1, ::-1],
+                        "bias": values["b_c%d" % i]},
+                       {"op": "relu"}, {"op": "pool", "mode": "max", "kernel": [ws, ws], "stride": [ws, ws]}]
+        return layers + [{"op": "flatten"}, {"op": "dense", "weight": values["w_h3"].T, "bias": values["b_h3"]},
+                         {"op": "relu"}, {"op": "dense", "weight": values["w_o"].T, "bias": values["b_o"]},
+                         {"op": "softmax"}]
 
     def summed_loss(self, p_y_given_x, y):
         """The script's categorical cross-entropy, summed over the batch (against the

@@ -26,13 +26,28 @@ everything between a test image and its class:
     def predict(self, pixels):
         # -> the classes the model predicts (the robustness check's)
 
-An adapter without them, or one whose ``export_onnx`` raises ``NoExport`` (or fails in
-any other way: the framework's exporter refuses an operator), gets ``migration_reason``
-in the result and no files: never a failed job.  The runner copies the model out of a
+A framework without an ONNX exporter (or whose image cannot take one) describes its
+model instead, and the host builds the graph (``orchestrator/onnx_layers.py`` defines
+the layers and their fields):
+
+    def export_layers(self, pixels):
+        # -> the trained model as a list of layers, each a dict: "op" and its fields,
+        # arrays as numpy arrays of the framework's floating-point type; they map the
+        # pixels above, through the model's own preprocessing, to what ``logits`` gives
+
+The runner writes them as ``layers.json`` (the list, each array replaced by its name,
+"<layer index>.<field>"; with the format's name and version, the pixels' shape and the
+model's type: float64 when any array is) and ``layers.npz`` (the arrays), no model.onnx;
+an adapter with ``export_onnx`` exports with it.
+
+An adapter without them, or one whose ``export_onnx`` (``export_layers``) raises
+``NoExport`` (or fails in any other way: the framework's exporter refuses an operator),
+gets ``migration_reason`` in the result and no files: never a failed job.  The runner copies the model out of a
 scratch folder of its own, so that an exporter's other files (external weights) never
 reach the host, and refuses one larger than ``contract.MAX_MODEL_BYTES``.
 """
 
+import json
 import os
 import shutil
 import tempfile
@@ -45,6 +60,9 @@ from .output import remove as _remove, write_atomic as _write_atomic
 BATCH = 16              # test images whose logits the host compares, the first ones
 MODEL = "model.onnx"
 COMPARED = "migration.npz"
+LAYERS = "layers.json"
+ARRAYS = "layers.npz"
+LAYERS_FORMAT, LAYERS_VERSION = "dlbench-layers", 1
 
 
 class NoExport(Exception):
@@ -54,16 +72,22 @@ class NoExport(Exception):
 def export(adapter, images, out_dir):
     """Export the adapter's model and its own predictions for ``images`` (uint8, the test
     images the job tested on) into ``out_dir``; returns the result's fields:
-    ``migration_reason`` (None when exported) and ``migration_model_bytes``."""
+    ``migration_reason`` (None when exported) and ``migration_model_bytes`` (None for a
+    layer list: the host builds the model)."""
     x = robustness.pixels_of(images)
     try:
-        if not all(hasattr(adapter, name) for name in ("export_onnx", "logits", "predict")):
+        if not (all(hasattr(adapter, name) for name in ("logits", "predict"))
+                and (hasattr(adapter, "export_onnx") or hasattr(adapter, "export_layers"))):
             raise NoExport("this framework's adapter exports no ONNX model yet")
-        size = _export_file(adapter, x[:BATCH], os.path.join(out_dir, MODEL))
+        if hasattr(adapter, "export_onnx"):
+            size = _export_file(adapter, x[:BATCH], os.path.join(out_dir, MODEL))
+        else:
+            size = _export_layers(adapter, x[:BATCH], out_dir)
         predicted, = robustness._batched(adapter.predict, x)
         logits = np.asarray(adapter.logits(x[:BATCH]))
     except Exception as exc:        # the framework's exporter: any refusal is a reason
-        _remove(os.path.join(out_dir, MODEL))
+        for name in (MODEL, LAYERS, ARRAYS):
+            _remove(os.path.join(out_dir, name))
         reason = str(exc) if isinstance(exc, NoExport) else "%s: %s" % (type(exc).__name__, exc)
         return {"migration_reason": " ".join(reason.split())[:500] or type(exc).__name__,
                 "migration_model_bytes": None}
@@ -93,6 +117,44 @@ def _export_file(adapter, pixels, final):
         return size
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def _export_layers(adapter, pixels, out_dir):
+    """The adapter's layer list written as ``LAYERS`` and ``ARRAYS``; None (the model's
+    size is the host's to know)."""
+    listed, arrays = [], {}
+    for index, layer in enumerate(adapter.export_layers(pixels)):
+        entry = {}
+        for key, value in dict(layer).items():
+            if isinstance(value, np.ndarray):
+                if value.dtype not in (np.float32, np.float64):
+                    raise NoExport("the layer list's %s is %s, not float32 or float64"
+                                   % ("%d.%s" % (index, key), value.dtype))
+                entry[key] = "%d.%s" % (index, key)
+                arrays[entry[key]] = np.ascontiguousarray(value)
+            else:
+                entry[key] = _plain(value)
+        listed.append(entry)
+    stored = sum(array.nbytes for array in arrays.values())
+    if stored > contract.MAX_MODEL_BYTES:
+        raise NoExport("the layer list's arrays are %d bytes, more than the %d a job may keep"
+                       % (stored, contract.MAX_MODEL_BYTES))
+    dtype = "float64" if any(a.dtype == np.float64 for a in arrays.values()) else "float32"
+    text = json.dumps({"format": LAYERS_FORMAT, "version": LAYERS_VERSION, "dtype": dtype,
+                       "input": [int(side) for side in pixels.shape[1:]], "layers": listed},
+                      allow_nan=False)
+    _write_atomic(os.path.join(out_dir, ARRAYS), lambda f: np.savez(f, **arrays))
+    _write_atomic(os.path.join(out_dir, LAYERS), lambda f: f.write(text.encode()))
+    return None
+
+
+def _plain(value):
+    """A field's value as JSON takes it: numpy's numbers as Python's, tuples as lists."""
+    if isinstance(value, (list, tuple)):
+        return [_plain(item) for item in value]
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
 
 
 def _copy(path, f):
