@@ -768,7 +768,8 @@ class Adapter:
         graph = network(data=self._preprocess(mx.sym, pixels_var, shape[-2:], mean))
         nodes = json.loads(graph.tojson())["nodes"]
         for node in nodes:
-            if node["op"] == "BatchNorm" and node.get("attrs", {}).get("fix_gamma", "True") in ("True", "true", "1"):
+            fixed = node.get("attrs", {}).get("fix_gamma", "True") in ("True", "true", "1")
+            if node["op"] == "BatchNorm" and fixed:     # MXNet's default is fix_gamma=True
                 gamma = nodes[node["inputs"][1][0]]["name"]
                 params[gamma] = mx.nd.ones_like(params[gamma])
         mx.onnx.export_model(graph, params, in_shapes=[(len(pixels),) + shape],
