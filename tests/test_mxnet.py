@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from conftest import REPO, assert_model_size, assert_robustness, dlbench
+from conftest import REPO, assert_migration, assert_model_size, assert_robustness, dlbench
 from dlbench_runner.runner import adapter_module
 
 FRAMEWORK = "mxnet"
@@ -277,6 +277,32 @@ def test_resnet110_on_cifar10(quick_results, quick_run):
     assert row.train_samples == 50000 and len(row.epoch_loss) == 1
     batches = quick_profiles()["cifar10"]["max_batches"]
     assert row.train_images_per_s * row.train_time_s == pytest.approx(128 * batches)
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("dataset, batch_norms", [("mnist", 0), ("cifar10", 110)])
+def test_the_quick_models_export_with_mxnets_onnx_exporter(quick_results, quick_run, dataset,
+                                                           batch_norms):
+    """mx.onnx.export_model's graph from pixels to logits agrees with MXNet: the logits within
+    1e-4 relative, no image classified otherwise, the accuracy within 0.1 points; the pixels
+    its one input, any number of them; ResNet-110's BatchNorm layers in it (bn_data's gamma
+    the 1 MXNet computes with, which the exporter would lose)."""
+    import onnx
+    import onnx.numpy_helper
+
+    from orchestrator import store
+
+    results, row = quick_run(FRAMEWORK), quick_results[dataset]
+    assert_migration(results, row)
+    model = onnx.load(str(store.model_path(results, row.run_id)))
+    assert [(o.domain, o.version) for o in model.opset_import] == [("", 14)]
+    [pixels] = model.graph.input
+    dims = [d.dim_param or d.dim_value for d in pixels.type.tensor_type.shape.dim]
+    assert isinstance(dims[0], str) and dims[1:] == ([28, 28] if dataset == "mnist" else [3, 32, 32])
+    assert sum(node.op_type == "BatchNormalization" for node in model.graph.node) == batch_norms
+    if batch_norms:
+        weights = {tensor.name: onnx.numpy_helper.to_array(tensor) for tensor in model.graph.initializer}
+        assert (weights["bn_data_gamma"] == 1).all()
 
 
 def result_of(results, row) -> dict:

@@ -677,18 +677,27 @@ class Adapter:
 
     def model_input(self, pixels):
         """Pixels (MNIST N x 28 x 28, CIFAR-10 N x 3 x 32 x 32, in [0, 1]) -> the network's
-        data as test() feeds it, in NDArray operators (autograd records them): MNIST
-        N x 1 x 28 x 28 (to4d's / 255 is the pixels' scale); CIFAR-10 back to the bytes'
-        scale, the centre crop and minus the RGB mean, as ``centre`` makes them."""
+        data as test() feeds it, in NDArray operators (autograd records them)."""
         mx = self.mx
+        mean = None if self.ctx.dataset == "mnist" else mx.nd.array(self._rgb_mean(), ctx=self.context)
+        return self._preprocess(mx.nd, pixels, pixels.shape[-2:], mean)
+
+    def _rgb_mean(self):
+        return self.np.asarray(parse_floats(self.hp["rgb_mean"]), self.np.float32).reshape(1, 3, 1, 1)
+
+    def _preprocess(self, F, pixels, size, mean):
+        """The preprocessing of pixels of ``size`` (height, width) in ``F``'s operators,
+        ``mx.nd`` or ``mx.sym`` (the same operators in both, so that the exported graph
+        computes what the framework does): MNIST N x 1 x 28 x 28 (to4d's / 255 is the
+        pixels' scale); CIFAR-10 back to the bytes' scale, the centre crop and minus the
+        RGB mean ``mean`` (1 x 3 x 1 x 1), as ``centre`` makes them."""
         if self.ctx.dataset == "mnist":
-            return mx.nd.expand_dims(pixels, axis=1)
+            return F.expand_dims(pixels, axis=1)
         _, height, width = self.shape
-        top, left = (pixels.shape[2] - height) // 2, (pixels.shape[3] - width) // 2
-        crops = mx.nd.slice(pixels * 255, begin=(None, None, top, left),
-                            end=(None, None, top + height, left + width))
-        mean = mx.nd.array(parse_floats(self.hp["rgb_mean"]), ctx=self.context)
-        return mx.nd.broadcast_sub(crops, mean.reshape((1, 3, 1, 1)))
+        top, left = (size[0] - height) // 2, (size[1] - width) // 2
+        crops = F.slice(pixels * 255, begin=(None, None, top, left),
+                        end=(None, None, top + height, left + width))
+        return F.broadcast_sub(crops, mean)
 
     def _train_mode(self):
         """The mode autograd records and back-propagates the network in: train mode, the
@@ -726,6 +735,53 @@ class Adapter:
     def loss(self, pixels, labels):
         logits = self._network()(self.model_input(self._pixels(pixels)))
         return float(self._summed_loss(logits, labels).asscalar())
+
+    # -- the migration check: the trained model exported to ONNX --------------------------------
+    def logits(self, pixels):
+        """The network's logits for the pixels (the SoftmaxOutput's input), as the exported
+        graph gives them."""
+        return self._network()(self.model_input(self._pixels(pixels))).asnumpy()
+
+    def export_onnx(self, path, pixels):
+        """MXNet's own exporter, ``mx.onnx.export_model`` (mx2onnx; opset: the onnx
+        package's, 14), of the trained network up to its logits with ``_preprocess``
+        composed in front of it: one symbol from pixels to logits, the batch dimension
+        free, the Module's trained arguments and auxiliary states (BatchNorm's moving
+        statistics) as its weights.  mx2onnx drops BatchNorm's ``fix_gamma``: MXNet
+        computes such a layer (ResNet's ``bn_data``) with gamma 1, whatever the stored
+        gamma, and weight decay has moved the stored one off 1; the graph gets the 1
+        MXNet computes with.  mx2onnx also lists every weight among the graph's inputs
+        (besides its initializers), so that a caller could feed other weights; they are
+        taken off the inputs, leaving the pixels the graph's one input."""
+        import onnx
+
+        np, mx = self.np, self.mx
+        shape = np.shape(pixels)[1:]
+        network = self.symbol.get_children()[0]
+        arg_params, aux_params = self.module.get_params()
+        params = {**arg_params, **aux_params}
+        mean = None
+        if self.ctx.dataset != "mnist":
+            mean = mx.sym.var("rgb_mean", shape=(1, 3, 1, 1), dtype="float32")
+            params["rgb_mean"] = mx.nd.array(self._rgb_mean())
+        pixels_var = mx.sym.var("pixels", dtype="float32")
+        graph = network(data=self._preprocess(mx.sym, pixels_var, shape[-2:], mean))
+        nodes = json.loads(graph.tojson())["nodes"]
+        for node in nodes:
+            fixed = node.get("attrs", {}).get("fix_gamma", "True") in ("True", "true", "1")
+            if node["op"] == "BatchNorm" and fixed:     # MXNet's default is fix_gamma=True
+                gamma = nodes[node["inputs"][1][0]]["name"]
+                params[gamma] = mx.nd.ones_like(params[gamma])
+        mx.onnx.export_model(graph, params, in_shapes=[(len(pixels),) + shape],
+                             in_types=np.float32, onnx_file_path=path, dynamic=True,
+                             dynamic_input_shapes=[(None,) + shape])
+        model = onnx.load(path)
+        weights = {tensor.name for tensor in model.graph.initializer}
+        inputs = [value for value in model.graph.input if value.name not in weights]
+        del model.graph.input[:]
+        model.graph.input.extend(inputs)
+        onnx.checker.check_model(model)
+        onnx.save(model, path)
 
     # -- save ----------------------------------------------------------------
     def save(self, folder):
