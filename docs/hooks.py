@@ -6,7 +6,9 @@ A page marks where generated Markdown goes with an HTML comment:
     <!-- dlbench: report measurements/DIR --> `dlbench report --format md` of the rows
                                              committed under docs/measurements/DIR/runs/
     <!-- dlbench: robustness measurements/DIR -->  its robustness tables only (one per
-                                             data set: attacks, ONNX, model size, check)
+                                             data set: attacks, ONNX, model size, check),
+                                             and the transfer matrices where the rows'
+                                             FGSM images and models are committed beside them
 
 A marked results directory without rows is an error, so a table whose rows are missing
 fails the build (``mkdocs build --strict``).
@@ -33,7 +35,7 @@ def on_page_markdown(markdown, page, config, files):
 def robustness_tables(text: str, where: str) -> str:
     """The robustness tables of a report's Markdown (each a heading and its table)."""
     parts = re.split(r"(?m)^(?=#+ )", text)
-    found = [part for part in parts if re.match(r"#+ Robustness on ", part)]
+    found = [part for part in parts if re.match(r"#+ (Robustness|Transfer attacks) on ", part)]
     if not found:
         raise RuntimeError(f"{where}: the rows have no robustness rows to tabulate")
     return "".join(found)
