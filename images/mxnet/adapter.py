@@ -780,6 +780,9 @@ class Adapter:
         inputs = [value for value in model.graph.input if value.name not in weights]
         del model.graph.input[:]
         model.graph.input.extend(inputs)
+        for value in list(model.graph.input) + list(model.graph.output):
+            # mx2onnx leaves the free batch dimension unnamed; named as PyTorch's graphs name it
+            value.type.tensor_type.shape.dim[0].dim_param = "images"
         onnx.checker.check_model(model)
         onnx.save(model, path)
 
