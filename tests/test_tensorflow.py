@@ -13,7 +13,7 @@ import os
 import pandas as pd
 import pytest
 
-from conftest import NO_CHECKS, assert_model_size, assert_robustness, dlbench
+from conftest import NO_CHECKS, assert_migration, assert_model_size, assert_robustness, dlbench
 
 pytestmark = pytest.mark.docker
 
@@ -77,6 +77,7 @@ def test_both_quick_runs_are_stored_as_ok(quick_results):
 def test_deep_mnist(quick_results, quick_run):
     row = quick_results["mnist"]
     assert_robustness(quick_run("tensorflow"), row)    # by GradientTape
+    assert_migration(quick_run("tensorflow"), row)     # its layer list: NHWC weights as NCHW
     assert row.model == "tf-mnist-deep"
     # conv1 5*5*1*32 + 32 = 832; conv2 5*5*32*64 + 64 = 51264;
     # fc1 3136*1024 + 1024 = 3212288; fc2 1024*10 + 10 = 10250
@@ -96,6 +97,7 @@ def test_deep_mnist(quick_results, quick_run):
 def test_cifar10_tutorial(quick_results, quick_run):
     row = quick_results["cifar10"]
     assert_robustness(quick_run("tensorflow"), row)    # through the crop and standardisation
+    assert row.migration_reason.startswith("TensorFlow's CIFAR-10 model needs layer kinds")
     assert row.model == "tf-cifar10-tutorial"
     # conv1 5*5*3*64 + 64 = 4864; conv2 5*5*64*64 + 64 = 102464;
     # local3 (6*6*64)*384 + 384 = 885120; local4 384*192 + 192 = 73920;

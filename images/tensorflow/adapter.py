@@ -1050,6 +1050,35 @@ class Adapter:
         with tf.device(self.device):
             return float(self._summed_loss(self._logits(tf.constant(pixels)), labels))
 
+    # -- migration: the trained model as a layer list (TensorFlow has no ONNX exporter here) ----
+    def logits(self, pixels):
+        """The logits test() scores for ``pixels`` (the graph's output)."""
+        tf = self.tf
+        with tf.device(self.device):
+            return self._logits(tf.constant(pixels)).numpy()
+
+    def export_layers(self, pixels):
+        """MNIST's deep convnet as a layer list (``orchestrator/onnx_layers.py``), the weights
+        test() scores with: TF's HWIO kernels as OIHW; SAME padding of a 5 x 5 convolution,
+        stride 1, is 2 on every side, and its 2 x 2 pooling, stride 2, of 28 and 14 needs
+        none; fc1 takes TF's NHWC flattening, so its rows are put in the list's C-order
+        (NCHW) flattening.  CIFAR-10's model (a crop, per-image standardisation and LRN)
+        needs layer kinds the list does not have yet."""
+        if self.augment is not None:
+            from dlbench_runner.migration import NoExport
+            raise NoExport("TensorFlow's CIFAR-10 model needs layer kinds the layer list does not "
+                           "have yet (a central crop, per-image standardisation, LRN)")
+        params = self.averages if self.averages is not None else self.model.variables
+        w1, b1, w2, b2, w3, b3, w4, b4 = [np.asarray(v.numpy(), dtype=np.float32) for v in params]
+        # fc1's rows are indexed h, w, c (NHWC flattened): reorder them to c, h, w
+        fc1 = w3.reshape(7, 7, 64, -1).transpose(2, 0, 1, 3).reshape(7 * 7 * 64, -1)
+        layers = [{"op": "reshape", "shape": [1, 28, 28]}]
+        for w, b in ((w1, b1), (w2, b2)):
+            layers += [{"op": "conv", "weight": w.transpose(3, 2, 0, 1), "bias": b, "pads": [2, 2, 2, 2]},
+                       {"op": "relu"}, {"op": "pool", "mode": "max", "kernel": [2, 2], "stride": [2, 2]}]
+        return layers + [{"op": "flatten"}, {"op": "dense", "weight": fc1.T, "bias": b3}, {"op": "relu"},
+                         {"op": "dense", "weight": w4.T, "bias": b4}]
+
     # -- save ----------------------------------------------------------------
     def save(self, folder):
         """A TensorFlow checkpoint (tf.train.Checkpoint: an index and a data file) of the
