@@ -56,8 +56,13 @@ SOURCE_PINS = "/opt/dlbench/sources.txt"
 TAG = b":::DLBENCH-TH "
 # the robustness check's files, in the harness's working directory (named relative to it)
 ROBUST_FILES = {"pixels": "robust-pixels.f64", "labels": "robust-labels.u8",
-                "gradient": "robust-gradient.f64", "losses": "robust-losses.f64"}
-ROBUST_ANSWERS = {"predict": "predicted", "loss": "loss", "gradient": "gradient", "losses": "losses"}
+                "gradient": "robust-gradient.f64", "losses": "robust-losses.f64",
+                "logits": "robust-logits.f64"}
+ROBUST_ANSWERS = {"predict": "predicted", "loss": "loss", "gradient": "gradient", "losses": "losses",
+                  "logits": "logits"}
+# the migration check's layer kinds of Lua Torch7's modules without weights
+PLAIN_MODULES = {"nn.Tanh": "tanh", "nn.ReLU": "relu", "nn.Sigmoid": "sigmoid", "nn.SoftMax": "softmax",
+                 "nn.LogSoftMax": "log_softmax", "nn.Reshape": "flatten", "nn.View": "flatten"}
 
 
 class ScriptError(RuntimeError):
@@ -243,6 +248,63 @@ class Adapter:
         self._ask("losses", pixels, labels)
         return numpy.fromfile(os.path.join(self.work, ROBUST_FILES["losses"]), dtype=numpy.float64)
 
+    # -- migration: the trained model as a layer list, read from th ------------------------------
+    def logits(self, pixels):
+        """The model's LogSoftMax outputs for ``pixels``, through the harness's preprocessing."""
+        self._ask("logits", pixels)
+        found = numpy.fromfile(os.path.join(self.work, ROBUST_FILES["logits"]), dtype=numpy.float64)
+        return found.reshape(len(pixels), -1)
+
+    def export_layers(self, pixels):
+        """MNIST's convnet as a layer list (``orchestrator/onnx_layers.py``): the harness
+        writes the trained modules (``layers`` request), and they become, after the
+        script's preprocessing (x 255, zero-padded to 32 x 32, the test set's mean and
+        standard deviation), conv (SpatialConvolutionMM's nOut x (nIn kH kW) weight as
+        nOut x nIn x kH x kW), pool, flatten, dense and the activations, in float32 as the
+        script computes.  A module of another kind, or CIFAR-10's contrast normalisation,
+        is a reason (``NoExport``)."""
+        from dlbench_runner.migration import NoExport
+        self._finished()
+        folder = os.path.join(self.work, "layers")
+        os.makedirs(folder, exist_ok=True)
+        self.proc.stdin.write(b"layers " + folder.encode() + b"\n")
+        self.proc.stdin.flush()
+        found = self._next_event()
+        if found["event"] == "unavailable":
+            raise NoExport("Lua Torch7 harness: %s" % found.get("reason"))
+        if found["event"] != "layers":
+            raise ScriptError("expected layers from the harness, got %s" % found)
+        with open(os.path.join(folder, "layers.json")) as f:
+            described = json.load(f)
+
+        def array(index, name, shape):
+            path = os.path.join(folder, "%d.%s" % (index, name))
+            return numpy.fromfile(path, dtype=numpy.float64).reshape(shape).astype(numpy.float32)
+
+        mean, std = float(described["mean"]), float(described["std"])
+        layers = [{"op": "affine", "scale": 255.0}, {"op": "reshape", "shape": [1, 28, 28]},
+                  {"op": "pad", "pads": [2, 2, 2, 2]}, {"op": "affine", "scale": 1.0 / std, "shift": -mean / std}]
+        for index, module in enumerate(described["modules"], start=1):
+            kind = module["type"]
+            pads = [module.get("padH", 0), module.get("padW", 0)] * 2
+            if kind in ("nn.SpatialConvolutionMM", "nn.SpatialConvolution"):
+                shape = (module["nOutputPlane"], module["nInputPlane"], module["kH"], module["kW"])
+                layers.append({"op": "conv", "weight": array(index, "weight", module["weight"]).reshape(shape),
+                               "bias": array(index, "bias", module["bias"]),
+                               "stride": [module["dH"], module["dW"]], "pads": pads})
+            elif kind == "nn.SpatialMaxPooling":
+                layers.append({"op": "pool", "mode": "max", "kernel": [module["kH"], module["kW"]],
+                               "stride": [module["dH"], module["dW"]], "pads": pads,
+                               "ceil": bool(module.get("ceil_mode", False))})
+            elif kind == "nn.Linear":
+                layers.append({"op": "dense", "weight": array(index, "weight", module["weight"]),
+                               "bias": array(index, "bias", module["bias"])})
+            elif kind in PLAIN_MODULES:
+                layers.append({"op": PLAIN_MODULES[kind]})
+            else:
+                raise NoExport("Lua Torch7's %s has no layer kind in the layer list yet" % kind)
+        return layers
+
     def _ask(self, request, pixels, labels=None):
         """One robustness request of the harness's: the pixels (float64) and labels (uint8)
         written as raw files in its working directory, named relative to it; its answer, or
@@ -251,7 +313,7 @@ class Adapter:
         names = [self._write_raw("pixels", pixels, numpy.float64)]
         if labels is not None:
             names.append(self._write_raw("labels", labels, numpy.uint8))
-        if request in ("gradient", "losses"):
+        if request in ("gradient", "losses", "logits"):
             names.append(ROBUST_FILES[request])
         line = " ".join([request, str(len(pixels))] + names)
         self.proc.stdin.write(line.encode() + b"\n")

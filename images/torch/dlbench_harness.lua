@@ -23,6 +23,9 @@
 --     gradient N PIXELS LABELS GRADIENT   -> `gradient` {loss, predicted}, and GRADIENT written
 --     losses N PIXELS LABELS LOSSES       -> `losses`, and LOSSES written: each image's loss,
 --                                            raw float64 (the gradient check's 65 images at once)
+--     logits N PIXELS OUT                 -> `logits`, and OUT written: the model's outputs
+--     layers DIR                          -> `layers`: the model's modules for the migration
+--                                            check (see `layers` below)
 --   the last four for the robustness check: PIXELS holds N images in [0, 1] as raw float64
 --   (MNIST N x 28 x 28, CIFAR-10 N x 3 x 32 x 32), LABELS their classes as raw uint8 (0-9),
 --   GRADIENT gets the loss's gradient with respect to the pixels, raw float64 of their shape
@@ -379,6 +382,10 @@ local function robust(request, n, pixels_path, labels_path, out_path)
    local input = preprocessing:forward(pixels):type(model_type)
    model:evaluate()
    local output = model:updateOutput(input)
+   if request == 'logits' then       -- the model's LogSoftMax outputs, N x 10
+      write_doubles(labels_path, output)
+      return emit('logits')
+   end
    local _, classes = output:double():max(2)
    local predicted = classes:select(2, 1):add(-1):totable()
    if request == 'predict' then return emit('predicted', {predicted = predicted}) end
@@ -395,12 +402,53 @@ local function robust(request, n, pixels_path, labels_path, out_path)
    emit('gradient', {loss = loss, predicted = predicted})
 end
 
-local ROBUST_REQUESTS = {predict = true, loss = true, gradient = true, losses = true}
+local ROBUST_REQUESTS = {predict = true, loss = true, gradient = true, losses = true, logits = true}
+
+-- `layers DIR`: the migration check's view of the trained model, MNIST's only (CIFAR-10's
+-- contrast normalisation has no layer kind yet): DIR/layers.json lists the model's modules
+-- in order (their type and sizes) and the preprocessing's constants, each weight and bias a
+-- raw float64 file beside it (`<index>.weight`, `<index>.bias`).  Answered by `layers`, or
+-- `unavailable` {reason}.
+local LAYER_FIELDS = {'nInputPlane', 'nOutputPlane', 'kW', 'kH', 'dW', 'dH', 'padW', 'padH',
+                      'ceil_mode', 'size', 'numInputDims'}
+local function layers(dir)
+   local model = rawget(_G, 'model')
+   if config.dataset ~= 'mnist' then
+      return emit('unavailable', {reason = "Lua Torch7's CIFAR-10 preprocessing (its contrast "
+                                  .. "normalisation) has no layer kind in the layer list yet"})
+   end
+   local test = statistics.test
+   if not (model and test) then
+      return emit('unavailable', {reason = 'the script made no global model or test statistics'})
+   end
+   local found = {}
+   for index, module in ipairs(model.modules) do
+      local entry = {type = torch.typename(module)}
+      for _, field in ipairs(LAYER_FIELDS) do
+         local value = module[field]
+         if type(value) == 'number' or type(value) == 'boolean' then entry[field] = value end
+         if torch.isTypeOf(value, 'torch.LongStorage') then entry[field] = value:totable() end
+      end
+      for _, name in ipairs({'weight', 'bias'}) do
+         if torch.isTensor(module[name]) then
+            entry[name] = module[name]:size():totable()
+            write_doubles(dir .. '/' .. index .. '.' .. name, module[name])
+         end
+      end
+      found[index] = entry
+   end
+   local file = io.open(dir .. '/layers.json', 'w')
+   file:write(cjson.encode({modules = found, mean = test.mean, std = test.std}))
+   file:close()
+   emit('layers')
+end
 for line in io.stdin:lines() do
    local words = {}
    for word in line:gmatch('%S+') do words[#words + 1] = word end
    if words[1] == 'save' then
       save(line:match('^save (.+)$'))
+   elseif words[1] == 'layers' then
+      layers(line:match('^layers (.+)$'))
    elseif ROBUST_REQUESTS[words[1]] and tonumber(words[2]) then
       robust(words[1], tonumber(words[2]), words[3], words[4], words[5])
    else
