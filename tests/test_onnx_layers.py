@@ -114,6 +114,10 @@ def reference(layers, arrays, pixels):
             x = np.tanh(x)
         elif op == "sigmoid":
             x = 1 / (1 + np.exp(-x))
+        elif op == "contrast":
+            x = x.copy()
+            x[:, layer["channel"]] = contrast(x[:, layer["channel"]], arrays[layer["kernel"]].astype(np.float64),
+                                              layer["threshold"], layer["value"])
         elif op in ("softmax", "log_softmax"):
             z = x - x.max(axis=1, keepdims=True)
             x = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
@@ -121,11 +125,38 @@ def reference(layers, arrays, pixels):
     return x
 
 
+def smoothed(planes, taps):
+    """Each N x H x W plane's centred cross-correlation with taps down, then across, over
+    its zero padding, by loops."""
+    half, (n, h, w) = len(taps) // 2, planes.shape
+    padded = np.pad(planes, ((0, 0), (half, half), (half, half)))
+    down = np.zeros((n, h, w + 2 * half))
+    for i in range(h):
+        for k, tap in enumerate(taps):
+            down[:, i] += tap * padded[:, i + k]
+    out = np.zeros((n, h, w))
+    for j in range(w):
+        for k, tap in enumerate(taps):
+            out[:, :, j] += tap * down[:, :, j + k]
+    return out
+
+
+def contrast(planes, kernel, threshold, value):
+    """nn.SpatialContrastiveNormalization of N x H x W planes, as torch/nn's sources compute
+    it: subtractive, then divisive, each divided by the smoothing of ones."""
+    taps = kernel / kernel.sum()
+    coef = smoothed(np.ones((1,) + planes.shape[1:]), taps)
+    z = planes - smoothed(planes, taps) / coef
+    std = np.sqrt(smoothed(z * z, taps)) / coef
+    return z / np.where(std > threshold, std, value)
+
+
 RNG = np.random.RandomState(5)
 W = {"w": RNG.randn(4, 3, 3, 3).astype(np.float32), "b": RNG.randn(4).astype(np.float32),
      "g": RNG.randn(6, 1, 2, 3).astype(np.float32), "d": RNG.randn(5, 27).astype(np.float32),
      "c": RNG.randn(3, 1, 1).astype(np.float32), "m": RNG.rand(3, 9, 9).astype(np.float32),
-     "v": RNG.randn(5).astype(np.float32), "d36": RNG.randn(5, 36).astype(np.float32)}
+     "v": RNG.randn(5).astype(np.float32), "d36": RNG.randn(5, 36).astype(np.float32),
+     "k": np.exp(-np.linspace(-1.5, 1.5, 5) ** 2)}
 
 
 def pool(mode, kernel, stride, pads=(0, 0, 0, 0), ceil=False, divisor="valid"):
@@ -153,6 +184,11 @@ CASES = {
     "dense, softmax": [{"op": "conv", "weight": "w", "bias": "b", "stride": [3, 3]},     # 4 x 3 x 3
                        {"op": "flatten"}, {"op": "affine", "scale": 0.5},
                        {"op": "dense", "weight": "d36", "bias": "v"}, {"op": "softmax"}],
+    "contrast of the middle plane (Torch's)": [{"op": "affine", "scale": 255.0},
+                                               {"op": "contrast", "channel": 1, "kernel": "k",
+                                                "threshold": 1e-4, "value": 1e-4}],
+    "contrast of the first plane, a small divisor kept": [{"op": "contrast", "channel": 0, "kernel": "k",
+                                                           "threshold": 0.3, "value": 0.5}],
     "dense without bias, log_softmax": [{"op": "conv", "weight": "w", "stride": [3, 3]}, {"op": "flatten"},
                                         {"op": "dense", "weight": "d36"}, {"op": "log_softmax"}],
 }
@@ -258,6 +294,12 @@ def bomb() -> bytes:
     (DENSE + [{"op": "dense", "weight": "d"}], GOOD, "layer 2 (dense): the array d is used twice"),
     (DENSE, dict(GOOD, extra=np.ones(3, np.float32)), "layers.npz holds arrays no layer uses: extra"),
     ([pool("max", [2, 2], [1, 1], (2, 0, 0, 0))], {}, "layer 0 (pool): the padding must be less than the 2x2 kernel"),
+    ([{"op": "contrast", "channel": 3, "kernel": "k"}], {"k": np.ones(3)},
+     "layer 0 (contrast): there is no channel 3 in 3x2x2"),
+    ([{"op": "contrast", "kernel": "k"}], {"k": np.ones(2)},
+     "layer 0 (contrast): the kernel must be one odd length up to 3, not 2"),
+    ([{"op": "contrast", "kernel": "k"}], {"k": np.array([1.0, -1.0, 1.0])},
+     "layer 0 (contrast): the kernel's taps must be at least 0 and sum to more than 0"),
     (DENSE, {"d": np.array([object()] * 3), "b": GOOD["b"]}, "layers.npz is invalid: "),       # a pickle
     (DENSE, {"d": np.ones((10, 12), np.int64), "b": GOOD["b"]},
      "layers.npz is invalid: d must be float32 or float64 of 1 to 4 dimensions, not int64 of 2"),
