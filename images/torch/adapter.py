@@ -60,6 +60,9 @@ ROBUST_FILES = {"pixels": "robust-pixels.f64", "labels": "robust-labels.u8",
                 "logits": "robust-logits.f64"}
 ROBUST_ANSWERS = {"predict": "predicted", "loss": "loss", "gradient": "gradient", "losses": "losses",
                   "logits": "logits"}
+# the script's tensor types (the harness's `finish`), as numpy's
+TENSOR_DTYPES = {"torch.FloatTensor": numpy.float32, "torch.DoubleTensor": numpy.float64,
+                 "torch.CudaTensor": numpy.float32, "torch.CudaDoubleTensor": numpy.float64}
 # the migration check's layer kinds of Lua Torch7's modules without weights
 PLAIN_MODULES = {"nn.Tanh": "tanh", "nn.ReLU": "relu", "nn.Sigmoid": "sigmoid", "nn.SoftMax": "softmax",
                  "nn.LogSoftMax": "log_softmax", "nn.Reshape": "flatten", "nn.View": "flatten"}
@@ -256,13 +259,14 @@ class Adapter:
         return found.reshape(len(pixels), -1)
 
     def export_layers(self, pixels):
-        """MNIST's convnet as a layer list (``orchestrator/onnx_layers.py``): the harness
-        writes the trained modules (``layers`` request), and they become, after the
-        script's preprocessing (x 255, zero-padded to 32 x 32, the test set's mean and
-        standard deviation), conv (SpatialConvolutionMM's nOut x (nIn kH kW) weight as
-        nOut x nIn x kH x kW), pool, flatten, dense and the activations, in float32 as the
-        script computes.  A module of another kind, or CIFAR-10's contrast normalisation,
-        is a reason (``NoExport``)."""
+        """The script's preprocessing and trained model as a layer list
+        (``orchestrator/onnx_layers.py``): the harness writes the trained modules and the
+        preprocessing's constants (``layers`` request); they become, after the preprocessing
+        the harness rebuilds (``MNIST_PREPROCESSING``, ``cifar_preprocessing``), conv
+        (SpatialConvolutionMM's nOut x (nIn kH kW) weight as nOut x nIn x kH x kW; a
+        SpatialConvolutionMap's connection table as the dense weight of the same
+        cross-correlation), pool, flatten, dense and the activations, in the script's tensor
+        type.  A module of another kind is a reason (``NoExport``)."""
         from dlbench_runner.migration import NoExport
         self._finished()
         folder = os.path.join(self.work, "layers")
@@ -276,14 +280,27 @@ class Adapter:
             raise ScriptError("expected layers from the harness, got %s" % found)
         with open(os.path.join(folder, "layers.json")) as f:
             described = json.load(f)
+        dtype = TENSOR_DTYPES.get(self.finish.get("tensor_type"))
+        if dtype is None:
+            raise NoExport("Lua Torch7's model is %s, not float32 or float64" % self.finish.get("tensor_type"))
 
-        def array(index, name, shape):
-            path = os.path.join(folder, "%d.%s" % (index, name))
-            return numpy.fromfile(path, dtype=numpy.float64).reshape(shape).astype(numpy.float32)
+        def array(prefix, name, shape):
+            path = os.path.join(folder, "%s.%s" % (prefix, name))
+            return numpy.fromfile(path, dtype=numpy.float64).reshape(shape).astype(dtype)
 
-        mean, std = float(described["mean"]), float(described["std"])
-        layers = [{"op": "affine", "scale": 255.0}, {"op": "reshape", "shape": [1, 28, 28]},
-                  {"op": "pad", "pads": [2, 2, 2, 2]}, {"op": "affine", "scale": 1.0 / std, "shift": -mean / std}]
+        if self.ctx.dataset == "mnist":
+            mean, std = float(described["mean"]), float(described["std"])
+            layers = [{"op": "affine", "scale": 255.0}, {"op": "reshape", "shape": [1, 28, 28]},
+                      {"op": "pad", "pads": [2, 2, 2, 2]},
+                      {"op": "affine", "scale": 1.0 / std, "shift": -mean / std}]
+        else:
+            normalization = described["normalization"]
+            if normalization["type"] != "nn.SpatialContrastiveNormalization" \
+                    or normalization.get("nInputPlane") != 1 or len(normalization.get("kernel", [])) != 1:
+                raise NoExport("Lua Torch7's CIFAR-10 normalization is %s, not a SpatialContrastiveNormalization "
+                               "of one plane with a 1-D kernel" % normalization["type"])
+            layers = cifar_preprocessing(described, array("normalization", "kernel", normalization["kernel"]),
+                                         dtype)
         for index, module in enumerate(described["modules"], start=1):
             kind = module["type"]
             pads = [module.get("padH", 0), module.get("padW", 0)] * 2
@@ -292,6 +309,16 @@ class Adapter:
                 layers.append({"op": "conv", "weight": array(index, "weight", module["weight"]).reshape(shape),
                                "bias": array(index, "bias", module["bias"]),
                                "stride": [module["dH"], module["dW"]], "pads": pads})
+            elif kind == "nn.SpatialConvolutionMap":
+                # each row of its connection table (input plane, output plane, from 1) one
+                # kernel: the dense weight of the same cross-correlation, zero off the table
+                kernels = array(index, "weight", module["weight"])
+                table = array(index, "connTable", module["connTable"]).astype(numpy.int64) - 1
+                weight = numpy.zeros((module["nOutputPlane"], module["nInputPlane"]) + kernels.shape[1:], dtype)
+                for (plane, out), kernel in zip(table, kernels):
+                    weight[out, plane] += kernel
+                layers.append({"op": "conv", "weight": weight, "bias": array(index, "bias", module["bias"]),
+                               "stride": [module["dH"], module["dW"]]})
             elif kind == "nn.SpatialMaxPooling":
                 layers.append({"op": "pool", "mode": "max", "kernel": [module["kH"], module["kW"]],
                                "stride": [module["dH"], module["dW"]], "pads": pads,
@@ -360,6 +387,22 @@ class Adapter:
                           "tensor_type": self.finish["tensor_type"], "th_blas": self.finish["blas"],
                           "sources": _pins()},
         }
+
+
+def cifar_preprocessing(described, kernel, dtype):
+    """train-on-cifar-10.lua's preprocessing as the harness rebuilds it, as layers: the
+    bytes, image.rgb2yuv (a 1 x 1 convolution), the script's SpatialContrastiveNormalization
+    on Y (its kernel, threshold and thresval), U and V add(-mean), then the product with
+    -1 / std (the script's div(-std)) with the training set's statistics."""
+    normalization = described["normalization"]
+    shift = numpy.array([0.0, -described["mean_u"], -described["mean_v"]], dtype).reshape(3, 1, 1)
+    scale = numpy.array([1.0, -1.0 / described["std_u"], -1.0 / described["std_v"]], dtype).reshape(3, 1, 1)
+    return [{"op": "affine", "scale": 255.0},
+            {"op": "conv", "weight": numpy.array(described["rgb_to_yuv"], dtype).reshape(3, 3, 1, 1)},
+            {"op": "contrast", "channel": 0, "kernel": kernel,
+             "threshold": float(normalization["threshold"]), "value": float(normalization["thresval"])},
+            {"op": "affine", "shift": shift},
+            {"op": "affine", "scale": scale}]
 
 
 def _classes(answer):

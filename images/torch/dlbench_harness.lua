@@ -404,41 +404,58 @@ end
 
 local ROBUST_REQUESTS = {predict = true, loss = true, gradient = true, losses = true, logits = true}
 
--- `layers DIR`: the migration check's view of the trained model, MNIST's only (CIFAR-10's
--- contrast normalisation has no layer kind yet): DIR/layers.json lists the model's modules
--- in order (their type and sizes) and the preprocessing's constants, each weight and bias a
--- raw float64 file beside it (`<index>.weight`, `<index>.bias`).  Answered by `layers`, or
--- `unavailable` {reason}.
+-- `layers DIR`: the migration check's view of the trained model: DIR/layers.json lists the
+-- model's modules in order (their type and sizes) and the preprocessing's constants (MNIST:
+-- the test set's mean and std; CIFAR-10: the training set's mean_u, std_u, mean_v, std_v,
+-- the harness's rows of image.rgb2yuv, and the script's `normalization`: its type,
+-- nInputPlane, threshold and thresval), each weight, bias and connection table a raw float64
+-- file beside it (`<index>.weight`, `<index>.bias`, `<index>.connTable`; the normalization's
+-- kernel `normalization.kernel`).  Answered by `layers`, or `unavailable` {reason}.
 local LAYER_FIELDS = {'nInputPlane', 'nOutputPlane', 'kW', 'kH', 'dW', 'dH', 'padW', 'padH',
-                      'ceil_mode', 'size', 'numInputDims'}
+                      'ceil_mode', 'size', 'numInputDims', 'threshold', 'thresval'}
+local LAYER_ARRAYS = {'weight', 'bias', 'connTable'}
+
+local function describe(module, dir, prefix, arrays)
+   local entry = {type = torch.typename(module)}
+   for _, field in ipairs(LAYER_FIELDS) do
+      local value = module[field]
+      if type(value) == 'number' or type(value) == 'boolean' then entry[field] = value end
+      if torch.isTypeOf(value, 'torch.LongStorage') then entry[field] = value:totable() end
+   end
+   for _, name in ipairs(arrays) do
+      if torch.isTensor(module[name]) then
+         entry[name] = module[name]:size():totable()
+         write_doubles(dir .. '/' .. prefix .. '.' .. name, module[name])
+      end
+   end
+   return entry
+end
+
 local function layers(dir)
    local model = rawget(_G, 'model')
-   if config.dataset ~= 'mnist' then
-      return emit('unavailable', {reason = "Lua Torch7's CIFAR-10 preprocessing (its contrast "
-                                  .. "normalisation) has no layer kind in the layer list yet"})
-   end
-   local test = statistics.test
-   if not (model and test) then
-      return emit('unavailable', {reason = 'the script made no global model or test statistics'})
-   end
-   local found = {}
-   for index, module in ipairs(model.modules) do
-      local entry = {type = torch.typename(module)}
-      for _, field in ipairs(LAYER_FIELDS) do
-         local value = module[field]
-         if type(value) == 'number' or type(value) == 'boolean' then entry[field] = value end
-         if torch.isTypeOf(value, 'torch.LongStorage') then entry[field] = value:totable() end
-      end
-      for _, name in ipairs({'weight', 'bias'}) do
-         if torch.isTensor(module[name]) then
-            entry[name] = module[name]:size():totable()
-            write_doubles(dir .. '/' .. index .. '.' .. name, module[name])
+   if not model then return emit('unavailable', {reason = 'the script made no global model'}) end
+   local described = {modules = {}}
+   if config.dataset == 'mnist' then
+      local test = statistics.test
+      if not test then return emit('unavailable', {reason = 'the script made no test statistics'}) end
+      described.mean, described.std = test.mean, test.std
+   elseif config.dataset == 'cifar10' then
+      for _, name in ipairs({'normalization', 'mean_u', 'std_u', 'mean_v', 'std_v'}) do
+         if rawget(_G, name) == nil then
+            return emit('unavailable', {reason = 'the script made no global ' .. name})
          end
+         described[name] = rawget(_G, name)
       end
-      found[index] = entry
+      described.normalization = describe(normalization, dir, 'normalization', {'kernel'})
+      described.rgb_to_yuv = RGB_TO_YUV
+   else
+      return emit('unavailable', {reason = 'no preprocessing is known for ' .. tostring(config.dataset)})
+   end
+   for index, module in ipairs(model.modules) do
+      described.modules[index] = describe(module, dir, index, LAYER_ARRAYS)
    end
    local file = io.open(dir .. '/layers.json', 'w')
-   file:write(cjson.encode({modules = found, mean = test.mean, std = test.std}))
+   file:write(cjson.encode(described))
    file:close()
    emit('layers')
 end
