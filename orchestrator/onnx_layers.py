@@ -42,6 +42,18 @@ batch dimension; shapes below are one image's, without it.  The layers (``VERSIO
                   replaced by ``value`` where not above ``threshold`` (``_contrast``);
                   computed in float64 inside the graph
 
+TensorFlow's input pipeline and normalisation (the CIFAR-10 tutorial's):
+
+    crop          C x H x W to C x h x w: ``size`` [h, w], ``offset`` [top, left] of the
+                  window, or null for the central one (top (H - h) // 2, left likewise)
+    standardize   each image apart, over all its elements (n of them): (x - mean) /
+                  max(std, 1 / sqrt(n)), std the population's (tf.image.
+                  per_image_standardization)
+    lrn           C x H x W, across channels: x / (bias + alpha * s) ** beta, s the sum of
+                  x² over the channels c - ``radius`` to c + ``radius`` that exist
+                  (tf.nn.local_response_normalization's depth_radius, bias, alpha, beta;
+                  a sum, not Caffe's mean: Caffe's alpha is alpha / (2 radius + 1) here)
+
 The graph is float32 throughout, as onnxruntime has no float64 convolution: a float64
 model's arrays are rounded to float32 (``dtype`` says the model's own type, the check
 its cost).
@@ -149,7 +161,31 @@ class Contrast(_Layer):
     value: Number = 1e-4
 
 
-Layer = Annotated[Union[Affine, PadLayer, Reshape, Plain, Conv, Pool, Dense, Contrast], Field(discriminator="op")]
+
+# -- TensorFlow's input pipeline and normalisation (fields) ----------------------------
+class Crop(_Layer):
+    op: Literal["crop"]
+    size: Pair
+    offset: tuple[Pad, Pad] | None = None
+
+
+class Standardize(_Layer):
+    op: Literal["standardize"]
+
+
+class Lrn(_Layer):
+    op: Literal["lrn"]
+    radius: Annotated[int, Field(ge=0, le=1024)]
+    bias: Annotated[float, Field(gt=0, le=1e6, allow_inf_nan=False)] = 1.0
+    alpha: Annotated[float, Field(ge=0, le=1e6, allow_inf_nan=False)] = 1.0
+    beta: Annotated[float, Field(ge=-16, le=16, allow_inf_nan=False)] = 0.5
+
+
+# -- (end of TensorFlow's fields) ----------------------------------------------------
+
+
+Layer = Annotated[Union[Affine, PadLayer, Reshape, Plain, Conv, Pool, Dense, Contrast, Crop, Standardize, Lrn],
+                  Field(discriminator="op")]
 
 
 class Listing(BaseModel):
@@ -249,6 +285,14 @@ class _Graph:
         output = f"t{len(self.nodes)}"
         self.nodes.append(helper.make_node(op, [self.tensor] + inputs, [output], **attributes))
         self.tensor, self.shape = output, shape
+
+    def side(self, op: str, inputs: list[str], **attributes) -> str:
+        """A node off the chain, all its inputs named (a layer made of several); its output."""
+        from onnx import helper
+
+        output = f"t{len(self.nodes)}"
+        self.nodes.append(helper.make_node(op, inputs, [output], **attributes))
+        return output
 
     def add_macs(self, count: int) -> None:
         self.macs += count
@@ -487,8 +531,40 @@ def _contrast(graph: _Graph, where: str, layer: Contrast) -> None:
         graph.node("Concat", parts[1:], (c, h, w), axis=1)
 
 
+# -- TensorFlow's input pipeline and normalisation (building) ---------------------------
+def _crop(graph: _Graph, where: str, layer: Crop) -> None:
+    c, h, w = _image(graph, where)
+    kh, kw = layer.size
+    top, left = layer.offset if layer.offset is not None else ((h - kh) // 2, (w - kw) // 2)
+    if top < 0 or left < 0 or top + kh > h or left + kw > w:
+        raise Refused(f"{where}: a {kh}x{kw} window at {top},{left} reaches past its input {c}x{h}x{w}")
+    graph.node("Slice", [graph.constant([top, left], np.int64), graph.constant([top + kh, left + kw], np.int64),
+                         graph.constant([2, 3], np.int64)], (c, kh, kw))
+
+
+def _standardize(graph: _Graph, where: str, layer: Standardize) -> None:
+    axes = list(range(1, len(graph.shape) + 1))
+    x, shape = graph.tensor, graph.shape
+    mean = graph.side("ReduceMean", [x], axes=axes, keepdims=1)
+    centred = graph.side("Sub", [x, mean])
+    variance = graph.side("ReduceMean", [graph.side("Mul", [centred, centred])], axes=axes, keepdims=1)
+    floor = graph.constant(1.0 / math.sqrt(math.prod(shape)))
+    deviation = graph.side("Max", [graph.side("Sqrt", [variance]), floor])
+    graph.tensor = centred              # the chain goes on from x - mean
+    graph.node("Div", [deviation], shape)
+
+
+def _lrn(graph: _Graph, where: str, layer: Lrn) -> None:
+    _image(graph, where)
+    size = 2 * layer.radius + 1         # ONNX's LRN divides the sum by its size
+    graph.node("LRN", [], graph.shape, size=size, alpha=layer.alpha * size, beta=layer.beta, bias=layer.bias)
+
+
+# -- (end of TensorFlow's building) --------------------------------------------------
+
+
 _LAYER = {Affine: _affine, PadLayer: _pad, Reshape: _reshape, Plain: _plain, Conv: _conv, Pool: _pool,
-          Dense: _dense, Contrast: _contrast}
+          Dense: _dense, Contrast: _contrast, Crop: _crop, Standardize: _standardize, Lrn: _lrn}
 
 
 def _shape(shape) -> str:

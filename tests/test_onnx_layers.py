@@ -122,6 +122,20 @@ def reference(layers, arrays, pixels):
             z = x - x.max(axis=1, keepdims=True)
             x = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
             x = x if op == "log_softmax" else np.exp(x)
+        # TensorFlow's input pipeline and normalisation
+        elif op == "crop":
+            (kh, kw), offset = layer["size"], layer.get("offset")
+            top, left = offset if offset is not None else ((x.shape[2] - kh) // 2, (x.shape[3] - kw) // 2)
+            x = x[:, :, top:top + kh, left:left + kw]
+        elif op == "standardize":
+            axes = tuple(range(1, x.ndim))
+            floor = 1 / math.sqrt(math.prod(x.shape[1:]))
+            x = (x - x.mean(axis=axes, keepdims=True)) / np.maximum(x.std(axis=axes, keepdims=True), floor)
+        elif op == "lrn":
+            r, bias, alpha, beta = (layer["radius"], layer.get("bias", 1.0), layer.get("alpha", 1.0),
+                                    layer.get("beta", 0.5))
+            sums = np.stack([(x[:, max(0, c - r):c + r + 1] ** 2).sum(axis=1) for c in range(x.shape[1])], axis=1)
+            x = x / (bias + alpha * sums) ** beta
     return x
 
 
@@ -191,6 +205,17 @@ CASES = {
                                                            "threshold": 0.3, "value": 0.5}],
     "dense without bias, log_softmax": [{"op": "conv", "weight": "w", "stride": [3, 3]}, {"op": "flatten"},
                                         {"op": "dense", "weight": "d36"}, {"op": "log_softmax"}],
+    # TensorFlow's input pipeline and normalisation
+    "central crop": [{"op": "crop", "size": [4, 7]}],
+    "crop at an offset": [{"op": "crop", "size": [3, 2], "offset": [6, 0]}],
+    "standardize": [{"op": "affine", "scale": 255.0, "shift": -20.0}, {"op": "standardize"}],
+    "standardize a vector": [{"op": "flatten"}, {"op": "standardize"}],
+    "standardize, the floor of the deviation": [{"op": "affine", "scale": 1e-3}, {"op": "standardize"}],
+    "lrn, TensorFlow's CIFAR-10": [{"op": "affine", "scale": 30.0},
+                                   {"op": "lrn", "radius": 1, "bias": 1.0, "alpha": 0.001 / 9, "beta": 0.75}],
+    "lrn, a radius past the channels": [{"op": "conv", "weight": "w", "bias": "b"},
+                                        {"op": "lrn", "radius": 4, "bias": 2.0, "alpha": 0.3, "beta": 0.6}],
+    "lrn, by its defaults": [{"op": "lrn", "radius": 0}],
 }
 
 
@@ -311,6 +336,11 @@ def bomb() -> bytes:
     ([{"op": "conv", "weight": "w", "pads": [400, 400, 400, 400]}], {"w": np.ones((3, 3, 1, 1), np.float32)},
      "layer 0: its output would be 3x802x802 per image"),
     ([{"op": "softmax"}], {}, "layer 0 (softmax): takes a vector, not 3x2x2"),
+    ([{"op": "crop", "size": [3, 2]}], {}, "layer 0 (crop): a 3x2 window at -1,0 reaches past its input 3x2x2"),
+    ([{"op": "crop", "size": [2, 2], "offset": [0, 1]}], {},
+     "layer 0 (crop): a 2x2 window at 0,1 reaches past its input 3x2x2"),
+    ([{"op": "flatten"}, {"op": "crop", "size": [1, 1]}], {}, "layer 1 (crop): takes C x H x W, not 12"),
+    ([{"op": "flatten"}, {"op": "lrn", "radius": 2}], {}, "layer 1 (lrn): takes C x H x W, not 12"),
 ])
 def test_a_layer_list_that_does_not_hold_together_is_refused(layers, arrays, reason):
     pixels_shape = (3, 2, 2)
@@ -336,6 +366,17 @@ def test_a_layer_list_that_does_not_hold_together_is_refused(layers, arrays, rea
     (files([{"op": "relu"}], {}, (4,), dtype="float16")[0], "layers.json is invalid: dtype: Input should be"),
     (files([{"op": "relu"}] * 300, {}, (4,))[0], "layers.json is invalid: layers: List should have at most 256"),
     (b" " * (2 << 20), "layers.json is 2097152 bytes, more than 1048576"),
+    (files([{"op": "lrn", "radius": 2, "bias": 0.0}], {}, (4,))[0],
+     "layers.json is invalid: layers.0.lrn.bias: Input should be greater than 0"),
+    (files([{"op": "lrn", "radius": -1}], {}, (4,))[0],
+     "layers.json is invalid: layers.0.lrn.radius: Input should be greater than or equal to 0"),
+    (files([{"op": "lrn", "radius": 2, "alpha": -1.0}], {}, (4,))[0], "layers.json is invalid: layers.0.lrn.alpha"),
+    (files([{"op": "lrn", "radius": 2, "beta": 1e9}], {}, (4,))[0], "layers.json is invalid: layers.0.lrn.beta"),
+    (files([{"op": "crop", "size": [0, 2]}], {}, (4,))[0], "layers.json is invalid: layers.0.crop.size.0"),
+    (files([{"op": "crop", "size": [2, 2], "offset": [-1, 0]}], {}, (4,))[0],
+     "layers.json is invalid: layers.0.crop.offset"),
+    (files([{"op": "standardize", "epsilon": 1e-3}], {}, (4,))[0],
+     "layers.json is invalid: layers.0.standardize.epsilon: Extra inputs"),
 ])
 def test_a_layer_list_that_is_not_the_format_is_refused(listing, reason):
     with pytest.raises(Refused) as refused:

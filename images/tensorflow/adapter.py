@@ -204,6 +204,41 @@ def conv_relu(tf, x, w, b):
     return tf.nn.relu(tf.nn.bias_add(tf.nn.conv2d(x, w, strides=1, padding="SAME"), b))
 
 
+# -- the models as the migration check's layer list (NCHW) ----------------------------
+def same_pads(size, kernel, stride):
+    """TF's SAME padding of one side: ceil(size / stride) outputs, the padding they need
+    split in two, the odd one after (bottom, right)."""
+    total = max((-(-size // stride) - 1) * stride + kernel - size, 0)
+    return total // 2, total - total // 2
+
+
+def conv_layers(w, b, size):
+    """conv_relu() of a square size x size input as layers: TF's HWIO kernel as OIHW,
+    SAME as explicit pads."""
+    (top, bottom), (left, right) = same_pads(size, w.shape[0], 1), same_pads(size, w.shape[1], 1)
+    return [{"op": "conv", "weight": np.ascontiguousarray(w.transpose(3, 2, 0, 1)), "bias": b,
+             "pads": [top, left, bottom, right]}, {"op": "relu"}]
+
+
+def pool_layer(kernel, stride, size):
+    """max_pool2d(kernel, stride, "SAME") of a square size x size input (the padding is
+    never the maximum, in TF as in the list)."""
+    before, after = same_pads(size, kernel, stride)
+    return {"op": "pool", "mode": "max", "kernel": [kernel, kernel], "stride": [stride, stride],
+            "pads": [before, before, after, after]}
+
+
+def dense_layer(w, b):
+    """tf.matmul(h, w) + b as a layer: the n x m weight as the list's m x n."""
+    return {"op": "dense", "weight": np.ascontiguousarray(w.T), "bias": b}
+
+
+def after_flatten(w, side, channels):
+    """A dense layer's n x m weight on TF's NHWC flattening (its rows h, w, c) with its rows
+    permuted for the list's NCHW flattening (c, h, w); the graph needs no transpose."""
+    return w.reshape(side, side, channels, -1).transpose(2, 0, 1, 3).reshape(side * side * channels, -1)
+
+
 class MnistDeep:
     """mnist_deep.py deepnn(): input N x 28 x 28 x 1 in [0, 1] -> logits."""
 
@@ -239,6 +274,15 @@ class MnistDeep:
         if dropout_seed is not None:
             h = tf.nn.experimental.stateless_dropout(h, rate=1.0 - self.keep_prob, seed=dropout_seed)
         return tf.matmul(h, w4) + b4
+
+    @staticmethod
+    def layers(params):
+        """logits() as testing runs it (no dropout) as a layer list, from 1 x 28 x 28."""
+        w1, b1, w2, b2, w3, b3, w4, b4 = params
+        return [*conv_layers(w1, b1, 28), pool_layer(2, 2, 28),
+                *conv_layers(w2, b2, 14), pool_layer(2, 2, 14),
+                {"op": "flatten"}, dense_layer(after_flatten(w3, 7, 64), b3), {"op": "relu"},
+                dense_layer(w4, b4)]
 
 
 class Cifar10Tutorial:
@@ -295,6 +339,18 @@ class Cifar10Tutorial:
         if taps is not None:
             taps.update(zip(self.LAYERS, (conv1, conv2, local3, local4, logits)))
         return logits
+
+    @staticmethod
+    def layers(params):
+        """logits() as a layer list, from the standardised 3 x 24 x 24 crop."""
+        w1, b1, w2, b2, w3, b3, w4, b4, w5, b5 = params
+        lrn = {"op": "lrn", "radius": 4, "bias": 1.0, "alpha": 0.001 / 9.0, "beta": 0.75}
+        size = CIFAR_CROP       # 24, pooled to 12 (padded 0 before, 1 after), then to 6
+        return [*conv_layers(w1, b1, size), pool_layer(3, 2, size), lrn,
+                *conv_layers(w2, b2, size // 2), lrn, pool_layer(3, 2, size // 2),
+                {"op": "flatten"}, dense_layer(after_flatten(w3, size // 4, 64), b3), {"op": "relu"},
+                dense_layer(w4, b4), {"op": "relu"},
+                dense_layer(w5, b5)]
 
 
 def _variable(tf, initialisers, name, initialiser):
@@ -819,8 +875,7 @@ class Adapter:
 
     def _test_step(self, images, labels):
         tf, model = self.tf, self.model
-        params = self.averages if self.averages is not None else model.variables
-        logits = model.logits(params, self._central(images))
+        logits = model.logits(self._params(), self._central(images))
         loss = tf.reduce_sum(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
         correct = tf.reduce_sum(tf.cast(tf.equal(tf.argmax(logits, 1, output_type=tf.int32), labels),
                                         tf.int32))
@@ -1014,10 +1069,13 @@ class Adapter:
             return x[..., None]
         return self._central(tf.transpose(x * 255.0, [0, 2, 3, 1]))
 
+    def _params(self):
+        """The weights test() scores with: the moving averages where the model keeps them."""
+        return self.averages if self.averages is not None else self.model.variables
+
     def _logits(self, pixels):
-        """The logits test() scores: from the moving averages where the model keeps them."""
-        params = self.averages if self.averages is not None else self.model.variables
-        return self.model.logits(params, self.model_input(pixels))
+        """The logits test() scores."""
+        return self.model.logits(self._params(), self.model_input(pixels))
 
     def _summed_loss(self, logits, labels):
         """The training loss's cross entropy, summed over the batch (CIFAR-10's weight decay,
@@ -1058,26 +1116,16 @@ class Adapter:
             return self._logits(tf.constant(pixels)).numpy()
 
     def export_layers(self, pixels):
-        """MNIST's deep convnet as a layer list (``orchestrator/onnx_layers.py``), the weights
-        test() scores with: TF's HWIO kernels as OIHW; SAME padding of a 5 x 5 convolution,
-        stride 1, is 2 on every side, and its 2 x 2 pooling, stride 2, of 28 and 14 needs
-        none; fc1 takes TF's NHWC flattening, so its rows are put in the list's C-order
-        (NCHW) flattening.  CIFAR-10's model (a crop, per-image standardisation and LRN)
-        needs layer kinds the list does not have yet."""
-        if self.augment is not None:
-            from dlbench_runner.migration import NoExport
-            raise NoExport("TensorFlow's CIFAR-10 model needs layer kinds the layer list does not "
-                           "have yet (a central crop, per-image standardisation, LRN)")
-        params = self.averages if self.averages is not None else self.model.variables
-        w1, b1, w2, b2, w3, b3, w4, b4 = [np.asarray(v.numpy(), dtype=np.float32) for v in params]
-        # fc1's rows are indexed h, w, c (NHWC flattened): reorder them to c, h, w
-        fc1 = w3.reshape(7, 7, 64, -1).transpose(2, 0, 1, 3).reshape(7 * 7 * 64, -1)
-        layers = [{"op": "reshape", "shape": [1, 28, 28]}]
-        for w, b in ((w1, b1), (w2, b2)):
-            layers += [{"op": "conv", "weight": w.transpose(3, 2, 0, 1), "bias": b, "pads": [2, 2, 2, 2]},
-                       {"op": "relu"}, {"op": "pool", "mode": "max", "kernel": [2, 2], "stride": [2, 2]}]
-        return layers + [{"op": "flatten"}, {"op": "dense", "weight": fc1.T, "bias": b3}, {"op": "relu"},
-                         {"op": "dense", "weight": w4.T, "bias": b4}]
+        """model_input() and the model as a layer list (``orchestrator/onnx_layers.py``), in
+        NCHW, with the weights test() scores with (CIFAR-10: the moving averages).  MNIST's
+        pixels are its input (read_data_sets' x / 255), given a channel; CIFAR-10's are
+        already 3 x 32 x 32: back to the bytes' scale, then _central's crop and per-image
+        standardisation, which give the same numbers channels first."""
+        params = [np.asarray(v.numpy(), dtype=np.float32) for v in self._params()]
+        if self.augment is None:
+            return [{"op": "reshape", "shape": [1, 28, 28]}] + self.model.layers(params)
+        return ([{"op": "affine", "scale": 255.0}, {"op": "crop", "size": [CIFAR_CROP, CIFAR_CROP]},
+                 {"op": "standardize"}] + self.model.layers(params))
 
     # -- save ----------------------------------------------------------------
     def save(self, folder):
