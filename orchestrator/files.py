@@ -58,3 +58,39 @@ def read_regular(name, limit: int, dir_fd: int | None = None, follow_links: bool
         return data
     finally:
         os.close(fd)
+
+
+def one_line(what: BaseException | str, limit: int = 300) -> str:
+    """An error (or its text) on one line of at most ``limit`` characters; an error that
+    says nothing is named by its type."""
+    text = " ".join(str(what).split())
+    if not text and isinstance(what, BaseException):
+        text = type(what).__name__
+    return text[:limit]
+
+
+def read_npz(data: bytes, name: str, limit: int, most: int) -> dict:
+    """The arrays of an ``.npz`` file dlbench did not make (``name``, for messages): a zip
+    of at most ``most`` arrays, none pickled, that unpack to at most ``limit`` bytes
+    together, each as its zip entry declares (numpy reads an entry no further than that,
+    so a small file that would inflate to gigabytes is refused before it is read); else
+    ``Refused`` with the reason on one line."""
+    import io
+    import zipfile
+
+    import numpy as np
+
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            members = archive.infolist()
+        if len(members) > most:
+            raise Refused(f"{name} holds {len(members)} arrays, more than {most}")
+        unpacked = sum(member.file_size for member in members)
+        if unpacked > limit:
+            raise Refused(f"{name} unpacks to {unpacked} bytes, more than {limit}")
+        with np.load(io.BytesIO(data), allow_pickle=False) as stored:
+            return {key: stored[key] for key in stored.files}
+    except Refused:
+        raise
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile, NotImplementedError) as exc:
+        raise Refused(f"{name} is invalid: {one_line(exc)}") from None

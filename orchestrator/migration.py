@@ -25,15 +25,13 @@ looked at.  ``collect`` puts the figures into an ok row; ``store`` keeps the fil
 from __future__ import annotations
 
 import dataclasses
-import io
-import zipfile
 from pathlib import Path
 
 import numpy as np
 
 from dlbench_runner.contract import MAX_MODEL_BYTES, TEST_IMAGES, formats
 
-from . import jobdir, onnx_layers
+from . import files, jobdir, onnx_layers
 
 MODEL = "model.onnx"
 COMPARED = "migration.npz"
@@ -95,10 +93,12 @@ def evaluate(job_dir: Path, dataset: str, data_root: Path) -> Migration | None:
 def _arrays(data: bytes, dataset: str) -> tuple[np.ndarray, np.ndarray]:
     """The framework's predictions and its batch of logits, checked."""
     try:
-        with np.load(io.BytesIO(data), allow_pickle=False) as arrays:
-            predictions, logits = arrays["predictions"], arrays["logits"]
-    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
-        raise Refused(f"{COMPARED} is invalid: {first_line(exc)}") from None
+        arrays = files.read_npz(data, COMPARED, MAX_COMPARED_BYTES, 2)
+        predictions, logits = arrays["predictions"], arrays["logits"]
+    except files.Refused as exc:
+        raise Refused(str(exc)) from None
+    except KeyError as exc:
+        raise Refused(f"{COMPARED} is invalid: it has no array {exc}") from None
     most = TEST_IMAGES.get(dataset, 0)
     if (predictions.ndim != 1 or predictions.dtype.kind not in "iu" or not 1 <= len(predictions) <= most
             or ((predictions < 0) | (predictions >= CLASSES)).any()):
@@ -162,7 +162,7 @@ def run_model(model: bytes, images: np.ndarray, first: int = 0) -> tuple[np.ndar
     except Refused:
         raise
     except Exception as exc:    # onnxruntime's own errors share no base class but Exception
-        raise Refused(f"onnxruntime: {first_line(exc)}") from None
+        raise Refused(f"onnxruntime: {files.one_line(exc)}") from None
     outputs = np.concatenate(parts)
     return outputs.argmax(1), outputs[:first]
 
@@ -174,8 +174,3 @@ def logit_error(found: np.ndarray, expected: np.ndarray) -> float:
     scale = np.abs(expected).max(axis=1)
     error = np.abs(found - expected).max(axis=1) / np.where(scale > 0, scale, 1.0)
     return float(error.max())
-
-
-def first_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
-    return (text or type(exc).__name__)[:300]

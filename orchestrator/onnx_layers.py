@@ -65,14 +65,14 @@ named by one layer and used by one, shapes must chain, and the sizes are capped
 
 from __future__ import annotations
 
-import io
 import json
 import math
-import zipfile
 from typing import Annotated, Literal, Union
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from . import files
 
 FORMAT = "dlbench-layers"
 VERSION = 1
@@ -216,7 +216,7 @@ def read(listing: bytes, arrays: bytes) -> tuple[Listing, dict[str, np.ndarray]]
     except ValidationError as exc:
         error = exc.errors()[0]
         where = ".".join(str(part) for part in error["loc"])
-        raise Refused(f"{LAYERS} is invalid: {where + ': ' if where else ''}{_one_line(error['msg'])}") from None
+        raise Refused(f"{LAYERS} is invalid: {where + ': ' if where else ''}{files.one_line(error['msg'])}") from None
     return parsed, _arrays(arrays)
 
 
@@ -225,21 +225,9 @@ def _arrays(data: bytes) -> dict[str, np.ndarray]:
     if len(data) > MAX_ARRAY_BYTES:
         raise Refused(f"{ARRAYS} is {len(data)} bytes, more than {MAX_ARRAY_BYTES}")
     try:
-        with zipfile.ZipFile(io.BytesIO(data)) as archive:
-            members = archive.infolist()
-            if len(members) > 2 * MAX_LAYERS:
-                raise Refused(f"{ARRAYS} holds {len(members)} arrays, more than {2 * MAX_LAYERS}")
-            unpacked = sum(member.file_size for member in members)
-            if unpacked > MAX_ARRAY_BYTES:
-                raise Refused(f"{ARRAYS} unpacks to {unpacked} bytes, more than {MAX_ARRAY_BYTES}")
-        found = {}
-        with np.load(io.BytesIO(data), allow_pickle=False) as stored:
-            for name in stored.files:
-                found[name] = stored[name]
-    except Refused:
-        raise
-    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile, NotImplementedError) as exc:
-        raise Refused(f"{ARRAYS} is invalid: {_one_line(str(exc) or type(exc).__name__)}") from None
+        found = files.read_npz(data, ARRAYS, MAX_ARRAY_BYTES, 2 * MAX_LAYERS)
+    except files.Refused as exc:
+        raise Refused(str(exc)) from None
     for name, array in found.items():
         if array.dtype not in (np.float32, np.float64) or not 0 < array.ndim <= 4:
             raise Refused(f"{ARRAYS} is invalid: {name} must be float32 or float64 of 1 to 4 dimensions, "
@@ -322,7 +310,7 @@ def build(listing: Listing, arrays: dict[str, np.ndarray]) -> tuple[bytes, tuple
     try:
         onnx.checker.check_model(model)
     except onnx.checker.ValidationError as exc:     # a gap in the checks above
-        raise Refused(f"the graph built from {LAYERS} is not valid ONNX: {_one_line(str(exc))}") from None
+        raise Refused(f"the graph built from {LAYERS} is not valid ONNX: {files.one_line(exc)}") from None
     return model.SerializeToString(), graph.shape
 
 
@@ -571,5 +559,3 @@ def _shape(shape) -> str:
     return "x".join(map(str, shape)) or "a number"
 
 
-def _one_line(text: str) -> str:
-    return " ".join(text.split())[:300]

@@ -80,7 +80,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from . import files
+from . import files, jobdir
 from .errors import StoreError, StoreWarning
 from .schema import (ADDED_IN, ARROW_SCHEMA, RENAMED_IN, ROBUSTNESS_SCHEMA, SCHEMA_VERSION, TRACE_SCHEMA,
                      RunRecord)
@@ -829,8 +829,8 @@ MIN_FREE_MB = 100               # free space a run needs to start; DLBENCH_MIN_F
 MIN_FREE_VARIABLE = "DLBENCH_MIN_FREE_MB"
 RESCUE_RESERVE = 1 << 20        # bytes set aside for each job's row before the job starts
 RESCUED_LIMIT = 1 << 30         # a rescued row with its trace (a sample a second: ~100 B each),
-                                # robustness rows, ONNX model (at most 48 MiB, in base64) and
-                                # FGSM images (at most 16 MiB)
+                                # robustness rows, and perhaps its ONNX model and FGSM images
+                                # (at most 64 MiB together, in base64)
 DISK_ERRORS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG, errno.EIO,
                          errno.EACCES, errno.EPERM})
 
@@ -882,6 +882,33 @@ def write_json(path: Path, document) -> None:
         tmp.unlink(missing_ok=True)
 
 
+class Kept(NamedTuple):
+    """Where ``Rescue.keep`` put a row (None: nowhere) and, when they did not fit beside it,
+    its ONNX model and FGSM images (None: lost; the row keeps their figures)."""
+    path: Path | None
+    aside: dict[str, Path | None] = {}
+
+
+BLOB_WORDS = {"model": "ONNX model", "transfer": "FGSM images"}
+BLOB_LIMIT = jobdir.OUT_LIMIT_BYTES     # a job keeps no more than that in out/
+
+
+def _aside(run_id: str, name: str, blob: bytes) -> Path | None:
+    """A rescued row's model or images, in a file of the temporary directory."""
+    try:
+        fd, path = tempfile.mkstemp(prefix=f"dlbench-rescued-{run_id}-",
+                                    suffix=".onnx" if name == "model" else ".npz")
+    except OSError:
+        return None
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(blob)
+        return Path(path)
+    except OSError:
+        Path(path).unlink(missing_ok=True)
+        return None
+
+
 class Rescue:
     """Room for one job's row, set aside before the job starts, in
     ``RESULTS/_rescued/<run id>.json``: where the row goes when the results directory
@@ -910,31 +937,58 @@ class Rescue:
 
     def keep(self, record: RunRecord, samples: list[dict], row_stored: bool,
              robustness: list[dict] = (), model: bytes | None = None,
-             transfer: bytes | None = None) -> Path | None:
-        """Write the row (and the trace samples, the robustness rows, the ONNX model, the
-        FGSM images) into the room set aside; returns where they are: here, or in the
-        temporary directory if even this failed (None: nowhere)."""
-        data = json.dumps({"row": record.model_dump(mode="json"), "trace": samples,
-                           "robustness": list(robustness), "row_stored": row_stored,
-                           "model": None if model is None else base64.b64encode(model).decode(),
-                           "transfer": None if transfer is None else base64.b64encode(transfer).decode(),
-                           }).encode()
+             transfer: bytes | None = None) -> Kept:
+        """Keep the row, its trace samples and robustness rows in the room set aside, with
+        the ONNX model and the FGSM images when the room can take them too; when it cannot
+        (the room is sized for the row), those two go to files in the temporary directory
+        that the kept row names.  When even the row does not fit, everything goes to one
+        file in the temporary directory."""
+        blobs = {name: blob for name, blob in (("model", model), ("transfer", transfer))
+                 if blob is not None}
+        document = {"row": record.model_dump(mode="json"), "trace": samples,
+                    "robustness": list(robustness), "row_stored": row_stored}
+        whole = json.dumps(dict(document, **{name: base64.b64encode(blob).decode()
+                                             for name, blob in blobs.items()})).encode()
         try:
-            os.pwrite(self.fd, data, 0)
-            os.ftruncate(self.fd, len(data))
-            os.fsync(self.fd)
-            return self.path
+            try:
+                self._fill(whole)
+                return Kept(self.path)
+            except OSError:
+                if not blobs:
+                    raise
+            aside = {name: _aside(record.run_id, name, blob) for name, blob in blobs.items()}
+            document["files"] = {name: str(path) for name, path in aside.items() if path is not None}
+            try:
+                self._fill(json.dumps(document).encode())
+                return Kept(self.path, aside)
+            except OSError:
+                for path in aside.values():
+                    if path is not None:
+                        path.unlink(missing_ok=True)
+                raise
         except OSError:
             try:
                 fd, other = tempfile.mkstemp(prefix=f"dlbench-rescued-{record.run_id}-", suffix=".json")
                 with os.fdopen(fd, "wb") as f:
-                    f.write(data)
-                return Path(other)
+                    f.write(whole)
+                return Kept(Path(other))
             except OSError:
-                return None
+                return Kept(None)
         finally:
             os.close(self.fd)
             self.fd = None
+
+    def _fill(self, data: bytes) -> None:
+        """The room holds ``data`` and nothing else, or OSError (a short write is one:
+        a full disk takes what fits and says so only on the next write)."""
+        done = 0
+        while done < len(data):
+            written = os.pwrite(self.fd, data[done:], done)
+            if written == 0:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            done += written
+        os.ftruncate(self.fd, len(data))
+        os.fsync(self.fd)
 
     def release(self) -> None:
         """The row is stored: give the room back."""
@@ -981,11 +1035,14 @@ def store_row(results: Path, record: RunRecord, samples: list[dict], rescue: Res
     kept = rescue.keep(record, samples, stored, robustness, model, transfer)
     what = (f"{results}: cannot store job {record.run_id} ({record.framework}/{record.dataset}, "
             f"{record.status}): {'; '.join(problems)}")
-    if kept is None:
+    if kept.path is None:
         raise StoreError(f"{what}; it could not be kept anywhere else either")
-    where = (f"run `dlbench recover --results {results}`" if kept == rescue.path else
+    beside = "".join(f", its {BLOB_WORDS[name]} in {path}" if path is not None else
+                     f", its {BLOB_WORDS[name]} could not be kept (the row keeps its figures)"
+                     for name, path in kept.aside.items())
+    where = (f"run `dlbench recover --results {results}`" if kept.path == rescue.path else
              f"move it into {results / RESCUED}/ and run `dlbench recover --results {results}`")
-    raise StoreError(f"{what}; it is kept in {kept}: once the problem is fixed, {where}")
+    raise StoreError(f"{what}; it is kept in {kept.path}{beside}: once the problem is fixed, {where}")
 
 
 def _reason(exc: BaseException) -> str:
@@ -1020,16 +1077,27 @@ def recover(results: Path) -> tuple[int, list[str]]:
                 write_trace(results, record.run_id, document["trace"])
             if document.get("robustness"):
                 write_side(results, ROBUSTNESS, record.run_id, document["robustness"])
-            if document.get("model") is not None:
-                write_model(results, record.run_id, base64.b64decode(document["model"], validate=True))
-            if document.get("transfer") is not None:
-                write_transfer(results, record.run_id, base64.b64decode(document["transfer"], validate=True))
+            aside = {name: Path(file) for name, file in (document.get("files") or {}).items()
+                     if name in BLOB_WORDS}
+            for name, write in (("model", write_model), ("transfer", write_transfer)):
+                if document.get(name) is not None:
+                    write(results, record.run_id, base64.b64decode(document[name], validate=True))
+                elif name in aside:
+                    try:
+                        blob = files.read_regular(aside[name], BLOB_LIMIT, follow_links=False)
+                    except FileNotFoundError:
+                        problems.append(f"{path}: its {BLOB_WORDS[name]} ({aside[name]}) is gone: "
+                                        "the row is stored without it")
+                        continue
+                    write(results, record.run_id, blob)
             if not document.get("row_stored"):
                 append(results, [record])
         except (OSError, files.Refused, ValueError, KeyError, TypeError, pa.ArrowException) as exc:
             problems.append(f"{path}: not recovered: {_reason(exc)}")
             continue
         path.unlink()
+        for file in aside.values():
+            file.unlink(missing_ok=True)
         recovered += 1
     return recovered, problems
 

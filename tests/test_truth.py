@@ -332,6 +332,54 @@ def test_recover_leaves_the_room_of_a_living_run_and_removes_an_abandoned_one(tm
 
 
 
+def test_a_model_too_big_for_the_room_goes_aside_and_the_row_stays_whole(tmp_path, monkeypatch):
+    """The room is sized for the row; a 3 MB model filled it and the rest of the file was
+    zeros (a short write on a full disk was taken for a whole one): the row could not be
+    read back.  Now the model goes to the temporary directory and the kept row names it."""
+    results, aside = tmp_path / "results", tmp_path / "aside"
+    aside.mkdir()
+    monkeypatch.setattr(store.tempfile, "tempdir", str(aside))
+    with mounted(results, "size=4m"):
+        before = a_stored_row(results, tmp_path)
+        record = record_for(tmp_path / "second", good_result()).model_copy(update={"run_id": "run2"})
+        rescue = store.Rescue(results, record.run_id)
+        filler = fill(results)
+        model, images = os.urandom(3 << 20), os.urandom(1000)
+        with pytest.raises(store.StoreError) as error:
+            store.store_row(results, record, [{"t": 1.0}], rescue, model=model, transfer=images)
+        line = str(error.value)
+        assert "its row: No space left on device" in line and f"it is kept in {rescue.path}" in line
+        onnx, = aside.glob("dlbench-rescued-run2-*.onnx")
+        npz, = aside.glob("dlbench-rescued-run2-*.npz")
+        assert f"its ONNX model in {onnx}" in line and f"its FGSM images in {npz}" in line
+        assert json.loads(rescue.path.read_bytes())["files"] == {"model": str(onnx), "transfer": str(npz)}
+        assert row_files(results) == before
+
+        filler.unlink()
+        assert store.recover(results) == (1, [])
+        assert store.model_path(results, "run2").read_bytes() == model
+        assert store.transfer_path(results, "run2").read_bytes() == images
+        assert not onnx.exists() and not npz.exists() and len(store.load(results)) == 2
+
+
+def test_a_rescued_row_whose_model_file_is_gone_is_stored_without_it(tmp_path, monkeypatch):
+    results = tmp_path / "results"
+    monkeypatch.setattr(store.tempfile, "tempdir", str(tmp_path))
+    with mounted(results, "size=4m"):
+        record = record_for(tmp_path / "job", good_result())
+        rescue = store.Rescue(results, record.run_id)
+        filler = fill(results)
+        with pytest.raises(store.StoreError):
+            store.store_row(results, record, [], rescue, model=os.urandom(2 << 20))
+        onnx, = tmp_path.glob("dlbench-rescued-*.onnx")
+        onnx.unlink()                   # the temporary directory was emptied meanwhile
+        filler.unlink()
+        count, problems = store.recover(results)
+        assert count == 1 and problems == [f"{rescue.path}: its ONNX model ({onnx}) is gone: "
+                                           "the row is stored without it"]
+        assert len(store.load(results)) == 1 and not store.model_path(results, record.run_id).exists()
+
+
 def test_recover_says_each_file_it_cannot_recover_on_one_line(tmp_path):
     """The warning was wrapped over two lines at the terminal's width, without `dlbench:`."""
     results = tmp_path / ("a-results-directory-with-a-long-name-" * 3)
