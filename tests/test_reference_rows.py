@@ -11,6 +11,7 @@ that misses, another framework version) is the real row with that one field chan
 
 from __future__ import annotations
 
+import datetime as dt
 import shutil
 import socket
 import tomllib
@@ -99,6 +100,32 @@ def test_a_wide_reference_range_widens_the_tolerance(tmp_path):
     g = judged(results, spread).groups.iloc[0]
     assert g["tolerance_points"] == pytest.approx(3 * 100 * (two.accuracy - one.accuracy))   # 3.48
     assert g["verdict"] == reference_rows.AS_EXPECTED       # 2.58 points below the median 95.0
+
+
+def test_a_second_machines_reference_rows_widen_the_tolerance_not_the_speed(tmp_path):
+    """MXNet's quick CIFAR-10 model gave 17.1% on the Intel reference machine and 21.7% on an
+    AMD one: with one machine's rows a fresh AMD machine read "does not train as expected".
+    Rows of a second machine widen the range; the first machine stays the reference."""
+    one, two = committed()[1], committed()[2]
+    later = one.recorded_at + dt.timedelta(days=1)
+    other = today(two, run_id="amd", host_cpu_model="Other CPU", recorded_at=later)   # +1.16 points
+    spread = directory(tmp_path / "reference", today(one), other)
+    results = directory(tmp_path / "results", today(one, run_id="here", accuracy=one.accuracy + 0.0301,
+                                                    train_time_s=2 * one.train_time_s))
+    j = judged(results, spread)
+    g = j.groups.iloc[0]
+    assert g["reference_accuracy_pct"] == pytest.approx(100 * one.accuracy)       # the first machine's
+    assert g["tolerance_points"] == pytest.approx(3 * 100 * (two.accuracy - one.accuracy))   # 3.48
+    assert g["verdict"] == reference_rows.AS_EXPECTED and g["speed_ratio"] == pytest.approx(2)
+    assert j.machine == f"{one.host_cpu_model}, {one.host_cpus} CPUs"
+    alone = judged(results, directory(tmp_path / "first-only", today(one))).groups.iloc[0]
+    assert alone["verdict"] == reference_rows.NOT_AS_EXPECTED       # 3.01 points off, 3 allowed
+
+
+def test_the_shipped_reference_rows_hold_each_quick_job_from_two_machines():
+    rows = store.load(reference_rows.LOCATION)
+    assert rows.groupby(["framework", "dataset"])["host_cpu_model"].nunique().eq(2).all()
+    assert len(rows) == 24 and (rows["status"] == "ok").all()
 
 
 @pytest.mark.parametrize("change, reason", [
