@@ -141,15 +141,22 @@ def _judge(g, ref: compare.Report | None) -> dict:
     return record
 
 
+def _same_model(g, ref: compare.Report) -> pd.DataFrame:
+    """The reference groups with ok runs of ``g``'s framework, data set, model, device class
+    and profile, on every machine."""
+    groups = ref.groups
+    return groups[(groups["framework"] == g.framework) & (groups["dataset"] == g.dataset)
+                  & (groups["model"] == g.model) & (groups["device"] == g.device)
+                  & (groups["profile"] == g.profile) & (groups["ok"] > 0)]
+
+
 def _spread(g, ref: compare.Report) -> float:
     """The range of the reference accuracies of ``g``'s model and settings, in points, over
     every machine the reference rows hold (other CPUs take other paths through the same
     libraries: MXNet's quick CIFAR-10 model, near chance, gave 17.1% on an Intel Xeon and
     21.7% on an AMD EPYC)."""
-    same = ref.groups[(ref.groups["framework"] == g.framework) & (ref.groups["dataset"] == g.dataset)
-                      & (ref.groups["model"] == g.model) & (ref.groups["device"] == g.device)
-                      & (ref.groups["profile"] == g.profile) & (ref.groups["settings"] == g.settings)
-                      & (ref.groups["ok"] > 0)]
+    same = _same_model(g, ref)
+    same = same[same["settings"] == g.settings]
     return float(same["accuracy_pct_max"].max() - same["accuracy_pct_min"].min())
 
 
@@ -164,9 +171,7 @@ def _reference_group(g, ref: compare.Report | None):
         return None, f"changed hyper-parameters ({g.settings.removeprefix('changed: ')})"
     if ref is None:
         return None, "no reference rows ship with this dlbench"
-    same = ref.groups[(ref.groups["framework"] == g.framework) & (ref.groups["dataset"] == g.dataset)
-                      & (ref.groups["model"] == g.model) & (ref.groups["device"] == g.device)
-                      & (ref.groups["profile"] == g.profile) & (ref.groups["ok"] > 0)]
+    same = _same_model(g, ref)
     if not len(same):
         return None, f"no reference rows of {g.framework} {g.dataset} ({g.device})"
     matching = same[same["settings"] == g.settings]
