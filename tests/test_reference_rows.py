@@ -120,6 +120,10 @@ def test_a_second_machines_reference_rows_widen_the_tolerance_not_the_speed(tmp_
     assert j.machine == f"{one.host_cpu_model}, {one.host_cpus} CPUs"
     alone = judged(results, directory(tmp_path / "first-only", today(one))).groups.iloc[0]
     assert alone["verdict"] == reference_rows.NOT_AS_EXPECTED       # 3.01 points off, 3 allowed
+    # an estimate scales the reference machine's speeds, not the second machine's
+    speeds = estimate.machine_speeds(None, spread)
+    speed, = speeds.values()
+    assert speed.train_images_per_s == pytest.approx(one.train_images_per_s)
 
 
 def test_the_shipped_reference_rows_hold_each_quick_job_from_two_machines():

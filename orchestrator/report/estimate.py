@@ -120,12 +120,13 @@ def machine_speeds(results: Path | None, reference: Path | None = None) -> dict[
         except StoreError:
             frame = None
     ours = speeds(frame, THIS_MACHINE)
-    ref = speeds(reference_rows.load(reference), REFERENCE)
+    rows = reference_rows.first_machine(reference_rows.load(reference))
+    ref = speeds(rows, REFERENCE)
     shared = [k for k in ours if k in ref]
     if shared:        # this machine's training time ÷ the reference machine's, per image
         factor = math.exp(sum(math.log(ref[k].train_images_per_s / ours[k].train_images_per_s)
                               for k in shared) / len(shared))
-        ref = speeds(reference_rows.load(reference), SCALED, factor)
+        ref = speeds(rows, SCALED, factor)
     return {**ref, **ours}
 
 

@@ -60,6 +60,16 @@ def load(where: Path | None = None) -> pd.DataFrame | None:
     return frame if len(frame) else None
 
 
+def first_machine(frame: pd.DataFrame | None) -> pd.DataFrame | None:
+    """The rows of the reference machine: the first machine (host name and CPU model) the
+    reference rows were measured on; the others only widen the accuracy's tolerance."""
+    if frame is None or not len(frame):
+        return frame
+    first = frame.sort_values("recorded_at").iloc[0]
+    return frame[(frame["host_name"] == first["host_name"])
+                 & (frame["host_cpu_model"] == first["host_cpu_model"])]
+
+
 def machine_of(rep: compare.Report) -> str | None:
     """The machine that measured a report's rows, in words (its CPU model and CPU count)."""
     if not rep.sections:
