@@ -890,14 +890,14 @@ class Kept(NamedTuple):
 
 
 BLOB_WORDS = {"model": "ONNX model", "transfer": "FGSM images"}
+BLOB_SUFFIXES = {"model": ".onnx", "transfer": ".npz"}
 BLOB_LIMIT = jobdir.OUT_LIMIT_BYTES     # a job keeps no more than that in out/
 
 
 def _aside(run_id: str, name: str, blob: bytes) -> Path | None:
     """A rescued row's model or images, in a file of the temporary directory."""
     try:
-        fd, path = tempfile.mkstemp(prefix=f"dlbench-rescued-{run_id}-",
-                                    suffix=".onnx" if name == "model" else ".npz")
+        fd, path = tempfile.mkstemp(prefix=_aside_prefix(run_id), suffix=BLOB_SUFFIXES[name])
     except OSError:
         return None
     try:
@@ -907,6 +907,21 @@ def _aside(run_id: str, name: str, blob: bytes) -> Path | None:
     except OSError:
         Path(path).unlink(missing_ok=True)
         return None
+
+
+def _aside_prefix(run_id: str) -> str:
+    return f"dlbench-rescued-{run_id}-"
+
+
+def _aside_file(run_id: str, name: str, file) -> Path:
+    """A kept model's or images' file named in a rescue file, which ``recover`` reads and
+    then removes: only a file named as ``_aside`` names them, never any path the results
+    directory (as untrusted as a job's out/) would have it read and delete."""
+    path = Path(file) if isinstance(file, str) else None
+    if (path is None or not path.is_absolute() or not path.name.startswith(_aside_prefix(run_id))
+            or path.suffix != BLOB_SUFFIXES[name]):
+        raise ValueError(f"its {BLOB_WORDS[name]} file {file!r} is not one dlbench kept")
+    return path
 
 
 class Rescue:
@@ -1077,8 +1092,8 @@ def recover(results: Path) -> tuple[int, list[str]]:
                 write_trace(results, record.run_id, document["trace"])
             if document.get("robustness"):
                 write_side(results, ROBUSTNESS, record.run_id, document["robustness"])
-            aside = {name: Path(file) for name, file in (document.get("files") or {}).items()
-                     if name in BLOB_WORDS}
+            aside = {name: _aside_file(record.run_id, name, file)
+                     for name, file in (document.get("files") or {}).items() if name in BLOB_WORDS}
             for name, write in (("model", write_model), ("transfer", write_transfer)):
                 if document.get(name) is not None:
                     write(results, record.run_id, base64.b64decode(document[name], validate=True))

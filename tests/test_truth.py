@@ -380,6 +380,24 @@ def test_a_rescued_row_whose_model_file_is_gone_is_stored_without_it(tmp_path, m
         assert len(store.load(results)) == 1 and not store.model_path(results, record.run_id).exists()
 
 
+def test_recover_reads_and_removes_no_file_but_those_it_kept(tmp_path):
+    """A rescue file names where its model went, and recover reads that file and then
+    removes it: a results directory naming another file is refused, the file left alone."""
+    results = tmp_path / "results"
+    (results / store.RESCUED).mkdir(parents=True)
+    precious = tmp_path / "precious.onnx"
+    precious.write_bytes(b"not dlbench's")
+    record = record_for(tmp_path / "job", good_result())
+    kept = results / store.RESCUED / f"{record.run_id}.json"
+    kept.write_text(json.dumps({"row": record.model_dump(mode="json"), "trace": [], "robustness": [],
+                                "row_stored": False, "files": {"model": str(precious)}}))
+    count, (problem,) = store.recover(results)
+    assert count == 0 and problem.startswith(f"{kept}: not recovered: its ONNX model file ")
+    assert problem.endswith("is not one dlbench kept")
+    assert precious.read_bytes() == b"not dlbench's" and kept.is_file()
+    assert not store.row_files(results) and not store.model_path(results, record.run_id).exists()
+
+
 def test_recover_says_each_file_it_cannot_recover_on_one_line(tmp_path):
     """The warning was wrapped over two lines at the terminal's width, without `dlbench:`."""
     results = tmp_path / ("a-results-directory-with-a-long-name-" * 3)
