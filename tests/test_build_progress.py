@@ -152,3 +152,10 @@ def test_a_job_counts_the_builds_running_as_it_starts_and_those_begun_after():
     assert activity.since(activity.mark()) == 1     # one still running
     activity.end()
     assert activity.since(activity.mark()) == 0
+
+
+def test_side_by_side_the_image_that_compiles_sources_starts_first_and_the_rest_keep_the_plans_order():
+    plan = [("caffe", "cpu"), ("tensorflow", "cpu"), ("torch", "cpu"), ("pytorch", "cpu")]
+    assert build.start_order(plan, jobs=2) == [("torch", "cpu"), ("caffe", "cpu"),
+                                               ("tensorflow", "cpu"), ("pytorch", "cpu")]
+    assert build.start_order(plan, jobs=1) == plan      # one at a time: the first rows come sooner
