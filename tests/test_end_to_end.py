@@ -40,7 +40,7 @@ def test_quick_run_stores_an_ok_row_with_provenance(quick_dir, data_root):
     assert len(frame) == 1
     row = frame.iloc[0]
     assert (row.framework, row.dataset, row.profile, row.status) == ("pytorch", "mnist", "quick", "ok")
-    assert row.accuracy >= 0.97
+    assert row.accuracy >= 0.94                 # the first 20,000 images, once: 95.7%
     assert row.param_count == 169506            # 832 + 51264 + 115400 + 2010
     assert_model_size(row, at_most=1.01)        # the state_dict: float32 weights
     found = assert_robustness(quick_dir, row)   # attacked with autograd's input gradients
@@ -48,7 +48,7 @@ def test_quick_run_stores_an_ok_row_with_provenance(quick_dir, data_root):
     assert_migration(quick_dir, row)            # torch.onnx.export of pixels -> log-probabilities
     assert row.train_time_s > 0 and row.test_time_s > 0 and row.setup_time_s > 0
     assert row.wall_time_s > row.total_time_s   # includes the container's start and stop
-    assert len(row.epoch_loss) == 1 and row.train_samples == 60000 and row.test_samples == 10000
+    assert len(row.epoch_loss) == 1 and row.train_samples == 20000 and row.test_samples == 10000
     assert row.image == "dlbench/pytorch:cpu" and row.image_id.startswith("sha256:")
     assert row.framework_version.startswith("1.7") and "openblas" in row.blas
     assert row.docker_version and row.host_cpu_model and row.dlbench_version

@@ -270,13 +270,14 @@ def test_resnet110_on_cifar10(quick_results, quick_run):
     assert row.model == "mxnet-resnet110"
     assert row.param_count == RESNET110_PARAMS == 1730784
     assert_model_size(row, at_most=1.1)     # and BatchNorm's moving statistics
-    # above chance (10%) by over 3 standard errors of 1,000 test images, after 50 batches
+    # above chance (10%) by over 3 standard errors of 1,000 test images, after 60 batches
+    # of 32 (the quick profile's smaller batch: 128 x 20 gave 8%, 32 x 60 20%, at a like cost)
     assert row.accuracy > 0.13
     hp = json.loads(row.hyperparameters)
-    assert (hp["num_layers"], hp["image_shape"], hp["batch_size"]) == (110, "3,28,28", 128)
+    assert (hp["num_layers"], hp["image_shape"], hp["batch_size"]) == (110, "3,28,28", 32)
     assert row.train_samples == 50000 and len(row.epoch_loss) == 1
     batches = quick_profiles()["cifar10"]["max_batches"]
-    assert row.train_images_per_s * row.train_time_s == pytest.approx(128 * batches)
+    assert row.train_images_per_s * row.train_time_s == pytest.approx(32 * batches)
 
 
 @pytest.mark.docker

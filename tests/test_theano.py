@@ -17,7 +17,8 @@ import textwrap
 import pandas as pd
 import pytest
 
-from conftest import NO_CHECKS, REPO, assert_migration, assert_model_size, assert_robustness, dlbench, make_plan
+from conftest import (NO_CHECKS, REPO, assert_migration, assert_model_size, assert_robustness, dlbench,
+                      make_plan, quick_profile)
 from dlbench_runner.runner import adapter_module
 from orchestrator import catalog, store
 from orchestrator.report import compare
@@ -51,9 +52,11 @@ def documents(quick_results, quick_run) -> dict:
             for name, row in quick_results.items()}
 
 
-# The paper profile cut short: one epoch each; LeNet5 with patience 100, so that it
-# validates every 50 iterations (twice in its epoch of 100) and tests at each new best.
-PAPER_SETTINGS = {"mnist": ("epochs=1", "patience=100") + NO_CHECKS, "cifar10": ("epochs=1",) + NO_CHECKS}
+# The paper profile cut short: one epoch each; LeNet5 on the first 35,000 training images
+# (25,000 train: 50 minibatches of 500) with patience 50, so that it validates every 25
+# iterations (twice in its epoch) and tests at each new best.
+PAPER_SETTINGS = {"mnist": ("epochs=1", "patience=50", "train_subset=35000") + NO_CHECKS,
+                  "cifar10": ("epochs=1",) + NO_CHECKS}
 
 
 @pytest.fixture(scope="module")
@@ -136,20 +139,22 @@ def test_lenet5_on_mnist(quick_results, documents, quick_run):
     assert row.model == "theano-lenet5"
     assert row.param_count == MNIST_PARAMS == 431080
     assert_model_size(row, element_sizes=(8,), at_most=1.01)    # float64, pickled
-    assert row.accuracy >= 0.90
-    # the first 50,000 training images train, the last 10,000 validate
-    assert row.train_samples == 50000
-    assert 0.0 < row.epoch_accuracy[0] <= 1.0
+    assert row.accuracy >= 0.80         # 50 steps: 86% (the whole epoch's 100: 90.5%)
+    # of the first 35,000 training images (the quick profile's train_subset), the first
+    # 25,000 train and the last 10,000 validate, as mnist.pkl.gz splits the whole 60,000
     hp = json.loads(row.hyperparameters)
+    assert hp["train_subset"] == quick_profile("theano", "mnist")["train_subset"] == 35000
+    assert row.train_samples == 25000
+    assert 0.0 < row.epoch_accuracy[0] <= 1.0
     assert (hp["batch_size"], hp["learning_rate"]) == (500, 0.1)
-    # one epoch of 100 whole minibatches of 500, one validation pass at its end, no early stop
+    # one epoch of 50 whole minibatches of 500, one validation pass at its end, no early stop
     stop = documents["mnist"]["early_stopping"]
     assert stop["epochs_run"] == 1 and stop["stopped_early"] is False
-    assert stop["iterations"] == stop["best_iteration"] == stop["validation_frequency"] == 100
+    assert stop["iterations"] == stop["best_iteration"] == stop["validation_frequency"] == 50
     assert 0.0 < stop["best_validation_error"] < 0.9
     # early stopping's validation pass runs in every profile, outside the training time
     passes = documents["mnist"]["periodic_passes"]
-    assert passes["validation"] == 1 and passes["passes"][0]["iteration"] == 100
+    assert passes["validation"] == 1 and passes["passes"][0]["iteration"] == 50
     assert documents["mnist"]["train_excluded_s"] >= passes["validation_s"] > 0
 
 
@@ -172,16 +177,16 @@ def test_reslab_convnet_on_cifar10(quick_results, documents, quick_run):
 
 @docker
 def test_paper_lenet5_validates_and_tests_inside_its_timed_loop(paper_jobs):
-    """The tutorial's loop: a validation pass every 50 iterations, a test pass (and its
+    """The tutorial's loop: a validation pass every 25 iterations (patience 50), a test pass (and its
     print) at each new best; the span around it all is paper_train_time_s, the training
     steps alone train_time_s, and the last test pass -- the best model's, the runner's
     test -- paper_test_time_s."""
     row, result, log = paper_jobs["mnist"]
     assert (row.profile, row.status) == ("paper", "ok"), row.error
-    assert json.loads(row.hyperparameters)["patience"] == 100
+    assert json.loads(row.hyperparameters)["patience"] == 50
     periodic = result["periodic_passes"]
     passes = periodic["passes"]
-    assert [p["iteration"] for p in passes] == [50, 100] and periodic["validation"] == 2
+    assert [p["iteration"] for p in passes] == [25, 50] and periodic["validation"] == 2
     # tested exactly where validation reached a new best (the first always does)
     best, tested = float("inf"), []
     for p in passes:
@@ -200,7 +205,7 @@ def test_paper_lenet5_validates_and_tests_inside_its_timed_loop(paper_jobs):
     assert sum(row.epoch_time_s) <= row.train_time_s + 0.05       # an epoch's passes are not in it
     # the tutorial's prints
     assert "... training\ntraining @ iter =  0\n" in log
-    assert "epoch 1, minibatch 50/100, validation error" in log
+    assert "epoch 1, minibatch 25/50, validation error" in log
     assert log.count("test error of best model") == periodic["test"]
     assert "Optimization complete." in log
     assert "The code for file convolutional_mlp.py ran for %.2fm" % (row.paper_train_time_s / 60) in log
