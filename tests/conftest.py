@@ -21,6 +21,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 CI_STAGES = "DLBENCH_CI_STAGES"     # set by .ci/run: "name=seconds;..." of the stages before pytest
+BESIDE = "+"        # a stage named "+name" ran beside the one before it: not added to the total
 _file_seconds: collections.Counter = collections.Counter()
 
 
@@ -31,15 +32,17 @@ def pytest_runtest_logreport(report):
 
 
 def pytest_terminal_summary(terminalreporter):
-    """Under .ci/run: the time of every stage, pytest's test files one by one."""
+    """Under .ci/run: the time of every stage, pytest's test files one by one, and the total
+    (a stage that ran beside another is shown, not added)."""
     if CI_STAGES not in os.environ:
         return
     stages = [item.split("=", 1) for item in os.environ[CI_STAGES].split(";") if "=" in item]
     rows = [(name, float(seconds)) for name, seconds in stages]
     rows += sorted(_file_seconds.items(), key=lambda item: -item[1])
-    total = sum(seconds for _, seconds in rows)
+    total = sum(seconds for name, seconds in rows if not name.startswith(BESIDE))
     terminalreporter.write_sep("-", "CI stage times")
     for name, seconds in rows + [("total", total)]:
+        name = f"  beside the one above: {name[1:]}" if name.startswith(BESIDE) else name
         terminalreporter.write_line(f"{seconds:8.1f} s  {seconds / 60:5.1f} min  {name}")
 
 
