@@ -164,6 +164,8 @@ def test_the_work_of_a_job_is_counted_from_its_settings():
     assert estimate.work("torch", "mnist", paper("torch", "mnist")) == (20 * 60_000, 10_000)
     assert estimate.work("caffe", "cifar10", paper("caffe", "cifar10")) == (5_000 * 100, 10_000)
     assert estimate.work("torch", "mnist", compare.defaults("torch", "mnist", "quick")) == (1_500, 1_000)
+    # Theano's LeNet5 validates on the last 10,000 of the 35,000 its quick profile gives it
+    assert estimate.work("theano", "mnist", compare.defaults("theano", "mnist", "quick")) == (25_000, 10_000)
     assert estimate.work("mxnet", "mnist", compare.defaults("mxnet", "mnist", "quick")) == (200 * 64, 10_000)
 
 

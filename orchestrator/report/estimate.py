@@ -2,8 +2,10 @@
 
 A job's work is the training images it processes and the test images of its final pass,
 counted from its hyper-parameters and its model's ``settings`` in models.json:
-- a model whose length is in epochs trains epochs x (``train_subset``, else the model's
-  ``train_images``), each epoch cut to ``max_batches`` x ``batch_size`` where it has one;
+- a model whose length is in epochs trains epochs x (the model's ``train_images``, or with a
+  ``train_subset`` that subset less the images the model holds out of the training split for
+  validation: Theano's LeNet5 validates on the last 10,000 of what it is given), each epoch
+  cut to ``max_batches`` x ``batch_size`` where it has one;
 - a model whose length is in iterations trains (its longest length key) x ``batch_size``;
 - its final test pass tests ``test_subset`` images, else the whole test set.
 
@@ -33,6 +35,7 @@ from .. import catalog, hostinfo, store
 from ..errors import StoreError
 from . import reference_rows
 
+TRAIN_IMAGES = {"mnist": 60_000, "cifar10": 50_000}
 TEST_IMAGES = {"mnist": 10_000, "cifar10": 10_000}
 KEYS = ["framework", "dataset", "model", "device"]     # and batch size and dtype: ``key``
 THIS_MACHINE, SCALED, REFERENCE = "this machine's rows", "scaled reference rows", "reference rows"
@@ -43,7 +46,10 @@ def work(framework: str, dataset: str, params: dict) -> tuple[float, float]:
     settings = catalog.models(framework)["models"][dataset]["settings"]
     batch = params["batch_size"]
     if settings["length"][0] == "epochs":
-        per_epoch = params.get("train_subset") or settings["train_images"]
+        per_epoch = settings["train_images"]
+        if params.get("train_subset"):
+            held_out = TRAIN_IMAGES[dataset] - settings["train_images"]
+            per_epoch = max(0, params["train_subset"] - held_out)
         if params.get("max_batches"):
             per_epoch = min(per_epoch, params["max_batches"] * batch)
         trained = params["epochs"] * per_epoch
