@@ -198,15 +198,15 @@ def test_bad_robustness_settings_are_refused_before_any_job(overrides, message):
 
 
 def test_robust_images_takes_at_most_the_images_the_profile_tests_on():
-    """The quick profile tests the PyTorch CIFAR-10 model on 2,000 images: no more are attacked;
+    """The quick profile tests the PyTorch CIFAR-10 model on 1,000 images: no more are attacked;
     a larger test_subset given beside them lets more be."""
-    with pytest.raises(UsageError, match="at most 2000 .the test images of cifar10 this profile tests on"):
+    with pytest.raises(UsageError, match="at most 1000 .the test images of cifar10 this profile tests on"):
         make_plan(["pytorch"], ["cifar10"], "quick", overrides={"robust_images": 3000}, host_cpus=4)
     job, = make_plan(["pytorch"], ["cifar10"], "quick", overrides={"robust_images": 3000, "test_subset": 3000},
                      host_cpus=4).jobs
     assert job.hyperparameters["robust_images"] == 3000
-    with pytest.raises(UsageError, match="at most 1000"):
-        make_plan(["pytorch"], ["cifar10"], "quick", overrides={"robust_images": 1500, "test_subset": 1000},
+    with pytest.raises(UsageError, match="at most 2000"):
+        make_plan(["pytorch"], ["cifar10"], "quick", overrides={"robust_images": 2500, "test_subset": 2000},
                   host_cpus=4)
 
 
