@@ -14,13 +14,16 @@ import docker
 import pandas as pd
 import pytest
 
-from conftest import NO_ROUTE, assert_migration, assert_model_size, assert_robustness, dlbench, quick_profile
+from conftest import NO_CHECKS, NO_ROUTE, assert_migration, assert_model_size, assert_robustness, dlbench, quick_profile
 from orchestrator import catalog, sources
 
 pytestmark = pytest.mark.docker
 
 MNIST_PARAMS = 832 + 51264 + 115400 + 2010            # SpatialConvolutionMM x2, Linear x2
 CIFAR_PARAMS = 16 * 25 + 16 + 1024 * 25 + 256 + 819328 + 1290   # connections only, as Map holds them
+# A small MNIST job for the tests of other things than training: 1,000 images each way, and
+# none of the checks after training (the quick rows test those)
+SMALL = [arg for setting in ("train_subset=1000", "test_subset=1000") + NO_CHECKS for arg in ("--set", setting)]
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +56,7 @@ def test_a_built_image_runs_without_its_sources(built, data_root, tmp_path):
     with no mirror, an empty user cache and no route to GitHub stores an ok row."""
     results, cache = tmp_path / "results", tmp_path / "cache"
     proc = dlbench("run", "--frameworks", "torch", "--datasets", "mnist", "--profile", "quick",
-                   "--set", "train_subset=1000", "--set", "test_subset=1000", "--results", results,
+                   *SMALL, "--results", results,
                    "--data-dir", data_root, env={**NO_ROUTE, "XDG_CACHE_HOME": str(cache)}, check=True)
     assert "dlbench/torch:cpu: up to date" in proc.stderr
     rows = pd.read_parquet(results / "runs")
@@ -100,7 +103,7 @@ def test_two_epochs_test_after_each_and_the_paper_test_time_is_the_last_pass(
         built, sources_root, data_root, tmp_path):
     results = tmp_path / "results"
     dlbench("run", "--frameworks", "torch", "--datasets", "mnist", "--profile", "quick",
-            "--set", "epochs=2", "--set", "train_subset=1000", "--set", "test_subset=1000", "--results", results,
+            "--set", "epochs=2", *SMALL, "--results", results,
             "--data-dir", data_root, "--sources", sources_root, check=True, timeout=3600)
     row = pd.read_parquet(results / "runs").iloc[0]
     result = json.load(open(results / "_jobs" / row.run_id / "result.json"))
