@@ -14,7 +14,8 @@ import docker
 import pandas as pd
 import pytest
 
-from conftest import NO_CHECKS, NO_ROUTE, assert_migration, assert_model_size, assert_robustness, dlbench, quick_profile
+from conftest import (NO_CHECKS, NO_ROUTE, assert_migration, assert_model_size, assert_robustness, dlbench,
+                      quick_profile)
 from orchestrator import catalog, sources
 
 pytestmark = pytest.mark.docker
@@ -23,7 +24,8 @@ MNIST_PARAMS = 832 + 51264 + 115400 + 2010            # SpatialConvolutionMM x2,
 CIFAR_PARAMS = 16 * 25 + 16 + 1024 * 25 + 256 + 819328 + 1290   # connections only, as Map holds them
 # A small MNIST job for the tests of other things than training: 1,000 images each way, and
 # none of the checks after training (the quick rows test those)
-SMALL = [arg for setting in ("train_subset=1000", "test_subset=1000") + NO_CHECKS for arg in ("--set", setting)]
+SMALL = [arg for setting in ("train_subset=1000", "test_subset=1000") + NO_CHECKS
+         for arg in ("--set", setting)]
 
 
 @pytest.fixture(scope="module")
