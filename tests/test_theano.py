@@ -121,6 +121,7 @@ def test_both_quick_runs_are_stored_as_ok(quick_results, documents):
         assert framework_threads["openblas_get_num_threads"] == row.threads
         theano = documents[name]["theano"]
         assert theano["floatX"] == "float64"        # Theano's default, as GTDLBench ran it
+        assert theano["warm_modules"] > 0           # the image's modules, compiled when it was built
         # the convolutions and their gradients ran as Theano's GEMM-based C ops
         assert theano["conv_ops"] == ["CorrMM", "CorrMM_gradInputs", "CorrMM_gradWeights"]
         hp = json.loads(row.hyperparameters)
