@@ -184,11 +184,6 @@ def compile_directory(scratch):
         return tempfile.mkdtemp(prefix="dlbench-theano-")
     path = os.path.join(scratch, "theano")
     os.makedirs(path, exist_ok=True)
-    # Theano finds g++'s -march=native flags by compiling and running a test program in the
-    # temporary directory; a job's /tmp is noexec, where it silently compiled every module
-    # without them: its temporary files go to the exec scratch directory instead.
-    os.environ["TMPDIR"] = scratch
-    tempfile.tempdir = None
     return path
 
 
@@ -264,7 +259,14 @@ class Adapter:
                                  % ctx.device)
         if ctx.dataset not in NETS:
             raise ValueError("no theano model for %s" % ctx.dataset)
-        self.compiledir = compile_directory(os.environ.get("DLBENCH_COMPILE_DIR"))
+        scratch = os.environ.get("DLBENCH_COMPILE_DIR")
+        if scratch:
+            # Theano finds g++'s -march=native flags by compiling and running a test program
+            # in the temporary directory; a job's /tmp is noexec, where it silently compiled
+            # every module without them: its temporary files go to the exec scratch instead.
+            os.environ["TMPDIR"] = scratch
+            tempfile.tempdir = None
+        self.compiledir = compile_directory(scratch)
         self.warm_modules = copy_warm_modules(self.compiledir)
         os.environ["THEANO_FLAGS"] = theano_flags(ctx.threads, self.compiledir, ctx.hp["dtype"],
                                                   ctx.gpu)

@@ -68,14 +68,7 @@ def main():
                             "--data", os.path.join(work, "data"), "--out", os.path.join(work, "out-" + dataset),
                             "--dataset", dataset, "--profile", "quick", "--threads", str(os.cpu_count()),
                             *[arg for s in settings for arg in ("--set", s)]], env=env, check=True)
-        base = compile_directory(SCRATCH)
-        for compiledir in os.listdir(base):
-            source, target = os.path.join(base, compiledir), os.path.join(WARM_COMPILEDIR, compiledir)
-            os.makedirs(target)
-            for entry in os.listdir(source):
-                if entry != LOCKS:
-                    path = os.path.join(source, entry)
-                    (shutil.copytree if os.path.isdir(path) else shutil.copy2)(path, os.path.join(target, entry))
+        shutil.copytree(compile_directory(SCRATCH), WARM_COMPILEDIR, ignore=shutil.ignore_patterns(LOCKS))
     finally:
         shutil.rmtree(work)
         shutil.rmtree(SCRATCH, ignore_errors=True)
