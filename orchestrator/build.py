@@ -44,7 +44,7 @@ from collections import deque
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
 
-from . import __version__, build_progress, catalog, options, sources
+from . import __version__, build_progress, cache, catalog, downloads, options, sources
 from .errors import BuildError, DlbenchError, DockerUnavailable, UsageError, docker_errors
 
 SUITE = "bullseye"
@@ -104,6 +104,7 @@ class BuildOptions:
     ca_bundle: Path | None = None       # None: the host's system bundle
     network: str | None = None          # the builds' network mode; None: Docker's default
     sources_dir: Path | None = None     # the pinned archives' mirror; None: $DLBENCH_SOURCES_DIR or the cache
+    download_cache: bool = True         # fetch Debian's and the index's files once (``downloads``)
 
 
 class Activity:
@@ -159,6 +160,9 @@ class Builder:
         self.log_dir = log_dir
         self.sources_dir = options.sources_dir
         self._built = {}   # tag -> image, built or checked by this builder
+        self._download_cache = options.download_cache
+        self._downloads: downloads.Proxy | None = None     # started by the first build that fetches
+        self._downloads_lock = threading.Lock()
         self._sources_ready = set()    # (framework, variant) whose archives were checked
 
     # -- stage 1: the root file system ------------------------------------------
@@ -197,10 +201,12 @@ class Builder:
         with tempfile.TemporaryDirectory(prefix="dlbench-root-") as tmp:
             target = Path(tmp) / "root"
             log = deque(maxlen=20)
+            proxy = self.downloads()
             proc = subprocess.Popen(
                 ["debootstrap", "--variant=minbase", "--include=ca-certificates",
                  self.suite, str(target), self.mirror],
-                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                env={**os.environ, **(proxy.environment() if proxy else {})})
             for line in proc.stdout:
                 log.append(line.rstrip())
                 self.say(line.rstrip())
@@ -306,12 +312,18 @@ class Builder:
         labels = {**labels, f"{LABEL}.version": __version__, f"{LABEL}.build-date": _now(),
                   f"{LABEL}.context-hash": context_hash}
         proxies = {k: os.environ[k] for k in PROXY_VARIABLES if k in os.environ}
+        network = self.network
+        if (proxy := self.downloads()) is not None:    # in the host's network, to reach it
+            network = "host"
+            proxies.update(proxy.environment())
+            if _declares(files["Dockerfile"], downloads.PIP_ARGUMENTS):
+                proxies.update(downloads.PIP_ARGUMENTS)
         self.say(f"{tag}: building")
         started = time.monotonic()
         progress = build_progress.BuildProgress(self.times.last(tag) if self.times else None)
         self.activity.begin()
         try:
-            self._stream(tag, files, archives, buildargs, labels, proxies, progress)
+            self._stream(tag, files, archives, buildargs, labels, proxies, network, progress)
         finally:
             self.activity.end()
             self.on_step(tag, None)
@@ -321,7 +333,7 @@ class Builder:
         self._built[tag] = self.client.images.get(tag)
         return self._built[tag]
 
-    def _stream(self, tag, files, archives, buildargs, labels, proxies, progress) -> None:
+    def _stream(self, tag, files, archives, buildargs, labels, proxies, network, progress) -> None:
         """The build itself: Docker's output followed line by line, to the log, ``say`` and
         ``progress``."""
         with tempfile.TemporaryDirectory(prefix="dlbench-context-") as tmp:
@@ -332,7 +344,7 @@ class Builder:
             with docker_errors(f"building {tag}"):
                 stream = self.client.api.build(
                     path=tmp, tag=tag, buildargs={**proxies, **buildargs}, labels=labels,
-                    rm=True, forcerm=True, decode=True, network_mode=self.network,
+                    rm=True, forcerm=True, decode=True, network_mode=network,
                     nocache=False)
                 for chunk in stream:
                     if self.cancelled.is_set():     # leaving the stream closes it: Docker stops the build
@@ -349,6 +361,37 @@ class Builder:
                         if any([progress.line(line) for line in text.splitlines()]):
                             self.on_step(tag, progress)
             self._write_log(tag, log)
+
+    def downloads(self) -> downloads.Proxy | None:
+        """The download cache's proxy, started on first use; None where it is off or the
+        builds could not reach the host's loopback: with another ``--build-network`` than
+        host, a Docker daemon on another machine, or a rootless one."""
+        with self._downloads_lock:
+            if self._download_cache and self._downloads is None:
+                why = self._no_download_cache()
+                if why:
+                    self.say(f"download cache off: {why}")
+                    self._download_cache = False
+                else:
+                    self._downloads = downloads.Proxy(cache.folder("downloads"), self.ca_bundle)
+            return self._downloads
+
+    def _no_download_cache(self) -> str | None:
+        if self.network not in (None, "host"):
+            return f"builds in network {self.network} cannot reach the host's loopback"
+        if not self.client.api.base_url.startswith("http+docker://"):
+            return f"the Docker daemon at {self.client.api.base_url} is on another machine"
+        if any("rootless" in option for option in self.client.info().get("SecurityOptions") or []):
+            return "a rootless Docker's host network is not the host's"
+        return None
+
+    def close(self) -> None:
+        """Stop the download cache's proxy, saying what it saved."""
+        with self._downloads_lock:
+            if self._downloads is not None:
+                self._downloads.close()
+                self.say(self._downloads.counts.summary())
+                self._downloads = None
 
     def _write_log(self, tag, lines):
         if self.log_dir:
@@ -378,44 +421,47 @@ def build_images(builder: Builder, todo: dict, rebuild: bool = False, skip=lambd
     (Docker out of reach still raises)."""
     if jobs < 1:
         raise UsageError(f"--jobs {jobs}: build at least one image at a time")
-    builder.prepare_sources([key for key, reason in todo.items() if reason is None], rebuild)
-    builder.base(rebuild=rebuild)
-    wanted = []
-    for key, reason in todo.items():
-        if reason is not None:
-            skip(reason)
-        else:
-            wanted.append(key)
-    missing = builder.to_build(wanted, rebuild)
-
-    def outcome(build):
-        try:
-            return build()
-        except DockerUnavailable:
-            raise
-        except DlbenchError as exc:
-            if not keep_going or builder.cancelled.is_set():
-                raise
-            return exc
-
-    # The present ones here, one after another in the plan's order (a look, no build):
-    # the caller sees them in that order whatever the pool's threads would have done.
-    for framework, variant in wanted:
-        if (framework, variant) not in missing:
-            yield image_tag(framework, variant), outcome(
-                functools.partial(builder.framework, framework, rebuild, variant))
-    pool = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="dlbench-build")
-    pending = {pool.submit(builder.framework, fw, rebuild, v): (fw, v) for fw, v in start_order(missing, jobs)}
     try:
-        while pending:
-            done, _ = wait(pending, return_when=FIRST_COMPLETED)
-            for future in sorted(done, key=lambda f: missing.index(pending[f])):
-                framework, variant = pending.pop(future)
-                yield image_tag(framework, variant), outcome(future.result)
+        builder.prepare_sources([key for key, reason in todo.items() if reason is None], rebuild)
+        builder.base(rebuild=rebuild)
+        wanted = []
+        for key, reason in todo.items():
+            if reason is not None:
+                skip(reason)
+            else:
+                wanted.append(key)
+        missing = builder.to_build(wanted, rebuild)
+
+        def outcome(build):
+            try:
+                return build()
+            except DockerUnavailable:
+                raise
+            except DlbenchError as exc:
+                if not keep_going or builder.cancelled.is_set():
+                    raise
+                return exc
+
+        # The present ones here, one after another in the plan's order (a look, no build):
+        # the caller sees them in that order whatever the pool's threads would have done.
+        for framework, variant in wanted:
+            if (framework, variant) not in missing:
+                yield image_tag(framework, variant), outcome(
+                    functools.partial(builder.framework, framework, rebuild, variant))
+        pool = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="dlbench-build")
+        pending = {pool.submit(builder.framework, fw, rebuild, v): (fw, v) for fw, v in start_order(missing, jobs)}
+        try:
+            while pending:
+                done, _ = wait(pending, return_when=FIRST_COMPLETED)
+                for future in sorted(done, key=lambda f: missing.index(pending[f])):
+                    framework, variant = pending.pop(future)
+                    yield image_tag(framework, variant), outcome(future.result)
+        finally:
+            if pending:                 # a failure, an interrupt, or the caller stopped early
+                builder.cancelled.set()
+            pool.shutdown(wait=True, cancel_futures=True)
     finally:
-        if pending:                 # a failure, an interrupt, or the caller stopped early
-            builder.cancelled.set()
-        pool.shutdown(wait=True, cancel_futures=True)
+        builder.close()        # the download cache's proxy, if a build started it
 
 
 def start_order(images: list, jobs: int) -> list:
@@ -428,6 +474,12 @@ def start_order(images: list, jobs: int) -> list:
     if jobs < 2:
         return list(images)
     return sorted(images, key=lambda image: not catalog.sources(*image))
+
+
+def _declares(dockerfile: Path, arguments: dict) -> bool:
+    """Whether a Dockerfile declares every one of these build arguments (``ARG NAME``)."""
+    declared = set(re.findall(r"^\s*ARG\s+(\w+)", dockerfile.read_text(), re.MULTILINE))
+    return set(arguments) <= declared
 
 
 def _context_hash(files: dict[str, Path], buildargs: dict) -> str:

@@ -66,6 +66,9 @@ CaOpt = Annotated[Optional[Path], typer.Option(
     help="CA bundle the images trust (default: the host's system bundle).")]
 NetworkOpt = Annotated[Optional[str], typer.Option(
     "--build-network", help="Network mode for builds, e.g. host where the bridge cannot reach the mirrors.")]
+DownloadCacheOpt = Annotated[bool, typer.Option(
+    help="Keep the Debian packages and Python packages the builds fetch, and serve them to "
+         "later builds from the user cache (through a proxy on this host's loopback).")]
 SourcesOpt = Annotated[Optional[Path], typer.Option(
     "--sources", help="Local mirror of the pinned source archives, laid out as "
                       "<group>/<repo>-<commit>.tar.gz (default: $DLBENCH_SOURCES_DIR, else "
@@ -110,9 +113,10 @@ def _help_without_a_command(ctx: typer.Context):
         out.print(ctx.get_help())
 
 
-def _build_options(base, mirror, ca_bundle, network, sources_dir=None) -> build.BuildOptions:
+def _build_options(base, mirror, ca_bundle, network, sources_dir=None,
+                   download_cache=True) -> build.BuildOptions:
     return build.BuildOptions(base_source=base.value, mirror=mirror, ca_bundle=ca_bundle,
-                              network=network, sources_dir=sources_dir)
+                              network=network, sources_dir=sources_dir, download_cache=download_cache)
 
 
 def _skipped(reason: str) -> None:
@@ -123,6 +127,7 @@ def _skipped(reason: str) -> None:
 def build_images(frameworks: Frameworks = None, base: BaseOpt = BaseSource["auto"],
                  mirror: MirrorOpt = build.DEFAULT_MIRROR, ca_bundle: CaOpt = None,
                  build_network: NetworkOpt = None, sources_dir: SourcesOpt = None,
+                 download_cache: DownloadCacheOpt = True,
                  rebuild: Annotated[bool, typer.Option(help="Build again even if nothing changed.")] = False,
                  variant: Annotated[str, typer.Option(
                      metavar=f"[{_one_of(options_.VARIANTS)}],...",
@@ -139,7 +144,7 @@ def build_images(frameworks: Frameworks = None, base: BaseOpt = BaseSource["auto
     todo = build.images_to_build(names, variants, named=bool(frameworks))
     display = RichDisplay(err, verbose=verbose)
     builder = build.Builder(docker_client(), _build_options(base, mirror, ca_bundle, build_network,
-                                                            sources_dir),
+                                                            sources_dir, download_cache),
                             say=display.say, log_dir=cache.folder("build-logs"), on_step=display.build_step,
                             times=build_progress.Times())
     for tag, image in build.build_images(builder, todo, rebuild, skip=_skipped, jobs=jobs):
@@ -222,6 +227,7 @@ def run(frameworks: Frameworks = None,
                  "(default: the one running dlbench).")] = None,
         base: BaseOpt = BaseSource["auto"], mirror: MirrorOpt = build.DEFAULT_MIRROR,
         ca_bundle: CaOpt = None, build_network: NetworkOpt = None, sources_dir: SourcesOpt = None,
+        download_cache: DownloadCacheOpt = True,
         scheduler: Annotated[Optional[Scheduler], typer.Option(
             help="Where and when the jobs run: local (one job after another on this host; the "
                  "default) or slurm (one Slurm job array; the results directory must be shared "
@@ -260,7 +266,7 @@ def run(frameworks: Frameworks = None,
             batch_sizes=batch_sizes, learning_rates=learning_rates, settings_from=settings_from,
             repeats=repeats, seed=seed, memory=memory, timeout=timeout),
         campaign=campaign, results=results, data_dir=data_dir,
-        build=_build_options(base, mirror, ca_bundle, build_network, sources_dir),
+        build=_build_options(base, mirror, ca_bundle, build_network, sources_dir, download_cache),
         runtime=runtime.value, python=python, resume=resume, fail_fast=fail_fast,
         scheduler=scheduler.value if scheduler else None,
         slurm=execute.SlurmRequest(partition, account, qos, tuple(sbatch_option), detach))

@@ -11,7 +11,8 @@ from rich.text import Text
 
 
 # Lines of ``say`` shown without --verbose (besides "building" and "up to date").
-SHOWN = ("debootstrap", "pulling", "no registry", "importing", "removed", "resume", "fail-fast")
+SHOWN = ("debootstrap", "pulling", "no registry", "importing", "removed", "resume", "fail-fast",
+         "download cache")
 
 
 class RichDisplay:

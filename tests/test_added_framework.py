@@ -8,10 +8,12 @@ from __future__ import annotations
 import json
 import sys
 
+import docker
 import pandas as pd
 import pytest
 
 from conftest import REPO, dlbench
+from orchestrator.cache import root as cache_root
 
 EXAMPLES = REPO / "examples" / "frameworks"
 ADDED = {"DLBENCH_FRAMEWORKS_PATH": str(EXAMPLES)}
@@ -26,8 +28,6 @@ def quick_run(results, data_root, *options):
 @pytest.fixture(scope="module")
 def image():
     """The example's image, removed afterwards if this test built it (a user's is kept)."""
-    import docker
-
     client = docker.from_env()
     before = {image.id for image in client.images.list(TAG)}
     yield
@@ -39,7 +39,11 @@ def image():
 @pytest.mark.docker
 def test_the_example_framework_is_built_and_trained_by_dlbench_run(image, data_root, tmp_path):
     results = tmp_path / "results"
-    quick_run(results, data_root)
+    built = not docker.from_env().images.list(TAG)
+    run = quick_run(results, data_root)
+    if built:       # its packages came through the download cache, and stay there
+        assert "download cache: " in run.stderr, run.stderr
+        assert list((cache_root() / "downloads" / "deb.debian.org").rglob("python3-sklearn_*.deb"))
     row, = pd.read_parquet(results / "runs").itertuples()
     assert (row.framework, row.dataset, row.profile, row.status) == ("sklearn", "mnist", "quick", "ok")
     assert row.accuracy > 0.8                   # chance is 0.1; one epoch on 10,000 images
