@@ -145,7 +145,7 @@ def _migrated(result: RunnerResult, migration: Migration | None) -> Migration:
     if migration.migration_reason is None and migration.images != result.test_samples:
         return Migration(migration_reason=f"the framework predicted {migration.images} test images, "
                                           f"not the {result.test_samples} it tested",
-                         model=migration.model)
+                         model=migration.model, seconds=migration.seconds)
     return migration
 
 

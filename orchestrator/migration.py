@@ -25,6 +25,7 @@ looked at.  ``collect`` puts the figures into an ok row; ``store`` keeps the fil
 from __future__ import annotations
 
 import dataclasses
+import time
 from pathlib import Path
 
 import numpy as np
@@ -50,13 +51,14 @@ class Migration:
     migration_max_logit_error: float | None = None
     migration_reason: str | None = None
     model: bytes | None = None              # the ONNX file, to store
+    seconds: float | None = None            # the check's time on the host
 
     def fields(self) -> dict:
         """The row's columns."""
         return dict(migrated_accuracy=self.migrated_accuracy,
                     migration_mismatches=self.migration_mismatches,
                     migration_max_logit_error=self.migration_max_logit_error,
-                    migration_reason=self.migration_reason)
+                    migration_reason=self.migration_reason, migration_host_time_s=self.seconds)
 
 
 class Refused(Exception):
@@ -65,7 +67,14 @@ class Refused(Exception):
 
 def evaluate(job_dir: Path, dataset: str, data_root: Path) -> Migration | None:
     """The check of the model a job left in its out/, or None when it left none (the
-    runner did not export: the result says why; or the job failed before)."""
+    runner did not export: the result says why; or the job failed before); its
+    ``seconds``, what it took."""
+    started = time.perf_counter()
+    found = _evaluate(job_dir, dataset, data_root)
+    return found and dataclasses.replace(found, seconds=time.perf_counter() - started)
+
+
+def _evaluate(job_dir: Path, dataset: str, data_root: Path) -> Migration | None:
     compared, problem = jobdir.read_output(job_dir, COMPARED, MAX_COMPARED_BYTES)
     if compared is None and problem == jobdir.absent(COMPARED):
         return None

@@ -63,6 +63,9 @@ metadata.  History of the row schema:
        model, its exporter refused it, onnxruntime could not run it),
        ``migration_model_bytes`` (the ONNX file) and ``migration_time_s`` (the export
        and the framework's own predictions, in the job).  Empty in every older row.
+    10 ``migration_host_time_s``: the migration check's share on the host, after the job
+       (reading the model and the test images, onnxruntime's run): outside the runner's
+       ``total_time_s``.  Empty in every older row.
 Readers refuse rows newer than they know; older ones are upgraded step by step
 by ``store.upgrade``.
 
@@ -91,7 +94,7 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
 from dlbench_runner.contract import SCHEMA_VERSION as RUNNER_SCHEMA_VERSION
 
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 TRACE_SCHEMA_VERSION = 1
 ROBUSTNESS_SCHEMA_VERSION = 1
 ATTACKS = ("none", "fgsm", "pgd")
@@ -234,6 +237,7 @@ class RunRecord(BaseModel):
     migration_reason: str | None = None          # why the three above are empty
     migration_model_bytes: int | None = None     # RESULTS/models/<run id>.onnx
     migration_time_s: float | None = None        # the export in the job, outside every span
+    migration_host_time_s: float | None = None   # the ONNX run on the host, after the job
     epoch_loss: list[float] = []
     epoch_accuracy: list[float] = []
     epoch_time_s: list[float] = []
@@ -325,6 +329,7 @@ ADDED_IN = {
     8: ["param_bytes", "model_size_bytes", "robustness_time_s", "gradient_error"],
     9: ["migrated_accuracy", "migration_mismatches", "migration_max_logit_error", "migration_reason",
         "migration_model_bytes", "migration_time_s"],
+    10: ["migration_host_time_s"],
 }
 # Columns a version renamed, old name -> new name.
 RENAMED_IN = {5: {"script_train_time_s": "paper_train_time_s",

@@ -388,9 +388,10 @@ def _to_4(table: pa.Table) -> pa.Table:
 # the host's timing facts, the Slurm node and ids and the script's own times (and torch
 # rows of the PyTorch port read as pytorch); 5 renamed the script's times to the paper
 # spans; 6 added the GPU's model, driver and memory; 7 the image builds a job ran beside;
-# 8 the parameters' and the saved model's bytes; 9 the migration check's figures.
+# 8 the parameters' and the saved model's bytes; 9 the migration check's figures; 10 its
+# time on the host.
 UPGRADES = {1: _add_empty(2), 2: _add_empty(3), 3: _to_4, 4: _renamed(5), 5: _add_empty(6),
-            6: _add_empty(7), 7: _add_empty(8), 8: _add_empty(9)}
+            6: _add_empty(7), 7: _add_empty(8), 8: _add_empty(9), 9: _add_empty(10)}
 
 
 def upgrade(table: pa.Table, version: int) -> pa.Table:
