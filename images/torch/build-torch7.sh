@@ -32,11 +32,16 @@ rocks() {  # rocks: stem rockspec, a line each, made in that order
 
 case $PART in
 lua)
+    # LuaJIT is made by one make at a time: its CMake lists the headers buildvm generates
+    # (lj_folddef.h and the others) in three targets (the shared and static libraries, the
+    # executable), so a parallel make may write one of them while another target compiles
+    # the amalgamation against it ("'fold_hash' undeclared": seen once, in a cold build).
+    # It is one translation unit, so parallelism gained little.
     dir=$(unpack luajit-rocks)
     mkdir "$dir/build"
     (cd "$dir/build" \
         && cmake .. -DCMAKE_INSTALL_PREFIX="$PREFIX" -DCMAKE_BUILD_TYPE=Release -DWITH_LUAJIT21=ON >/dev/null \
-        && make -j"$JOBS" install >/dev/null)
+        && make install >/dev/null)
     rocks <<ROCKS
 luafilesystem rockspecs/luafilesystem-1.6.3-1.rockspec
 Penlight penlight-scm-1.rockspec
