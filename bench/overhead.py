@@ -6,18 +6,25 @@
     (b) runner     the dlbench runner in the same image, its container started with
                    dlbench's own options (runtimes/docker.container_options: job
                    directory, mounts, limits, hardening), result.json read back
-    (c) dlbench    `dlbench run` end to end: CLI, image check, data verification,
-                   container, trace, collection, Parquet write
+    (c) dlbench    `dlbench run --repeats 4` end to end: CLI, image check, data
+                   verification, four containers one after another, trace, collection,
+                   Parquet writes, the summary
     (d) native     with --native-python: `dlbench run --runtime native` on the host
 
 Printed per framework (medians over the rounds):
-    b/a   training throughput of the runner over the plain loop      goal >= 0.98
-    c/b   wall time of `dlbench run` over the runner's container
-    fixed seconds `dlbench run` adds around the runner's own total time
-          (split: in the container's life, and on the host before and after),
-          and of the host's share, the migration check (the job's ONNX model run with
-          onnxruntime on the images it tested: a measurement, not the harness)
-    harness   the fixed seconds less that check                         goal < 1 s
+    b/a      training throughput of the runner over the plain loop       goal >= 0.98
+    c/b      wall time of `dlbench run` a job over the runner's container
+    check    the migration check on the host after each job (the job's ONNX model
+             run with onnxruntime on the images it tested): a measurement of its own,
+             not the harness, so left out of the two below
+    per job  what each job adds around its runner's own total: from one runner's end to
+             the next one's start (the container stopped and removed, the job's row and
+             trace stored, the next container created and started, its Python started),
+             the check left out; the median of the gaps after the first, which also
+             holds the run's first write (pyarrow imports pandas)          goal < 1 s
+    per run  what the run adds once: `dlbench run`'s wall time less the runners' totals,
+             the checks and the per-job share of each job (Python's start and imports,
+             the plan, the data and image checks, the summary at the end)
     d/c   native throughput over the container's (--native-python)    goal >= 0.97
 
 The order of the ways rotates each round so that none always runs first.  Run it on a
@@ -50,7 +57,7 @@ from orchestrator import build, catalog, datasets, hostinfo, jobdir, owners, pla
 from orchestrator.options import Axes  # noqa: E402
 from orchestrator.runtimes import docker as docker_runtime, native  # noqa: E402
 
-GOALS = {"b/a": 0.98, "harness": 1.0, "d/c": 0.97}
+GOALS = {"b/a": 0.98, "per job": 1.0, "d/c": 0.97}
 
 
 def fail(message: str) -> None:
@@ -110,11 +117,14 @@ def way_runner(client, job, data, scratch, owner):
     return {"ips": result["train_images_per_s"], "wall": wall, "total": result["total_time_s"]}
 
 
+JOBS = 4      # way (c)'s jobs a run: the first gap also holds the first write's imports (once a run)
+
+
 def way_dlbench(framework, data, cpus, scratch, runtime="docker", python=None):
     results = Path(tempfile.mkdtemp(dir=scratch))
     command = [sys.executable, "-m", "orchestrator", "run", "--frameworks", framework,
                "--datasets", "mnist", "--profile", "quick", "--cpus", str(cpus),
-               "--results", str(results), "--data-dir", str(data)]
+               "--repeats", str(JOBS), "--results", str(results), "--data-dir", str(data)]
     if runtime == "native":
         command += ["--runtime", "native", "--python", python]
     started = time.perf_counter()
@@ -122,10 +132,16 @@ def way_dlbench(framework, data, cpus, scratch, runtime="docker", python=None):
     wall = time.perf_counter() - started
     if proc.returncode != 0:
         raise RuntimeError(f"dlbench run {framework} ({runtime}) failed: {proc.stderr[-500:]}")
-    row = pd.read_parquet(Path(results) / "runs").iloc[0]
-    check = row["migration_host_time_s"]
-    return {"ips": row["train_images_per_s"], "wall": wall, "total": row["total_time_s"],
-            "job_wall": row["wall_time_s"], "check": 0.0 if pd.isna(check) else float(check)}
+    rows = pd.read_parquet(Path(results) / "runs").sort_values("started_at")
+    checks = rows["migration_host_time_s"].fillna(0.0)
+    # The runner's clock and the host's are the same kernel's: from one runner's end to the
+    # next one's start, less the check the host ran on the first one's model in between.
+    gaps = ((pd.to_datetime(rows["started_at"]).diff().dt.total_seconds().iloc[1:]
+             - rows["total_time_s"].iloc[:-1].to_numpy()) - checks.iloc[:-1].to_numpy()).tolist()
+    per_job = statistics.median(gaps[1:])   # the first holds pyarrow's import of pandas, once a run
+    outside = wall - rows["total_time_s"].sum() - checks.sum()
+    return {"ips": rows["train_images_per_s"].median(), "wall": wall / JOBS, "per_job": per_job,
+            "per_run": outside - JOBS * per_job, "check": checks.median()}
 
 
 def median(runs, key):
@@ -203,25 +219,21 @@ def report(frameworks, runs, args):
     print(f"command: python bench/overhead.py {' '.join(sys.argv[1:])}")
     print(f"quick MNIST job, --cpus {args.cpus}, medians of {args.rounds} round(s), images/s of training")
     header = f"{'framework':<11} {'a plain':>9} {'b runner':>9} {'b/a':>6} {'b wall':>8} " \
-             f"{'c wall':>8} {'c/b':>6} {'fixed':>7} {'in ctr':>7} {'host':>6} {'check':>6} {'harness':>8}"
+             f"{'c wall':>8} {'c/b':>6} {'check':>6} {'per job':>8} {'per run':>8}"
     if args.native_python:
         header += f" {'d native':>9} {'d/c':>6}"
     print(header)
-    worst = {"b/a": [], "harness": [], "d/c": []}
+    worst = {"b/a": [], "per job": [], "d/c": []}
     for f in frameworks:
         a, b, c = (runs[f, w] for w in "abc")
         ba = median(b, "ips") / median(a, "ips")
         cb = median(c, "wall") / median(b, "wall")
-        fixed = statistics.median(r["wall"] - r["total"] for r in c)
-        in_container = statistics.median(r["job_wall"] - r["total"] for r in c)
-        host = statistics.median(r["wall"] - r["job_wall"] for r in c)
-        check = median(c, "check")
-        harness = statistics.median(r["wall"] - r["total"] - r["check"] for r in c)
+        per_job = median(c, "per_job")
         line = f"{f:<11} {median(a, 'ips'):>9.0f} {median(b, 'ips'):>9.0f} {ba:>6.3f} " \
-               f"{median(b, 'wall'):>7.1f}s {median(c, 'wall'):>7.1f}s {cb:>6.3f} {fixed:>6.2f}s " \
-               f"{in_container:>6.2f}s {host:>5.2f}s {check:>5.2f}s {harness:>7.2f}s"
+               f"{median(b, 'wall'):>7.1f}s {median(c, 'wall'):>7.1f}s {cb:>6.3f} {median(c, 'check'):>5.2f}s " \
+               f"{per_job:>7.2f}s {median(c, 'per_run'):>7.2f}s"
         worst["b/a"].append(ba)
-        worst["harness"].append(harness)
+        worst["per job"].append(per_job)
         if runs[f, "d"]:
             dc = median(runs[f, "d"], "ips") / median(c, "ips")
             line += f" {median(runs[f, 'd'], 'ips'):>9.0f} {dc:>6.3f}"
@@ -231,9 +243,9 @@ def report(frameworks, runs, args):
         print(line)
     print(f"goal b/a >= {GOALS['b/a']}: {'met' if min(worst['b/a']) >= GOALS['b/a'] else 'MISSED'} "
           f"(lowest {min(worst['b/a']):.3f})")
-    print(f"goal harness's fixed cost < {GOALS['harness']:.0f} s: "
-          f"{'met' if max(worst['harness']) < GOALS['harness'] else 'MISSED'} "
-          f"(highest {max(worst['harness']):.2f} s)")
+    print(f"goal fixed cost a job < {GOALS['per job']:.0f} s: "
+          f"{'met' if max(worst['per job']) < GOALS['per job'] else 'MISSED'} "
+          f"(highest {max(worst['per job']):.2f} s)")
     if worst["d/c"]:
         print(f"goal native/container >= {GOALS['d/c']}: "
               f"{'met' if min(worst['d/c']) >= GOALS['d/c'] else 'MISSED'} (lowest {min(worst['d/c']):.3f})")
