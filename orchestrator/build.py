@@ -379,7 +379,7 @@ class Builder:
     def _no_download_cache(self) -> str | None:
         if self.network not in (None, "host"):
             return f"builds in network {self.network} cannot reach the host's loopback"
-        if not self.client.api.base_url.startswith("http+docker://"):
+        if self.client.api.base_url != "http+docker://localhost":    # a unix socket (ssh:// is not)
             return f"the Docker daemon at {self.client.api.base_url} is on another machine"
         if any("rootless" in option for option in self.client.info().get("SecurityOptions") or []):
             return "a rootless Docker's host network is not the host's"
