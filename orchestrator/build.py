@@ -201,7 +201,7 @@ class Builder:
         with tempfile.TemporaryDirectory(prefix="dlbench-root-") as tmp:
             target = Path(tmp) / "root"
             log = deque(maxlen=20)
-            proxy = self.downloads()
+            proxy = self.download_proxy()
             proc = subprocess.Popen(
                 ["debootstrap", "--variant=minbase", "--include=ca-certificates",
                  self.suite, str(target), self.mirror],
@@ -313,7 +313,7 @@ class Builder:
                   f"{LABEL}.context-hash": context_hash}
         proxies = {k: os.environ[k] for k in PROXY_VARIABLES if k in os.environ}
         network = self.network
-        if (proxy := self.downloads()) is not None:    # in the host's network, to reach it
+        if (proxy := self.download_proxy()) is not None:    # in the host's network, to reach it
             network = "host"
             proxies.update(proxy.environment())
             if _declares(files["Dockerfile"], downloads.PIP_ARGUMENTS):
@@ -362,7 +362,7 @@ class Builder:
                             self.on_step(tag, progress)
             self._write_log(tag, log)
 
-    def downloads(self) -> downloads.Proxy | None:
+    def download_proxy(self) -> downloads.Proxy | None:
         """The download cache's proxy, started on first use; None where it is off or the
         builds could not reach the host's loopback: with another ``--build-network`` than
         host, a Docker daemon on another machine, or a rootless one."""
