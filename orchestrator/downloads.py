@@ -131,8 +131,9 @@ def _handler(proxy: Proxy):
                 self.send_error(400, "a proxy: absolute http URLs only")
                 return
             host = parts.hostname
-            if kept(host, parts.path) and proxy.path(host, parts.path).is_file():
-                self._send_file(proxy.path(host, parts.path))
+            keep = proxy.path(host, parts.path) if kept(host, parts.path) else None
+            if keep is not None and keep.is_file():
+                self._send_file(keep)
                 return
             try:
                 # The index's pages in HTML (pip 20's kind), their file links made http so
@@ -151,11 +152,10 @@ def _handler(proxy: Proxy):
                                                    b"http://files.pythonhosted.org/")
                     self._send_bytes(body, response.headers.get("Content-Type", "text/html"))
                     proxy.counts.passed_through()
-                elif kept(host, parts.path):
-                    self._relay(response, proxy.path(host, parts.path))
                 else:
-                    self._relay(response, None)
-                    proxy.counts.passed_through()
+                    self._relay(response, keep)
+                    if keep is None:
+                        proxy.counts.passed_through()
 
         def _send_bytes(self, body: bytes, content_type: str) -> None:
             self.send_response(200)
