@@ -12,6 +12,9 @@ A campaign file is TOML::
     repeats = 3
     seed = 1                        # default: each model's own (1; Theano LeNet5: 23455)
     settings_from = ["own", "caffe"]    # GTDLBench's cross-settings: another framework's defaults
+                                    # ("caffe/mnist": its MNIST defaults on every data set)
+    blas = ["openblas", "blis"]     # the BLAS library (default: each image's own)
+    onednn = ["on", "off"]          # TensorFlow's and MXNet's oneDNN kernels
 
     [hyperparameters]               # every framework: a list is an axis, one value is fixed
     batch_size = [32, 64]
@@ -55,8 +58,8 @@ from pydantic import (BaseModel, ConfigDict, Field, PlainValidator, StrictInt, V
 
 from . import catalog, files
 from .errors import DeprecatedName, UsageError, UsageErrors
-from .options import (SCHEDULERS, Axes, Limits, PlanError, RunOptions, device, from_file, merge,
-                      settings_source)
+from .options import (SCHEDULERS, Axes, Limits, PlanError, RunOptions, blas_library, device,
+                      from_file, merge, onednn_switch, settings_source)
 from .plan import Plan, expand
 
 if sys.version_info >= (3, 11):
@@ -124,6 +127,8 @@ class CampaignFile(BaseModel):
     seed: Optional[StrictInt] = None        # None: each model's own (1 unless models.json says)
     settings_from: list[Annotated[Optional[str], PlainValidator(settings_source)]] = Field(
         [None], min_length=1)
+    blas: list[Annotated[Optional[str], PlainValidator(blas_library)]] = Field([None], min_length=1)
+    onednn: list[Annotated[Optional[str], PlainValidator(onednn_switch)]] = Field([None], min_length=1)
     hyperparameters: Hyperparameters = Hyperparameters()     # their tables for each framework:
     limits: FileLimits = FileLimits()                         # the subclass ``file_model`` makes
     scheduler: Optional[Literal[SCHEDULERS]] = None     # where it runs (default: local)
@@ -151,6 +156,7 @@ class CampaignFile(BaseModel):
                                                if fw in type(hp).model_fields and value},
                     threads=self.threads or [None], devices=self.devices, variant=self.variant,
                     repeats=self.repeats, seed=self.seed, settings_from=self.settings_from,
+                    blas=list(dict.fromkeys(self.blas)), onednn=list(dict.fromkeys(self.onednn)),
                     limits=Limits(memory=self.limits.memory, timeout=self.limits.timeout),
                     framework_limits=limits)
 

@@ -183,6 +183,13 @@ def _models_problem(info) -> str | None:
     native = info.get("native", {})
     if not all(isinstance(native.get(key, ""), str) for key in ("module", "unsupported")):
         return "native: module and unsupported are strings"
+    offered = info.get("blas", [])
+    if not isinstance(offered, list) or any(b not in contract.blas.LIBRARIES for b in offered):
+        return (f"blas: a list of the BLAS libraries its image holds, the default first "
+                f"(from {', '.join(contract.blas.LIBRARIES)})")
+    onednn = info.get("onednn", {})
+    if not isinstance(onednn, dict) or not isinstance(onednn.get("variable", ""), str):
+        return "onednn: {\"variable\": the environment variable that turns oneDNN on (1) or off (0)}"
     model_set = info.get("models")
     if not isinstance(model_set, dict) or not model_set:
         return "models: give at least one data set's model"
@@ -263,11 +270,38 @@ def gpu_unsupported(framework: str, dataset: str) -> str | None:
     return f"{framework}'s {dataset} model has no GPU version: {reason}" if reason else None
 
 
-def job_unsupported(framework: str, dataset: str, variant: str, gpu: int | None) -> str | None:
+def job_unsupported(framework: str, dataset: str, variant: str, gpu: int | None,
+                    blas: str | None = None, onednn: str | None = None) -> str | None:
     """Why a job cannot run whatever the runtime, decided while planning: its framework
-    has no image of that variant, or its model no GPU version; None where it can."""
+    has no image of that variant, its model no GPU version, or the framework no such
+    switch of its compute libraries; None where it can."""
     return variant_unsupported(framework, variant) or (
-        gpu_unsupported(framework, dataset) if gpu is not None else None)
+        gpu_unsupported(framework, dataset) if gpu is not None else None) or (
+        compute_unsupported(framework, variant, blas, onednn))
+
+
+def compute_unsupported(framework: str, variant: str, blas: str | None, onednn: str | None) -> str | None:
+    """Why the framework's image cannot run on that BLAS library or oneDNN switch, or None.
+    (A BLAS its CPU image does not hold is a usage error: ``plan.compute_problems``.)"""
+    info = models(framework)
+    if blas is not None and not info.get("blas"):
+        return f"{framework} cannot switch its BLAS library: {info.get('blas_unsupported', 'its image offers none')}"
+    if blas is not None and variant != "cpu":
+        return f"{framework}'s {variant.upper()} image holds one BLAS library (its CPU image holds several)"
+    if onednn is not None and not onednn_variable(framework):
+        return f"{framework} has no oneDNN switch: {info.get('onednn_unsupported', 'it runs no oneDNN kernels')}"
+    return None
+
+
+def blas_offered(framework: str) -> list[str]:
+    """The BLAS libraries a job of the framework may ask for (its CPU image holds them side
+    by side, the first its default); none where the framework cannot switch."""
+    return list(models(framework).get("blas", []))
+
+
+def onednn_variable(framework: str) -> str | None:
+    """The variable that turns the framework's oneDNN kernels on or off; None: it has none."""
+    return models(framework).get("onednn", {}).get("variable") or None
 
 
 def native_module(framework: str) -> tuple[str | None, str | None]:

@@ -206,7 +206,14 @@ def run(frameworks: Frameworks = None,
         settings_from: Annotated[Optional[str], typer.Option(
             "--settings-from", help="Train each framework's model with another framework's default "
                                     "batch size, learning rate and training length (GTDLBench's "
-                                    "cross-settings), e.g. caffe; own,caffe for both.")] = None,
+                                    "cross-settings), e.g. caffe; own,caffe for both; caffe/mnist: "
+                                    "caffe's MNIST defaults on every data set.")] = None,
+        blas: Annotated[Optional[str], typer.Option(
+            help="BLAS libraries to sweep, e.g. openblas,blis,atlas (Caffe, Theano, Torch7, "
+                 "PyTorch; default: each image's OpenBLAS).")] = None,
+        onednn: Annotated[Optional[str], typer.Option(
+            help="TensorFlow's and MXNet's oneDNN kernels: on, off or on,off (default: as each "
+                 "framework has them).")] = None,
         repeats: Annotated[Optional[int], typer.Option(help="Runs of each job (default 1).")] = None,
         seed: Annotated[Optional[int], typer.Option(help="Seed of the first repeat (default 1).")] = None,
         memory: Annotated[Optional[str], typer.Option(help="Memory limit per job, e.g. 8g.")] = None,
@@ -264,7 +271,7 @@ def run(frameworks: Frameworks = None,
             name=name, frameworks=frameworks, datasets=datasets_, profile=profile, cpus=cpus,
             threads=threads, gpu=gpu, devices=devices, variant=variant, set_=set_, sweep=sweep,
             batch_sizes=batch_sizes, learning_rates=learning_rates, settings_from=settings_from,
-            repeats=repeats, seed=seed, memory=memory, timeout=timeout),
+            repeats=repeats, seed=seed, memory=memory, timeout=timeout, blas=blas, onednn=onednn),
         campaign=campaign, results=results, data_dir=data_dir,
         build=_build_options(base, mirror, ca_bundle, build_network, sources_dir, download_cache),
         runtime=runtime.value, python=python, resume=resume, fail_fast=fail_fast,

@@ -30,6 +30,8 @@ from typing import NamedTuple
 
 from pydantic import ValidationError
 
+from dlbench_runner import contract
+
 from . import __version__, jobdir
 from .migration import Migration
 from .plan import Job
@@ -57,6 +59,7 @@ def _job_fields(job: Job, run_id: str, job_id: str, provenance: dict) -> dict:
         run_id=run_id, job_id=job_id, campaign=job.campaign,
         framework=job.framework, dataset=job.dataset, model=job.model, profile=job.profile,
         hyperparameters=dumps(job.hyperparameters), settings_from=job.settings_from,
+        blas=job.blas, onednn=job.onednn,
         batch_size=job.hyperparameters.get("batch_size"),
         learning_rate=job.hyperparameters.get("learning_rate"),
         device=job.device, gpu=None if job.gpu is None else str(job.gpu), seed=job.seed,
@@ -118,7 +121,8 @@ def collect(job: Job, run_id: str, job_id: str, job_dir: Path, outcome: Outcome,
             epoch_accuracy=[e.accuracy for e in result.epochs],
             epoch_time_s=[e.time_s or 0.0 for e in result.epochs],
             framework_version=result.framework_version, python_version=result.python_version,
-            device_name=result.device_name, blas=";".join(result.blas) or None,
+            device_name=result.device_name,
+            blas_loaded=";".join(contract.blas.loaded(result.blas)) or None,
             threads_env=dumps(result.threads.get("env")),
             threads_framework=dumps(result.threads.get("framework")),
             libraries=dumps(result.libraries),

@@ -92,6 +92,8 @@ class Axes(BaseModel):
     devices: list[int | None] = [None]            # None: CPU; N: GPU N
     variant: str | None = None                    # the image variant; None: each job's device's
     settings_from: list[str | None] = [None]      # None: each framework's own defaults
+    blas: list[str | None] = [None]               # BLAS libraries; None: each image's default
+    onednn: list[str | None] = [None]             # "on", "off"; None: each framework's default
     repeats: int = 1
     seed: int | None = None                       # None: each model's own (contract.default_seed)
     limits: Limits = Limits()
@@ -112,6 +114,8 @@ class RunOptions(BaseModel):
     repeats: int | None = None
     seed: int | None = None
     settings_from: list[str | None] | None = None
+    blas: list[str | None] | None = None
+    onednn: list[str | None] | None = None
     hyperparameters: dict[str, list] = {}
     memory: str | None = None
     timeout: float | None = None
@@ -120,7 +124,8 @@ class RunOptions(BaseModel):
     def from_command_line(cls, *, name=None, frameworks=None, datasets=None, profile=None,
                           cpus=None, threads=None, gpu=None, devices=None, variant=None, set_=(),
                           sweep=(), batch_sizes=None, learning_rates=None, settings_from=None,
-                          repeats=None, seed=None, memory=None, timeout=None) -> "RunOptions":
+                          repeats=None, seed=None, memory=None, timeout=None, blas=None,
+                          onednn=None) -> "RunOptions":
         """``dlbench run``'s options as typed: comma lists and KEY=VALUE texts, read here."""
         if cpus is not None and threads is not None:
             raise UsageError("give --cpus or --threads, not both")
@@ -139,6 +144,8 @@ class RunOptions(BaseModel):
             threads=[cpus] if cpus is not None else numbers(threads, "--threads", int),
             devices=parse_gpus(gpu) if gpu is not None else (parse_devices(devices) if devices else None),
             settings_from=parse_settings_from(settings_from) if settings_from is not None else None,
+            blas=_choices(blas, blas_library, "--blas", "BLAS libraries, e.g. openblas,blis"),
+            onednn=_choices(onednn, onednn_switch, "--onednn", "on, off or both: on,off"),
             hyperparameters=sweeps)
 
 
@@ -149,7 +156,7 @@ def merge(axes: Axes, options: RunOptions) -> Axes:
     if options.name is not None:
         changes["campaign"] = options.name
     for field in ("frameworks", "datasets", "profiles", "threads", "devices", "variant", "repeats",
-                  "seed", "settings_from"):
+                  "seed", "settings_from", "blas", "onednn"):
         if getattr(options, field) is not None:
             changes[field] = getattr(options, field)
     if options.hyperparameters:
@@ -340,11 +347,36 @@ def device(value) -> int | None:
 
 
 def settings_source(value) -> str | None:
-    """``own`` (each framework's defaults) or a framework whose defaults the others use."""
+    """``own`` (each framework's defaults), a framework whose defaults the others use
+    (``caffe``), or a framework's defaults for one data set, used on the other data sets
+    too (``caffe/mnist``: GTDLBench's finding that defaults tuned on one data set may fail
+    on another)."""
     if value == "own":
         return None
-    if value not in catalog.names():
-        raise ValueError(f"{value!r}: give own or one of {', '.join(catalog.names())}")
+    framework, slash, dataset = str(value).partition("/")
+    if framework not in catalog.names() or (slash and dataset not in catalog.DATASETS):
+        raise ValueError(f"{value!r}: give own, a framework ({', '.join(catalog.names())}) or "
+                         f"FRAMEWORK/DATASET ({', '.join(catalog.DATASETS)})")
+    return value
+
+
+def blas_library(value) -> str | None:
+    """A BLAS library's name (``openblas``, ``blis-openmp``, ...) in full; ``default``
+    (None): each image's own."""
+    if value == "default":
+        return None
+    try:
+        return contract.blas.canonical(value)
+    except contract.blas.BlasError as exc:
+        raise ValueError(f"{exc}, or default") from None
+
+
+def onednn_switch(value) -> str | None:
+    """``on`` or ``off``; ``default`` (None): as the framework has it."""
+    if value == "default":
+        return None
+    if value not in ("on", "off"):
+        raise ValueError(f"{value!r}: give on, off or default")
     return value
 
 
@@ -371,6 +403,16 @@ def _each(text: str, parse, prefix: str) -> list:
             values.append(parse(item))
         except ValueError as exc:
             raise UsageError(f"{prefix}{exc}") from None
+    return values
+
+
+def _choices(text: str | None, parse, option: str, what: str) -> list | None:
+    """A comma list of named choices, each once; None where not given."""
+    if text is None:
+        return None
+    values = list(dict.fromkeys(_each(text, parse, option + " ")))
+    if not values:
+        raise UsageError(f"{option} takes {what}")
     return values
 
 

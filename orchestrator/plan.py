@@ -68,10 +68,15 @@ class Job(BaseModel):
     memory_bytes: int | None = None    # the same limit in bytes, as the runtime applies it
     timeout: float | None = None   # seconds; None: none
     settings_from: str | None = None   # trained with this framework's defaults (cross-settings)
+    blas: str | None = None            # the BLAS library asked for; None: the image's default
+    onednn: str | None = None          # oneDNN kernels "on" or "off"; None: the framework's default
 
     # Not part of the identity: how a job was asked for, and the limits it ran under.
     NOT_IDENTITY: ClassVar[frozenset] = frozenset({"overrides", "campaign", "memory", "memory_bytes",
                                                    "timeout", "first_cpu", "unsupported"})
+    # Part of the identity where given: a job that leaves them at the default keeps the
+    # id it had before they existed.
+    IDENTITY_WHERE_GIVEN: ClassVar[frozenset] = frozenset({"blas", "onednn"})
 
     @model_validator(mode="after")
     def _memory_in_bytes(self):
@@ -116,7 +121,8 @@ class Job(BaseModel):
 
     def job_id(self, image_id: str | None, dataset_sha256: str | None) -> str:
         """Stable identity: the same definition on the same image and data, the same id."""
-        defining = self.model_dump(exclude=set(self.NOT_IDENTITY))
+        defining = self.model_dump(exclude=set(self.NOT_IDENTITY) | {
+            k for k in self.IDENTITY_WHERE_GIVEN if getattr(self, k) is None})
         defining.update(image_id=image_id, dataset_sha256=dataset_sha256)
         blob = json.dumps(defining, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
@@ -125,7 +131,8 @@ class Job(BaseModel):
         """The job spec the runner reads."""
         return {"framework": self.framework, "dataset": self.dataset, "profile": self.profile,
                 "overrides": self.overrides, "threads": self.threads, "device": self.device,
-                "seed": self.seed, "run_id": run_id, "job_id": job_id}
+                "seed": self.seed, "run_id": run_id, "job_id": job_id,
+                "blas": self.blas, "onednn": self.onednn}
 
 
 class Plan(BaseModel):
@@ -162,6 +169,8 @@ def expand(axes: Axes, host_cpus: int | None = None) -> Plan:
     frameworks = axes.frameworks or catalog.names()
     limits = {framework: limits_for(axes, framework, problems) for framework in frameworks}
     raise_problems(problems)
+    problems += compute_problems(axes, frameworks)
+    raise_problems(problems)
     datasets = axes.datasets or list(catalog.DATASETS)
     _check_size(axes, frameworks, datasets)
     cells, skipped = [], []
@@ -180,7 +189,7 @@ def expand(axes: Axes, host_cpus: int | None = None) -> Plan:
             except PlanError as exc:
                 problems.append(exc)
             for profile, source, values in itertools.product(
-                    axes.profiles, _sources(axes, framework), itertools.product(*grid.values())):
+                    axes.profiles, _sources(axes, framework, dataset), itertools.product(*grid.values())):
                 overrides = dict(zip(grid, values))
                 if source is not None:     # the other framework's settings, yours on top
                     try:
@@ -189,7 +198,8 @@ def expand(axes: Axes, host_cpus: int | None = None) -> Plan:
                         problems.append(exc)
                         continue
                 params = {}                # on the CPU, on a GPU (a model may differ there)
-                for threads, gpu in itertools.product(axes.threads, axes.devices):
+                for threads, gpu, blas, onednn in itertools.product(axes.threads, axes.devices,
+                                                                     axes.blas, axes.onednn):
                     on_gpu = gpu is not None
                     if on_gpu not in params:
                         params[on_gpu] = _resolve(axes, models, framework, dataset, profile,
@@ -201,7 +211,8 @@ def expand(axes: Axes, host_cpus: int | None = None) -> Plan:
                         model=models["models"][dataset]["model"], hyperparameters=params[on_gpu],
                         overrides=overrides, threads=threads or host_cpus, cpus=threads,
                         gpu=gpu, image_variant=axes.variant, campaign=axes.campaign,
-                        settings_from=source, seed=seed, **limits[framework]))
+                        settings_from=source, seed=seed, blas=blas, onednn=onednn,
+                        **limits[framework]))
     raise_problems(problems)
     if not cells:
         raise UsageError("nothing to run: " + "; ".join(skipped) if skipped else "nothing to run")
@@ -210,7 +221,8 @@ def expand(axes: Axes, host_cpus: int | None = None) -> Plan:
     cells = share_cpus(cells, host_cpus)
     cells = [Job(**cell) for cell in cells]
     why = functools.cache(catalog.job_unsupported)      # decided while planning, once a kind of job
-    cells = [job.model_copy(update={"unsupported": why(job.framework, job.dataset, job.variant, job.gpu)})
+    cells = [job.model_copy(update={"unsupported": why(job.framework, job.dataset, job.variant, job.gpu,
+                                                       job.blas, job.onednn)})
              for job in cells]
     jobs = [job.model_copy(update={"seed": job.seed + repeat, "repeat": repeat})
             for repeat in range(axes.repeats) for job in cells]
@@ -235,9 +247,36 @@ def share_cpus(cells: list[dict], host_cpus: int) -> list[dict]:
             for c in cells]
 
 
-def _sources(axes: Axes, framework: str) -> list[str | None]:
-    """Whose defaults the framework's jobs use: its own (None) or another framework's."""
-    return list(dict.fromkeys(None if s == framework else s for s in axes.settings_from))
+def compute_problems(axes: Axes, frameworks: list[str]) -> list[PlanError]:
+    """The BLAS libraries and oneDNN switches asked for, against the frameworks: a library
+    that a framework able to switch does not hold, or a switch that no framework of the
+    run has, is a usage error; a framework without the switch at all gets ``unsupported``
+    rows (``catalog.compute_unsupported``)."""
+    found = []
+    switching = [fw for fw in frameworks if catalog.blas_offered(fw)]
+    for name in filter(None, axes.blas):
+        if not switching:
+            able = [fw for fw in catalog.names() if catalog.blas_offered(fw)]
+            found.append(PlanError(f"--blas {name}: {', '.join(frameworks)} cannot switch BLAS "
+                                   f"libraries ({', '.join(able)} can)", ("blas",)))
+        for fw in switching:
+            if name not in catalog.blas_offered(fw):
+                found.append(PlanError(f"--blas {name}: {fw}'s image does not hold it (it holds "
+                                       f"{', '.join(catalog.blas_offered(fw))})", ("blas",)))
+    if any(axes.onednn) and not any(catalog.onednn_variable(fw) for fw in frameworks):
+        able = [fw for fw in catalog.names() if catalog.onednn_variable(fw)]
+        found.append(PlanError(f"--onednn: no oneDNN switch in {', '.join(frameworks)} "
+                               f"(only in {', '.join(able)})", ("onednn",)))
+    return found
+
+
+def _sources(axes: Axes, framework: str, dataset: str) -> list[str | None]:
+    """Whose defaults the framework's jobs on the data set use: its own (None), another
+    framework's (``caffe``), or a framework's for one data set (``caffe/mnist``)."""
+    def own(source):
+        fw, _, of = source.partition("/")
+        return fw == framework and of in ("", dataset)
+    return list(dict.fromkeys(None if s is None or own(s) else s for s in axes.settings_from))
 
 
 def cross_settings(source: str, target: str, dataset: str, profile: str) -> dict:
@@ -253,15 +292,16 @@ def cross_settings(source: str, target: str, dataset: str, profile: str) -> dict
     iterations trains ceil(epochs x images / batch size) of them; one counting
     epochs trains the nearest whole number, at least one.  Schedules, momentum,
     weight decay and the rest stay the target's own."""
-    def model(framework):
-        entry = catalog.models(framework)["models"].get(dataset)
+    def model(framework, of):
+        entry = catalog.models(framework)["models"].get(of)
         if entry is None or "settings" not in entry:
-            raise PlanError(f"--settings-from {source}: {framework} has no {dataset} settings to "
+            raise PlanError(f"--settings-from {source}: {framework} has no {of} settings to "
                             "carry over", ("settings_from",))
-        params = contract.resolve_hyperparameters(catalog.models(framework), dataset, profile)
+        params = contract.resolve_hyperparameters(catalog.models(framework), of, profile)
         return entry["settings"], params
 
-    (theirs, their_params), (ours, our_params) = model(source), model(target)
+    framework, _, of = source.partition("/")
+    (theirs, their_params), (ours, our_params) = model(framework, of or dataset), model(target, dataset)
     batch_size = their_params["batch_size"]
     epochs = _epochs(theirs, their_params)
     if ours["length"][0] == "epochs":
@@ -297,8 +337,8 @@ def _check_size(axes: Axes, frameworks: list[str], datasets: list[str]) -> None:
     cells = 0
     for framework in frameworks:
         grid = {**axes.hyperparameters, **axes.framework_hyperparameters.get(framework, {})}
-        per_dataset = (len(axes.profiles) * len(_sources(axes, framework)) * math.prod(map(len, grid.values()))
-                       * len(axes.threads) * len(axes.devices))
+        per_dataset = (len(axes.profiles) * len(axes.settings_from) * math.prod(map(len, grid.values()))
+                       * len(axes.threads) * len(axes.devices) * len(axes.blas) * len(axes.onednn))
         cells += per_dataset * sum(d in catalog.models(framework)["models"] for d in datasets)
     limit = max_jobs()
     if cells * axes.repeats > limit:

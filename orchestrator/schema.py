@@ -94,7 +94,7 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
 from dlbench_runner.contract import SCHEMA_VERSION as RUNNER_SCHEMA_VERSION
 
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 TRACE_SCHEMA_VERSION = 1
 ROBUSTNESS_SCHEMA_VERSION = 1
 ATTACKS = ("none", "fgsm", "pgd")
@@ -200,6 +200,8 @@ class RunRecord(BaseModel):
     profile: str
     hyperparameters: str          # JSON, sorted keys
     settings_from: str | None = None   # another framework's defaults (None: its own)
+    blas: str | None = None            # the BLAS library asked for (None: the image's default)
+    onednn: str | None = None          # oneDNN kernels asked on or off (None: the default)
     batch_size: int | None = None
     learning_rate: float | None = None
     device: str
@@ -245,7 +247,7 @@ class RunRecord(BaseModel):
     framework_version: str | None = None
     python_version: str | None = None
     device_name: str | None = None
-    blas: str | None = None
+    blas_loaded: str | None = None        # the BLAS libraries training ran on, by name, ";"
     threads_env: str | None = None        # JSON
     threads_framework: str | None = None  # JSON
     libraries: str | None = None          # JSON
@@ -330,10 +332,12 @@ ADDED_IN = {
     9: ["migrated_accuracy", "migration_mismatches", "migration_max_logit_error", "migration_reason",
         "migration_model_bytes", "migration_time_s"],
     10: ["migration_host_time_s"],
+    11: ["blas", "onednn"],
 }
 # Columns a version renamed, old name -> new name.
 RENAMED_IN = {5: {"script_train_time_s": "paper_train_time_s",
-                  "script_test_time_s": "paper_test_time_s"}}
+                  "script_test_time_s": "paper_test_time_s"},
+              11: {"blas": "blas_loaded"}}
 
 TRACE_SCHEMA = pa.schema(
     [pa.field("run_id", pa.string()), pa.field("t_s", pa.float64()),

@@ -80,6 +80,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from dlbench_runner import contract
+
 from . import files, jobdir
 from .errors import StoreError, StoreWarning
 from .schema import (ADDED_IN, ARROW_SCHEMA, RENAMED_IN, ROBUSTNESS_SCHEMA, SCHEMA_VERSION, TRACE_SCHEMA,
@@ -383,15 +385,27 @@ def _to_4(table: pa.Table) -> pa.Table:
     return torch_rows_as_pytorch(_add_empty(4)(_keep_written_version(table)))
 
 
+def _to_11(table: pa.Table) -> pa.Table:
+    """Version 11: ``blas`` became the BLAS library asked for, and ``blas_loaded`` the ones
+    training ran on, by name (the old ``blas`` held the mapped files' paths)."""
+    table = _renamed(11)(table)
+    paths = table["blas_loaded"].to_pylist()
+    names = [";".join(contract.blas.loaded(p.split(";"))) or None if p else None for p in paths]
+    table = table.set_column(table.schema.get_field_index("blas_loaded"), "blas_loaded",
+                             pa.array(names, pa.string()))
+    return _add_empty(11)(table)
+
+
 # version -> the step to the next: 2 added the campaign name, the job's limits and the
 # resource summary; 3 the cross-settings source; 4 the version a row was written with,
 # the host's timing facts, the Slurm node and ids and the script's own times (and torch
 # rows of the PyTorch port read as pytorch); 5 renamed the script's times to the paper
 # spans; 6 added the GPU's model, driver and memory; 7 the image builds a job ran beside;
 # 8 the parameters' and the saved model's bytes; 9 the migration check's figures; 10 its
-# time on the host.
+# time on the host; 11 the compute libraries asked for (blas, onednn), the loaded ones
+# by name (blas_loaded, the old blas).
 UPGRADES = {1: _add_empty(2), 2: _add_empty(3), 3: _to_4, 4: _renamed(5), 5: _add_empty(6),
-            6: _add_empty(7), 7: _add_empty(8), 8: _add_empty(9), 9: _add_empty(10)}
+            6: _add_empty(7), 7: _add_empty(8), 8: _add_empty(9), 9: _add_empty(10), 10: _to_11}
 
 
 def upgrade(table: pa.Table, version: int) -> pa.Table:

@@ -49,7 +49,7 @@ def test_the_example_framework_is_built_and_trained_by_dlbench_run(image, data_r
     assert row.accuracy > 0.8                   # chance is 0.1; one epoch on 10,000 images
     assert row.model == "sklearn-mlp-100" and row.param_count == 784 * 100 + 100 + 100 * 10 + 10
     assert row.train_samples == 10000 and row.test_samples == 10000 and len(row.epoch_loss) == 1
-    assert row.image == TAG and row.framework_version == "0.23.2" and "openblas" in row.blas
+    assert row.image == TAG and row.framework_version == "0.23.2" and "openblas" in row.blas_loaded
     assert row.runtime == "docker"
 
     shown = json.loads(dlbench("results", "--results", results, "--format", "json", check=True).stdout)

@@ -328,12 +328,13 @@ def test_cross_settings_in_a_file_and_as_an_option(tmp_path):
     assert {(j.framework, j.settings_from) for j in jobs} == {
         ("caffe", None), ("pytorch", None), ("pytorch", "caffe")}
     assert len(jobs) == (2 + 2 + 2) * 2       # x batch sizes x threads
-    with pytest.raises(UsageError, match=r"campaign.toml:8: settings_from\[1\]: 'cafe': give own "):
+    with pytest.raises(UsageError, match=r"campaign.toml:8: settings_from\[1\]: 'cafe': give own, a framework "):
         plan_of(write(tmp_path, text.replace('"caffe"]', '"cafe"]')))
     proc = dlbench("run", "--frameworks", "pytorch", "--datasets", "mnist", "--settings-from", "cafe",
                    "--dry-run")
     assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
-        "dlbench: error: --settings-from 'cafe': give own or one of caffe, tensorflow, torch, pytorch, mxnet, theano"]
+        "dlbench: error: --settings-from 'cafe': give own, a framework (caffe, tensorflow, torch, "
+        "pytorch, mxnet, theano) or FRAMEWORK/DATASET (mnist, cifar10)"]
     proc = dlbench("run", "--frameworks", "pytorch", "--datasets", "mnist", "--settings-from", "caffe",
                    "--dry-run", check=True)
     job, = [json.loads(line) for line in proc.stdout.splitlines()]

@@ -237,7 +237,7 @@ def test_both_quick_runs_are_stored_as_ok(quick_results):
         assert row.framework_version == "1.9.1"
         assert row.train_time_s > 0 and row.test_time_s > 0
         assert row.test_samples == quick_profiles()[row.dataset].get("test_subset", 10000)
-        assert "openblas" in row.blas
+        assert "openblas" in row.blas_loaded
         libraries = json.loads(row.libraries)
         assert libraries["numpy"].startswith("1.19")
         assert "MKLDNN" in libraries["mxnet_features"].split(",")

@@ -72,8 +72,9 @@ def real(data_root, tmp_path_factory) -> Path:
 
 
 def records(results: Path) -> list[RunRecord]:
-    """The stored rows as records, to be stored again (as this dlbench writes them)."""
-    rows = [row for f in store.row_files(results) for row in pq.read_table(f).to_pylist()]
+    """The stored rows as records, to be stored again (as this dlbench writes them: rows of
+    an older schema version upgraded first, as reading them does)."""
+    rows = [row for f in store.row_files(results) for row in store._read_rows(f).to_pylist()]
     return sorted((RunRecord(**dict(row, schema_version=SCHEMA_VERSION)) for row in rows),
                   key=lambda r: r.repeat)
 

@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from conftest import make_plan
+from dlbench_runner import contract
 from orchestrator import store
 from orchestrator.collect import Outcome, collect
 from orchestrator.errors import StoreError, StoreWarning
@@ -28,7 +29,9 @@ def good_result(**changes):
               "dataset": "mnist", "model": "torch7-mnist-convnet", "profile": "quick",
               "hyperparameters": JOB.hyperparameters, "device": "cpu", "seed": 1,
               "setup_time_s": 1.5, "train_time_s": 60.0, "test_time_s": 4.0, "total_time_s": 66.0,
-              "accuracy": 0.98, "param_count": 169506, "blas": ["/usr/lib/libopenblas.so.0"],
+              "accuracy": 0.98, "param_count": 169506,
+              "blas": ["/usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblasp-r0.3.13.so",
+                       "/usr/lib/x86_64-linux-gnu/lapack/liblapack.so.3.9.0"],
               "threads": {"env": {"OMP_NUM_THREADS": "2"}, "framework": {"n": 2}},
               "epochs": [{"epoch": 1, "loss": 0.12, "accuracy": 0.96, "time_s": 60.0}],
               "started_at": "2026-01-01T00:00:00+00:00", "surprise": "ignored"}
@@ -50,7 +53,7 @@ def record_for(tmp_path, result=None, raw=None, **outcome):
 def test_a_good_result_becomes_an_ok_row(tmp_path):
     record = record_for(tmp_path, good_result())
     assert record.status == "ok" and record.accuracy == 0.98 and record.epoch_loss == [0.12]
-    assert record.blas == "/usr/lib/libopenblas.so.0" and record.wall_time_s == 70.0
+    assert record.blas_loaded == "openblas-pthread" and record.blas is None and record.wall_time_s == 70.0
     assert json.loads(record.hyperparameters)["batch_size"] == 10
 
 
@@ -712,8 +715,20 @@ def test_rows_of_schema_version_4_keep_the_scripts_times_as_the_paper_spans(tmp_
         assert new["paper_train_time_s"] == old["script_train_time_s"]
         assert new["paper_test_time_s"] == old["script_test_time_s"]
         for name, value in old.items():
-            if name not in ("schema_version", "script_train_time_s", "script_test_time_s"):
+            if name not in ("schema_version", "script_train_time_s", "script_test_time_s", "blas"):
                 assert new[name] == value, name
+        assert_kept(old, new, skip=("script_train_time_s", "script_test_time_s"))
+
+
+def assert_kept(old: dict, new: dict, skip=()) -> None:
+    """Every value of an old row is in its upgraded row: ``blas`` (the mapped files' paths
+    before version 11) as ``blas_loaded``, by name; ``blas`` now the library asked for."""
+    for name, value in old.items():
+        if name not in ("schema_version", "blas") + tuple(skip):
+            assert new[name] == value, name
+    paths = old.get("blas")
+    assert new["blas_loaded"] == (";".join(contract.blas.loaded(paths.split(";"))) or None if paths else None)
+    assert new["blas"] is None and new["onednn"] is None
 
 
 def test_rows_of_schema_version_5_get_empty_gpu_facts(tmp_path):
@@ -738,7 +753,7 @@ def test_rows_of_schema_version_5_get_empty_gpu_facts(tmp_path):
         new = rows[old["run_id"]]
         assert new["written_schema_version"] == 5 and new["schema_version"] == SCHEMA_VERSION
         assert all(new[name] is None for name in added)
-        assert all(new[name] == value for name, value in old.items() if name != "schema_version")
+        assert_kept(old, new)
 
 
 def test_rows_of_schema_version_6_get_no_count_of_builds_beside_them(tmp_path):
@@ -764,7 +779,7 @@ def test_rows_of_schema_version_6_get_no_count_of_builds_beside_them(tmp_path):
         new = rows[old["run_id"]]
         assert new["written_schema_version"] == 6 and new["schema_version"] == SCHEMA_VERSION
         assert new["builds_alongside"] is None
-        assert all(new[name] == value for name, value in old.items() if name != "schema_version")
+        assert_kept(old, new)
 
 
 def test_rows_of_schema_version_7_get_no_model_size(tmp_path):
@@ -788,7 +803,7 @@ def test_rows_of_schema_version_7_get_no_model_size(tmp_path):
         new = rows[old["run_id"]]
         assert new["written_schema_version"] == 7 and new["schema_version"] == SCHEMA_VERSION
         assert all(new[name] is None for name in added)
-        assert all(new[name] == value for name, value in old.items() if name != "schema_version")
+        assert_kept(old, new)
 
 
 def test_rows_of_schema_version_8_get_no_migration_check(tmp_path):
@@ -814,7 +829,7 @@ def test_rows_of_schema_version_8_get_no_migration_check(tmp_path):
         new = rows[old["run_id"]]
         assert new["written_schema_version"] == 8 and new["schema_version"] == SCHEMA_VERSION
         assert all(new[name] is None for name in added)
-        assert all(new[name] == value for name, value in old.items() if name != "schema_version")
+        assert_kept(old, new)
     assert not (results / store.MODELS).exists()
 
 

@@ -75,7 +75,7 @@ def test_quick_mnist_and_cifar10_are_ok_rows_of_torch7(quick_rows):
         assert row.framework_version == f"torch7@{torch7} LuaJIT 2.1.0-beta1"
         assert row.train_time_s > 0 and row.test_time_s > 0 and row.setup_time_s > 0
         assert row.paper_train_time_s > 0 and row.paper_test_time_s > 0
-        assert "openblas" in json.loads(row.libraries)["th_blas"][0]
+        assert "openblas" in json.loads(row.libraries)["th_blas"][0] and row.blas_loaded == "openblas-pthread"
         assert len(row.epoch_loss) == 1
     mnist, cifar = rows.loc["mnist"], rows.loc["cifar10"]
     assert mnist.accuracy >= 0.80          # 150 steps of 10 images: 86%

@@ -383,6 +383,7 @@ class Adapter:
                        "normalisation": self.finish.get("normalisation")},
             "threads": {"requested": self.ctx.threads,
                         "framework": {"torch.getnumthreads": self.finish["threads"]}},
+            "blas_paths": self.finish["blas"],      # Lua's process trains, not this one
             "libraries": {"numpy": numpy.__version__, "luajit": self.finish["jit"],
                           "tensor_type": self.finish["tensor_type"], "th_blas": self.finish["blas"],
                           "sources": _pins()},

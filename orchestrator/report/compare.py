@@ -156,6 +156,9 @@ class Report:
     # the transfer matrices (report/transfer.py); set by report.make_report, empty where
     # no run kept FGSM images
     transfer: list = dataclasses.field(default_factory=list)
+    # the varied settings against the measures (report/correlations.py); set by
+    # report.make_report, None where not computed
+    correlations: pd.DataFrame | None = None
 
     def notes(self) -> list[str]:
         """The report's rules, printed with it."""
@@ -240,7 +243,7 @@ def prepare(frame: pd.DataFrame) -> pd.DataFrame:
             rows[column] = None
     # itertuples costs a column access per column: the few _settings reads, not all ~120
     needed = [c for c in ("framework", "dataset", "profile", "device", "hyperparameters",
-                          "settings_from") if c in rows.columns]
+                          "settings_from", "blas", "onednn") if c in rows.columns]
     settings = [_settings(r) for r in rows[needed].itertuples()]
     rows["settings"] = [label for label, _ in settings]
     rows["settings_kind"] = [kind for _, kind in settings]
@@ -249,7 +252,17 @@ def prepare(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def _settings(row) -> tuple[str, str]:
-    """How a row's hyper-parameters were chosen: (label, kind own|cross|changed)."""
+    """How a row's hyper-parameters were chosen, and the compute libraries it asked for:
+    (label, kind own|cross|changed).  A library asked for is part of the label (rows on
+    different libraries are different groups), not of the kind: the program is the same."""
+    label, kind = _hyperparameters(row)
+    asked = [f"{name} {value}" for name, value in (("BLAS", getattr(row, "blas", None)),
+                                                   ("oneDNN", getattr(row, "onednn", None)))
+             if isinstance(value, str) and value]
+    return (f"{label}; {', '.join(asked)}" if asked else label), kind
+
+
+def _hyperparameters(row) -> tuple[str, str]:
     source = getattr(row, "settings_from", None)
     if isinstance(source, str) and source:
         return f"{source}'s defaults", "cross"

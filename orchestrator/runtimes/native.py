@@ -107,6 +107,8 @@ def unsupported(target: Target, job: Job) -> str | None:
         return target.reason
     if job.memory_bytes is not None:
         return "the native runtime cannot limit memory: run it with --runtime docker or without --memory"
+    if job.blas is not None:
+        return "the native runtime runs on this host's BLAS: run it with --runtime docker or without --blas"
     return None
 
 

@@ -14,7 +14,7 @@ import json
 import os
 import sys
 
-from . import runner, spec as specs
+from . import blas, runner, spec as specs
 
 
 def parse_value(text):
@@ -59,6 +59,12 @@ def main(argv=None):
         runner.emit("done", status="failed", error=str(exc))
         sys.stderr.write("dlbench_runner: %s\n" % exc)
         return 2
+    if spec["blas"] and argv is None and not blas.switched(spec["blas"]):
+        # The dynamic loader reads LD_LIBRARY_PATH when a process starts: start again.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.execve(sys.executable, [sys.executable, "-m", "dlbench_runner"] + sys.argv[1:],
+                  dict(os.environ, **blas.environment(spec["blas"])))
     result = runner.run(spec, args.framework_dir, args.data, args.out)
     return 0 if result["status"] == "ok" else 1
 

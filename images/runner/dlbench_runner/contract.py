@@ -12,7 +12,7 @@ import math
 import os
 import platform
 
-from . import data as formats
+from . import blas, data as formats  # noqa: F401 (blas: the host's too)
 
 # Version of the result record this runner writes.  History:
 #   1  first version: timings, accuracy, per-epoch curves, provenance.
@@ -26,13 +26,17 @@ from . import data as formats
 #      ``migration_time_s`` (the export and the framework's own predictions for the
 #      host to compare, outside every timed span); the files ``model.onnx`` and
 #      ``migration.npz`` beside the result (``migration.py``).
-SCHEMA_VERSION = 4
+#   5  the compute libraries: ``blas_loaded``, the BLAS implementations the training
+#      process mapped, by name (``blas.loaded``); a job whose spec asks for a BLAS
+#      (``blas``) that is not among them fails.  The spec's ``onednn`` (on, off) sets
+#      the framework's oneDNN switch (models.json's ``onednn.variable``).
+SCHEMA_VERSION = 5
 
 # One machine-readable line on stdout per event, at the start of a fresh line.
 EVENT_TAG = ":::DLBENCH "
 
 # Thread variables every BLAS and OpenMP runtime honours; a job's thread count sets them.
-THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS")
 
 PROFILES = ("paper", "quick")
 

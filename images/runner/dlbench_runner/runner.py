@@ -63,7 +63,7 @@ import tempfile
 import time
 import traceback
 
-from . import data
+from . import blas, data
 from .contract import EVENT_TAG, SCHEMA_VERSION, THREAD_VARIABLES, TRANSFER_FILE, cpu_model, gpu_index
 
 PROGRESS_INTERVAL_S = 1.0
@@ -284,6 +284,7 @@ def run(spec, framework_dir, data_dir, out_dir):
     started = utcnow()
     t_start = time.perf_counter()
     env_threads = apply_threads(spec["threads"])
+    os.environ.update(spec.get("environment") or {})     # read when the framework loads
     ctx = Context(spec, data_dir)
     result = {
         "schema_version": SCHEMA_VERSION, "status": "failed", "error": None,
@@ -365,7 +366,13 @@ def run(spec, framework_dir, data_dir, out_dir):
         traceback.print_exc()
     sys.unraisablehook = previous_hook
     result["epochs"] = ctx.epochs
-    result["blas"] = loaded_blas()
+    result["blas"] = result.pop("blas_paths", None) or loaded_blas()
+    result["blas_loaded"] = blas.loaded(result["blas"])
+    wanted = spec.get("blas")
+    if result["status"] == "ok" and wanted and wanted not in result["blas_loaded"]:
+        result["status"] = "failed"
+        result["error"] = ("BLAS %s was asked for, but the training process ran on %s"
+                           % (wanted, ", ".join(result["blas_loaded"]) or "none"))
     result["total_time_s"] = time.perf_counter() - t_start
     result["finished_at"] = utcnow()
     write_json_atomic(os.path.join(out_dir, "result.json"), result)

@@ -6,6 +6,7 @@ data).  The host reads the same ``models.json`` to plan jobs, so the defaults
 live in one place.
 """
 
+from . import blas
 from .contract import (PROFILES, SpecError, check_seed, check_value,  # noqa: F401
                        default_seed, gpu_index, load_catalog, resolve_hyperparameters)
 
@@ -28,4 +29,34 @@ def complete(spec, catalog):
     spec["hyperparameters"] = resolve_hyperparameters(
         catalog, spec["dataset"], spec["profile"], spec["overrides"], spec["device"])
     spec["model"] = catalog["models"][spec["dataset"]]["model"]
+    spec["blas"] = _blas(spec.get("blas"), catalog)
+    spec["onednn"] = spec.get("onednn")
+    spec["environment"] = _onednn_environment(spec["onednn"], catalog)
     return spec
+
+
+def _blas(name, catalog):
+    """The BLAS library the job asked for, by its full name; None: the image's default."""
+    if name is None:
+        return None
+    try:
+        name = blas.canonical(name)
+    except blas.BlasError as exc:
+        raise SpecError(str(exc))
+    offered = catalog.get("blas") or []
+    if name not in offered:
+        raise SpecError("%s cannot switch to BLAS %r (it offers: %s)"
+                        % (catalog["framework"], name, ", ".join(offered) or "none"))
+    return name
+
+
+def _onednn_environment(value, catalog):
+    """The variable that turns the framework's oneDNN kernels on or off, as the job asks."""
+    if value is None:
+        return {}
+    if value not in ("on", "off"):
+        raise SpecError("onednn is on or off, not %r" % (value,))
+    variable = (catalog.get("onednn") or {}).get("variable")
+    if not variable:
+        raise SpecError("%s has no oneDNN switch" % catalog["framework"])
+    return {variable: "1" if value == "on" else "0"}

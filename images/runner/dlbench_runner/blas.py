@@ -1,0 +1,138 @@
+"""The BLAS libraries an image holds side by side, and which one a job runs on.
+
+Debian installs each BLAS implementation in a folder of its own under the multiarch
+library folder, every one with a ``libblas.so.3`` (and some with a ``liblapack.so.3``),
+and points the system's ``libblas.so.3`` at one of them (update-alternatives).  A
+program linked against ``libblas.so.3`` (Caffe, Theano's compiled ops, Lua Torch7,
+Debian's PyTorch and numpy) runs on whichever the dynamic loader finds first, so an
+image that installs several can switch per job: ``install`` (run while the image is
+built) makes ``/opt/dlbench/blas/<name>/`` for each, holding links to that
+implementation's ``libblas.so.3`` and a ``liblapack.so.3`` (its own, or Debian's
+reference LAPACK on top of it where it has none), and keeps the first name the
+system's default; a job that asks for another starts with that folder first on
+``LD_LIBRARY_PATH`` (``environment``).  ``loaded`` names the implementations a process
+has mapped, so that a silent fallback shows.
+
+Standard library only and Python 3.9, like the rest of the runner; run as a script
+(``python3 blas.py install NAME...``) while an image is built, before the runner is
+there.
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+
+ROOT = "/opt/dlbench/blas"
+
+# name: (Debian package, its folder under the multiarch library folder, the folder of
+# the LAPACK used with it).  "reference" is Netlib's BLAS, Debian's libblas3.  Intel's MKL
+# (non-free's libmkl-rt, x86-64 only) is one library, libmkl_rt.so, in the folder itself:
+# an image that enables non-free may hold it; dlbench's own do not (it is about 1 GB).
+LIBRARIES = {
+    "openblas-pthread": ("libopenblas0-pthread", "openblas-pthread", "openblas-pthread"),
+    "openblas-openmp": ("libopenblas0-openmp", "openblas-openmp", "openblas-openmp"),
+    "blis-pthread": ("libblis3-pthread", "blis-pthread", "lapack"),
+    "blis-openmp": ("libblis3-openmp", "blis-openmp", "lapack"),
+    "atlas": ("libatlas3-base", "atlas", "atlas"),
+    "reference": ("libblas3", "blas", "lapack"),
+    "mkl": ("libmkl-rt", "", ""),
+}
+MKL_FILE = "libmkl_rt.so"
+# Short names: each implementation's flavour as Debian installs it by default.
+ALIASES = {"openblas": "openblas-pthread", "blis": "blis-pthread", "netlib": "reference"}
+REFERENCE_LAPACK = "liblapack3"
+LIBRARY_MARKERS = ("blas", "blis", "mkl", "atlas")
+
+
+class BlasError(Exception):
+    pass
+
+
+def canonical(name):
+    """The library's full name (``openblas`` -> ``openblas-pthread``); BlasError if unknown."""
+    name = ALIASES.get(name, name)
+    if name not in LIBRARIES:
+        raise BlasError("unknown BLAS %r (choose from %s)"
+                        % (name, ", ".join(sorted(set(LIBRARIES) | set(ALIASES)))))
+    return name
+
+
+def folder(name):
+    return os.path.join(ROOT, canonical(name))
+
+
+def environment(name, environ=os.environ):
+    """The variables a process starts with to run on ``name``: its folder first on
+    ``LD_LIBRARY_PATH`` (the image's own entries kept after it)."""
+    path = [folder(name)] + [p for p in environ.get("LD_LIBRARY_PATH", "").split(":")
+                             if p and p != folder(name)]
+    return {"LD_LIBRARY_PATH": ":".join(path)}
+
+
+def switched(name, environ=os.environ):
+    """Whether this process started with ``name``'s folder first on LD_LIBRARY_PATH."""
+    return environ.get("LD_LIBRARY_PATH", "").split(":")[0] == folder(name)
+
+
+def name_of(path):
+    """The implementation a mapped library file belongs to, by its Debian folder
+    (``/usr/lib/x86_64-linux-gnu/blis-pthread/libblis.so.3`` -> ``blis-pthread``); a
+    file elsewhere (a wheel's own OpenBLAS, say) by its file name; None for a file
+    that holds no BLAS (Debian's reference LAPACK)."""
+    base = os.path.basename(path)
+    parent = os.path.basename(os.path.dirname(path))
+    for name, (_, dir_, _) in LIBRARIES.items():
+        if dir_ and parent == dir_:
+            return name
+    if base.startswith("libmkl_rt"):
+        return "mkl"
+    if not any(marker in base.lower() for marker in LIBRARY_MARKERS):
+        return None
+    return base
+
+
+def loaded(paths):
+    """The BLAS implementations among mapped library files, sorted, each once."""
+    return sorted({n for n in (name_of(p) for p in paths) if n})
+
+
+def multiarch_dir():
+    """Debian's multiarch library folder (``/usr/lib/x86_64-linux-gnu``)."""
+    triplet = sysconfig.get_config_var("MULTIARCH") or "%s-linux-gnu" % os.uname().machine
+    return "/usr/lib/%s" % triplet
+
+
+def install(names):
+    """apt-get installs the libraries, makes a folder of links for each and keeps the
+    first the system's default (run as root while an image is built)."""
+    names = [canonical(n) for n in names]
+    packages = sorted({LIBRARIES[n][0] for n in names} | {REFERENCE_LAPACK})
+    subprocess.run(["apt-get", "update"], check=True)
+    subprocess.run(["apt-get", "install", "-y", "--no-install-recommends"] + packages, check=True)
+    libdir = multiarch_dir()
+    triplet = os.path.basename(libdir)
+    for name in names:
+        _, blas_dir, lapack_dir = LIBRARIES[name]
+        target = os.path.join(ROOT, name)
+        os.makedirs(target, exist_ok=True)
+        for soname, source in (("libblas.so.3", blas_dir), ("liblapack.so.3", lapack_dir)):
+            real = os.path.join(libdir, source, soname) if source else os.path.join(libdir, MKL_FILE)
+            if not os.path.exists(real):
+                raise BlasError("%s: %s is not there after installing %s"
+                                % (name, real, LIBRARIES[name][0]))
+            link = os.path.join(target, soname)
+            if os.path.lexists(link):
+                os.remove(link)
+            os.symlink(real, link)
+    for soname in ("libblas.so.3", "liblapack.so.3"):   # the first, the system's default
+        subprocess.run(["update-alternatives", "--set", "%s-%s" % (soname, triplet),
+                        os.path.realpath(os.path.join(ROOT, names[0], soname))], check=True)
+    shutil.rmtree("/var/lib/apt/lists", ignore_errors=True)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 3 or sys.argv[1] != "install":
+        sys.exit("usage: blas.py install NAME...  (the first is the image's default)")
+    install(sys.argv[2:])
