@@ -7,7 +7,7 @@ from pathlib import Path
 
 from .. import store
 from ..errors import StoreError, UsageError
-from . import compare, reference_rows, select, text, transfer
+from . import compare, correlations, reference_rows, select, text, transfer
 
 
 def make_report(results: Path, fmt: str | None, html_dir: Path | None, tolerance: float | None = None,
@@ -27,6 +27,7 @@ def make_report(results: Path, fmt: str | None, html_dir: Path | None, tolerance
     rep.against_reference = reference_rows.judge(rep, reference)
     rep.robustness = store.load_robustness(results, rep.rows["run_id"])
     rep.transfer = transfer.matrices(results, rep)
+    rep.correlations = correlations.table(rep.rows)
     page = None
     if html_dir is not None:
         from . import html     # plotly: imported only for the page

@@ -12,7 +12,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from .. import catalog
-from . import compare
+from . import compare, correlations
 
 # A framework's colour: the study's six first, then any added, by their order (catalog.names);
 # one that is not found any more (rows of a framework since removed) is grey.
@@ -52,6 +52,7 @@ def charts(rep: compare.Report) -> list[Chart | Missing]:
     found += epoch_charts(rep)
     found += robust_charts(rep)
     found += transfer_charts(rep)
+    found += setting_charts(rep)
     return found + trace_charts(rep)
 
 
@@ -427,3 +428,63 @@ def _layout(figure: go.Figure, height: int) -> None:
         font=dict(family="system-ui, sans-serif", size=12), hoverlabel=dict(align="left"),
         legend=dict(title_text="click to hide or show", groupclick="togglegroup"))
     figure.update_xaxes(automargin=True)
+
+
+# --- the varied settings against the measures, where a campaign varied any ---
+
+def setting_charts(rep: compare.Report) -> list[Chart]:
+    """One chart per machine whose rows vary a setting (report/correlations.py): small
+    multiples, a row per setting and a column per measure, the median of each value, one
+    line per framework and data set."""
+    found = rep.correlations
+    if found is None or not len(found):
+        return []
+    drawn = []
+    for section, part in found.groupby("section", sort=True):
+        axes = list(dict.fromkeys(part["axis"]))
+        measures = [m for m, (name, _) in correlations.MEASURES.items() if name in set(part["measure"])]
+        rows = rep.rows[rep.rows["section"] == section]
+        points = []
+        for axis in axes:
+            for measure in measures:
+                one = correlations.series(rows, axis, measure)
+                points.append(one.assign(axis=axis, measure=measure))
+        data = pd.concat(points, ignore_index=True)
+        data = data[data.set_index(correlations.FAMILY + ["axis"]).index.isin(
+            part.set_index(correlations.FAMILY + ["axis"]).index.unique())].reset_index(drop=True)
+        where = machine_label(rep, int(section))
+        title = "Settings against the measures" + (f": {where}" if where else "")
+        drawn.append(Chart(f"settings-{int(section)}", title, (
+            "The median of each measure at each value of each setting the runs varied (a row "
+            "per setting, a column per measure), one line per framework and data set; the "
+            "tables give the rank correlations."), data, _settings_figure(data, axes, measures)))
+    return drawn
+
+
+def _settings_figure(data: pd.DataFrame, axes: list[str], measures: list[str]) -> go.Figure:
+    names = {m: correlations.MEASURES[m][0] for m in measures}
+    scale = {"memory_peak_bytes": 2**-30, "accuracy": 100.0}
+    units = {"train_time_s": "s", "accuracy": "%", "cpu_percent_mean": "%", "memory_peak_bytes": "GiB"}
+    figure = make_subplots(rows=len(axes), cols=len(measures), horizontal_spacing=0.06,
+                           vertical_spacing=min(0.12, 0.5 / max(len(axes), 1)),
+                           subplot_titles=[f"{names[m]} by {a.removeprefix('hp.')}" for a in axes
+                                           for m in measures])
+    shown = set()
+    for row, axis in enumerate(axes, start=1):
+        for col, measure in enumerate(measures, start=1):
+            part = data[(data["axis"] == axis) & (data["measure"] == measure)]
+            for (framework, dataset), line in part.groupby(["framework", "dataset"], sort=True):
+                line = line.sort_values("value", key=lambda v: v.map(correlations.value_order))
+                name = f"{framework} {dataset}"
+                figure.add_trace(go.Scatter(
+                    x=[correlations.value_text(v) for v in line["value"]],
+                    y=line["median"] * scale.get(measure, 1.0), mode="lines+markers", name=name,
+                    legendgroup=name, showlegend=name not in shown, line_color=colour(framework),
+                    customdata=line[["runs"]].values,
+                    hovertemplate=f"{name}<br>%{{x}}: %{{y:.4g}} {units[measure]} "
+                                  "(median of %{customdata[0]} run(s))<extra></extra>"),
+                    row=row, col=col)
+                shown.add(name)
+            figure.update_yaxes(title_text=units[measure], row=row, col=col)
+    figure.update_layout(height=260 * len(axes) + 80, margin=dict(t=60, b=40))
+    return figure

@@ -27,9 +27,9 @@ from rich.table import Table
 
 from ..errors import UsageError
 from . import ab, compare, reference_rows
-from .views import (COMPARISON_KEYS, REPORT_KEYS, View, comparison_view, reference_lines,
-                    robustness_records, robustness_views, runs_view, section_views, transfer_records,
-                    transfer_views)
+from .views import (COMPARISON_KEYS, REPORT_KEYS, View, comparison_view, correlation_records,
+                    correlation_views, reference_lines, robustness_records, robustness_views, runs_view,
+                    section_views, transfer_records, transfer_views)
 
 GAP = 2     # the space between two columns of a table
 
@@ -158,7 +158,8 @@ def report_table(rep: compare.Report, width: int | None = 80, color_system: str 
                     continue
             draw(console, view, fit=width is not None and not wide, drop=columns is None)
         if columns is None:
-            for view in robustness_views(rep, section) + transfer_views(rep, section):
+            for view in (robustness_views(rep, section) + transfer_views(rep, section)
+                         + correlation_views(rep, section)):
                 draw(console, view, fit=width is not None and not wide)
         heading, lines = reference_lines(rep, section)
         if lines and columns is None:
@@ -180,7 +181,8 @@ def report_markdown(rep: compare.Report) -> str:
              f"{len(rep.rows)} stored run(s) on {len(rep.sections)} machine(s) / schema version(s).", ""]
     for section in rep.sections:
         lines += [f"## Rows from {section.title}", ""]
-        for view in section_views(rep, section) + robustness_views(rep, section) + transfer_views(rep, section):
+        for view in (section_views(rep, section) + robustness_views(rep, section)
+                     + transfer_views(rep, section) + correlation_views(rep, section)):
             lines += [f"### {view.title}", "", _md_row(view.columns),
                       "|" + "|".join("---:" if i in view.numeric else "---"
                                      for i in range(len(view.columns))) + "|"]
@@ -219,6 +221,10 @@ LISTS = ["framework_versions", "accuracy_caveats", "ratio_caveats"]   # "; "-joi
 #      one record per cell of each transfer matrix (section, dataset, profile, images_of
 #      with its run id, epsilon, images and own_fgsm_accuracy, model_of with its run id,
 #      accuracy, reason where it is empty).
+#      Added later too, likewise: "correlations", present only where a family of ok runs
+#      varies a setting: one record per family, axis and measure (report/correlations.py:
+#      section, framework, dataset, model, device, profile, axis, measure, runs, values,
+#      statistic rho or epsilon2, value, best).
 JSON_FORMAT_VERSION = 3
 # the quick groups' columns against the reference rows, as the CSV and JSON name them
 REFERENCE_COLUMNS = {"verdict": "reference_verdict", "reference_accuracy_pct": "reference_accuracy_pct",
@@ -258,6 +264,9 @@ def report_json(rep: compare.Report) -> str:
         document["robustness"] = robustness
     if rep.transfer:
         document["transfer"] = transfer_records(rep)
+    found = correlation_records(rep)
+    if found:
+        document["correlations"] = found
     judgement = rep.against_reference
     if judgement is not None and len(judgement.groups):
         quick = judgement.groups.assign(section=judgement.groups["group"].map(

@@ -7,7 +7,7 @@ import dataclasses
 
 import pandas as pd
 
-from . import ab, compare
+from . import ab, compare, correlations
 
 
 @dataclasses.dataclass
@@ -218,6 +218,60 @@ def transfer_views(rep: compare.Report, section: compare.Section) -> list[View]:
         views.append(View(title, columns, cells, numeric=set(range(1, len(columns) - 1)),
                           wrap={0, len(columns) - 1}, keys=keys, drop=["why", "images", "epsilon"]))
     return views
+
+
+def correlation_views(rep: compare.Report, section: compare.Section) -> list[View]:
+    """A section's settings against its measures (report/correlations.py): a row per family
+    and axis, a column per measure: ρ for an axis of numbers, ε² (and the best value) for
+    one of names."""
+    found = rep.correlations
+    if found is None or not len(found):
+        return []
+    found = found[found["section"] == section.index]
+    if not len(found):
+        return []
+    measures = [name for name, _ in correlations.MEASURES.values()]
+    keys = ["framework", "dataset", "profile", "device", "axis"]
+    cells = []
+    for values, part in found.groupby(keys + ["values"], sort=False):
+        by = {r.measure: r for r in part.itertuples()}
+        cells.append(list(values[:4]) + [values[4].removeprefix("hp."), values[5],
+                                         str(int(part["runs"].max()))]
+                     + [_association(by[m]) if m in by else "" for m in measures])
+    title = ("How the varied settings relate to the measures, over each family's ok runs: "
+             "Spearman's ρ for a setting of numbers (-1 to 1; 1: the measure grows with it); "
+             "for one of names the value with the best median and ×, the largest median over "
+             "the smallest, with the Kruskal-Wallis ε² (0 to 1: the share of the measure's rank "
+             "variance the values explain) where each value has 2 runs or more; each setting "
+             "alone, whatever the others did")
+    columns = ["framework", "data", "profile", "device", "setting", "values", "runs"] + measures
+    return [View(title, columns, cells, numeric=set(range(6, len(columns))), wrap={5},
+                 keys=["framework", "data", "profile", "device", "setting", "values", "runs",
+                       "train", "accuracy", "cpu", "memory"],
+                 drop=["values", "device", "runs", "profile"])]
+
+
+def correlation_records(rep: compare.Report) -> list[dict]:
+    """The correlation table's records, for the JSON report."""
+    found = rep.correlations
+    if found is None or not len(found):
+        return []
+    records = found.to_dict(orient="records")
+    for record in records:
+        record["section"] = int(record["section"])
+        record["runs"] = int(record["runs"])
+        for key in ("value", "spread"):
+            record[key] = None if pd.isna(record[key]) else float(record[key])
+    return records
+
+
+def _association(record) -> str:
+    def given(value):
+        return value is not None and not pd.isna(value)
+    if record.statistic == "rho":
+        return f"ρ {record.value:+.2f}" if given(record.value) else "-"
+    found = f"{record.best}" + (f" ×{record.spread:.2f}" if given(record.spread) else "")
+    return (f"ε² {record.value:.2f}, " if given(record.value) else "") + found
 
 
 def transfer_records(rep: compare.Report) -> list[dict]:
