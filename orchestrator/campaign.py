@@ -60,7 +60,7 @@ from . import catalog, files
 from .errors import DeprecatedName, UsageError, UsageErrors
 from .options import (SCHEDULERS, Axes, Limits, PlanError, RunOptions, blas_library, device,
                       from_file, merge, onednn_switch, settings_source)
-from .plan import Plan, expand
+from .plan import Job, Plan, expand
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -111,6 +111,20 @@ class SlurmTable(BaseModel):
     sbatch_options: list[str] = []
 
 
+class Variant(BaseModel):
+    """``[[variants]]``: one of several matrices in one file, each the file's axes with its
+    own on top (an axis it gives replaces the file's; its hyper-parameters join the file's,
+    every framework's).  ``dlbench tune --write`` writes the best trial beside the default
+    so."""
+
+    model_config = ConfigDict(extra="forbid")
+    label: str = ""                         # what it is, for the reader (not stored)
+    threads: Optional[list[StrictInt]] = Field(None, min_length=1)
+    blas: Optional[list[Annotated[Optional[str], PlainValidator(blas_library)]]] = Field(None, min_length=1)
+    onednn: Optional[list[Annotated[Optional[str], PlainValidator(onednn_switch)]]] = Field(None, min_length=1)
+    hyperparameters: dict[str, Values] = {}
+
+
 class CampaignFile(BaseModel):
     """A campaign file, as written."""
 
@@ -133,6 +147,7 @@ class CampaignFile(BaseModel):
     limits: FileLimits = FileLimits()                         # the subclass ``file_model`` makes
     scheduler: Optional[Literal[SCHEDULERS]] = None     # where it runs (default: local)
     slurm: SlurmTable = SlurmTable()
+    variants: list[Variant] = []            # several matrices, each the file's with its own on top
 
     @model_validator(mode="before")
     @classmethod
@@ -145,6 +160,23 @@ class CampaignFile(BaseModel):
                           "name goes in the next release)", DeprecatedName)
             data = {("scheduler" if k == "backend" else k): v for k, v in data.items()}
         return data
+
+    def matrices(self) -> list[Axes]:
+        """The file's matrix, or one for each of its variants."""
+        axes = self.axes()
+        if not self.variants:
+            return [axes]
+        found = []
+        for variant in self.variants:
+            given = {k: v for k, v in (("threads", variant.threads), ("blas", variant.blas),
+                                       ("onednn", variant.onednn)) if v is not None}
+            if variant.hyperparameters:
+                given["hyperparameters"] = {**axes.hyperparameters, **variant.hyperparameters}
+                given["framework_hyperparameters"] = {
+                    fw: {k: v for k, v in table.items() if k not in variant.hyperparameters}
+                    for fw, table in axes.framework_hyperparameters.items()}
+            found.append(axes.model_copy(update=given))
+        return found
 
     def axes(self) -> Axes:
         hp = self.hyperparameters
@@ -466,6 +498,20 @@ class Campaign(NamedTuple):
     slurm: SlurmTable = SlurmTable()    # the file's ``[slurm]`` table
 
 
+def joined(plans: list[Plan]) -> Plan:
+    """The plans of a file's variants as one: their jobs in the file's order, repeats still
+    the outer loop, a job two variants both give once."""
+    if len(plans) == 1:
+        return plans[0]
+    first: dict[str, Job] = {}
+    for job in (job for plan in plans for job in plan.jobs):
+        first.setdefault(job.model_dump_json(), job)
+    jobs = list(first.values())
+    jobs.sort(key=lambda job: job.repeat)       # stable: each round in the variants' order
+    return Plan(jobs=jobs, skipped=list(dict.fromkeys(s for p in plans for s in p.skipped)),
+                campaign=plans[0].campaign)
+
+
 def read(path: Path | None, options: RunOptions, host_cpus: int | None = None) -> Campaign:
     """The campaign file (if any), read once, with the command line's axes on top, checked
     by the command line's rules; a file's problems are listed together, each with its line.
@@ -480,7 +526,7 @@ def read(path: Path | None, options: RunOptions, host_cpus: int | None = None) -
     if written is None:
         raise source.error(problems)
     try:
-        plan = expand(merge(written.axes(), options), host_cpus)
+        plan = joined([expand(merge(axes, options), host_cpus) for axes in written.matrices()])
     except PlanError as exc:
         given = [p for p in exc.problems if not from_file(p.key, options)]
         if given and not problems:

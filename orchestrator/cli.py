@@ -303,6 +303,79 @@ def run(frameworks: Frameworks = None,
         raise typer.Exit(3)
 
 
+@app.command()
+def tune(frameworks: Annotated[str, typer.Option(help="The framework to tune (one).")],
+         datasets_: Annotated[str, typer.Option("--datasets", help="The data set (one).")],
+         profile: Annotated[str, typer.Option(help="paper or quick: the default to start from.")] = "quick",
+         trials: Annotated[int, typer.Option(help="Trials in all, the default the first.")] = 12,
+         space: Annotated[Optional[str], typer.Option(
+             help="What to search, comma-separated: blas, threads, batch_size, learning_rate, "
+                  "length (default: all the framework has).")] = None,
+         floor: Annotated[float, typer.Option(
+             help="Points of accuracy below the default's that a trial may lose.")] = 0.5,
+         min_accuracy: Annotated[Optional[float], typer.Option(
+             help="An accuracy (%) every trial must reach, instead of --floor.")] = None,
+         study: Annotated[Optional[str], typer.Option(
+             help="The study's name (default: FRAMEWORK-DATASET-PROFILE).")] = None,
+         storage: Annotated[Optional[str], typer.Option(
+             help="An Optuna database URL for a study shared by machines, e.g. "
+                  "postgresql://user@host/db (default: a journal file in the results directory).")] = None,
+         resume: Annotated[bool, typer.Option(help="Continue the study to --trials.")] = False,
+         parallel: Annotated[int, typer.Option(
+             help="Trials asked at a time and run as one plan (with --scheduler slurm, one array).")] = 1,
+         write: Annotated[Optional[Path], typer.Option(
+             help="Write a campaign file that runs the best trial beside the default.")] = None,
+         write_repeats: Annotated[int, typer.Option(help="Runs of each in --write's campaign.")] = 3,
+         seed: Annotated[int, typer.Option(help="The sampler's seed.")] = 0,
+         set_: Annotated[list[str], typer.Option(
+             "--set", help="A hyper-parameter every trial keeps, KEY=VALUE (repeatable).")] = [],
+         results: ResultsOpt = None, data_dir: DataOpt = None,
+         runtime: Annotated[Runtime, typer.Option(help="docker or native, as for run.")] = Runtime["docker"],
+         python: Annotated[Optional[str], typer.Option(help="With --runtime native: its Python.")] = None,
+         base: BaseOpt = BaseSource["auto"], mirror: MirrorOpt = build.DEFAULT_MIRROR,
+         ca_bundle: CaOpt = None, build_network: NetworkOpt = None, sources_dir: SourcesOpt = None,
+         download_cache: DownloadCacheOpt = True,
+         scheduler: Annotated[Optional[Scheduler], typer.Option(
+             help="local (the default) or slurm: each round of --parallel trials one job array.")] = None,
+         partition: Annotated[Optional[str], typer.Option(help="Slurm partition.")] = None,
+         account: Annotated[Optional[str], typer.Option(help="Slurm account.")] = None,
+         qos: Annotated[Optional[str], typer.Option(help="Slurm QOS.")] = None,
+         verbose: Verbose = False):
+    """Search a framework's configuration for the fastest training that keeps its accuracy."""
+    from . import tune as tune_
+    from .display import RichDisplay
+
+    framework, dataset = _names(frameworks) or [], _names(datasets_) or []
+    if len(framework) != 1 or len(dataset) != 1:
+        raise UsageError("dlbench tune searches one framework on one data set: give one of each "
+                         "(--frameworks caffe --datasets mnist)")
+    options_.check_profile(profile)
+    request = tune_.TuneRequest(
+        framework=framework[0], dataset=dataset[0], profile=profile, trials=trials,
+        space=tuple(_names(space)) if space is not None else None, floor_points=floor,
+        min_accuracy=min_accuracy, study=study, storage=storage, resume=resume, parallel=parallel,
+        seed=seed, fixed=options_.parse_overrides(set_), run=execute.Request(
+            results=results, data_dir=data_dir, runtime=runtime.value, python=python,
+            build=_build_options(base, mirror, ca_bundle, build_network, sources_dir, download_cache),
+            scheduler=scheduler.value if scheduler else None,
+            slurm=execute.SlurmRequest(partition, account, qos)))
+    if write is not None and write_repeats < 1:
+        raise UsageError(f"--write-repeats {write_repeats}: at least 1")
+    found = tune_.tune(request, RichDisplay(err, verbose=verbose, on_start=_warn_unstable),
+                       lambda line: err.print(line, markup=False, highlight=False))
+    for line in tune_.summary(found):
+        out.print(line, markup=False, highlight=False)
+    if write is not None:
+        text = tune_.best_campaign(request, found, write_repeats)
+        try:
+            write.write_text(text)
+        except OSError as exc:
+            raise DlbenchError(f"--write {write}: {exc.strerror}") from None
+        out.print(f"wrote {write}: dlbench run --campaign {write} --results "
+                  f"{store.results_dir(results)} runs the best trial beside the default",
+                  markup=False, highlight=False)
+
+
 def _estimate(jobs, results: Path | None) -> None:
     """--dry-run's last line: the plan's time on this machine (report/estimate.py)."""
     from .report import estimate

@@ -32,7 +32,7 @@ MAX_TIMEOUT_S = 7 * 24 * 3600       # a week
 MAX_GPU_INDEX = 1023
 VARIANTS = ("cpu", "gpu")           # the images of a framework: build.image_tag(framework, variant)
 SCHEDULERS = ("local", "slurm")     # where a run's jobs run (``execute``; ``schedulers/``)
-NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,99}$"      # "tune:<study>" for dlbench tune's trials
 _UNITS = {"": 1, "b": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
 
 # Bounds written as types: a campaign file's problem is worded as pydantic words them.
@@ -241,8 +241,8 @@ def _choose(value: str, allowed, what: str, option: str) -> str:
 def check_name(name: str) -> str:
     """A campaign's name: it names files and container labels."""
     if not re.fullmatch(NAME_PATTERN, name):
-        raise PlanError(f"{name!r}: letters, digits, '.', '_' and '-' only", ("name",),
-                        f"--name {name!r}: letters, digits, '.', '_' and '-' only")
+        raise PlanError(f"{name!r}: letters, digits, '.', '_', ':' and '-' only", ("name",),
+                        f"--name {name!r}: letters, digits, '.', '_', ':' and '-' only")
     return name
 
 

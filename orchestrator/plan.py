@@ -310,8 +310,8 @@ def cross_settings(source: str, target: str, dataset: str, profile: str) -> dict
         length = max(1, math.ceil(epochs * ours["train_images"] / batch_size))
     rate = their_params[theirs["learning_rate"][0]]
     overrides = {"batch_size": batch_size}
-    overrides.update(_scaled(ours["length"], our_params, length, whole=True))
-    overrides.update(_scaled(ours["learning_rate"], our_params, rate, whole=False))
+    overrides.update(scaled(ours["length"], our_params, length, whole=True))
+    overrides.update(scaled(ours["learning_rate"], our_params, rate, whole=False))
     return overrides
 
 
@@ -323,7 +323,7 @@ def _epochs(settings: dict, params: dict) -> float:
     return length * params["batch_size"] / settings["train_images"]
 
 
-def _scaled(keys: list[str], params: dict, value, whole: bool) -> dict:
+def scaled(keys: list[str], params: dict, value, whole: bool) -> dict:
     """The first key set to ``value``, the others kept in proportion to it."""
     factor = value / params[keys[0]] if params[keys[0]] else 1.0
     scaled = {keys[0]: value}

@@ -39,7 +39,7 @@ def test_a_blas_axis_multiplies_the_jobs_of_frameworks_that_can_switch():
                    "--blas", "openblas,blis,atlas")
     assert [(j["framework"], j["blas"]) for j in jobs] == [
         (fw, name) for fw in ("caffe", "theano", "tensorflow")
-        for name in ("openblas-pthread", "blis-pthread", "atlas")]
+        for name in ("openblas-pthread", "blis-openmp", "atlas")]
     for job in jobs:
         if job["framework"] == "tensorflow":    # no BLAS to switch: stored as unsupported
             assert job["unsupported"].startswith("tensorflow cannot switch its BLAS library: ")
@@ -77,7 +77,7 @@ def test_asking_for_the_default_keeps_the_job_id_it_had():
      "dlbench: error: --blas unknown BLAS 'goto' (choose from atlas, blis, blis-openmp, "
      "blis-pthread, mkl, netlib, openblas, openblas-openmp, openblas-pthread, reference), or default"),
     (("--frameworks", "tensorflow,mxnet", "--blas", "blis"),
-     "dlbench: error: --blas blis-pthread: tensorflow, mxnet cannot switch BLAS libraries "
+     "dlbench: error: --blas blis-openmp: tensorflow, mxnet cannot switch BLAS libraries "
      "(caffe, torch, pytorch, theano can)"),
     (("--frameworks", "caffe,theano", "--onednn", "off"),
      "dlbench: error: --onednn: no oneDNN switch in caffe, theano (only in tensorflow, mxnet)"),
@@ -136,7 +136,7 @@ def test_mapped_files_are_named_by_their_debian_folder():
     assert blas_libraries.loaded(["/usr/local/lib/python3.9/dist-packages/mxnet/libopenblas.so.0"]) == \
         ["libopenblas.so.0"]        # a wheel's own copy, by its file name
     assert blas_libraries.environment("blis", {"LD_LIBRARY_PATH": "/usr/local/cuda/lib64"}) == {
-        "LD_LIBRARY_PATH": "/opt/dlbench/blas/blis-pthread:/usr/local/cuda/lib64"}
+        "LD_LIBRARY_PATH": "/opt/dlbench/blas/blis-openmp:/usr/local/cuda/lib64"}
 
 
 # -- cross-data-set settings (ICDCS finding 1) ------------------------------------------------

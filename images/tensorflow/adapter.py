@@ -601,10 +601,13 @@ class Adapter:
         ctx, hp = self.ctx, self.hp
         # GTDLBench's spans are timed in the paper profile
         self.paper = ctx.spec.get("profile") == "paper"
-        if ctx.threads:
-            # Before any op runs; TF's own default is one of each per core.
-            tf.config.threading.set_intra_op_parallelism_threads(ctx.threads)
-            tf.config.threading.set_inter_op_parallelism_threads(ctx.threads)
+        # Before any op runs: the settings (0: the job's CPU count), else TF's own default,
+        # one of each per core.
+        for name, setter in (("intra_op_threads", tf.config.threading.set_intra_op_parallelism_threads),
+                             ("inter_op_threads", tf.config.threading.set_inter_op_parallelism_threads)):
+            threads = hp.get(name) or ctx.threads
+            if threads:
+                setter(threads)
         self.device = self._device()
         tf.random.set_seed(ctx.seed)
         self.order_rng = np.random.default_rng(ctx.seed)

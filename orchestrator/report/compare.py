@@ -274,9 +274,11 @@ def _hyperparameters(row) -> tuple[str, str]:
     except (TypeError, ValueError):
         return "own defaults", "own"
     changed = {k: v for k, v in used.items() if expected.get(k) != v}
-    # a setting of the checks after training (robustness, migration) that a row lacks is
-    # one its runner did not have yet: the training's settings are what tell a row's kind
-    changed.update({k: None for k in expected if k not in used and k not in contract.AFTER_TRAINING})
+    # a setting of the checks after training (robustness, migration), or one added later at
+    # a default that changes nothing (contract.LATER_SETTINGS), that a row lacks is one its
+    # runner did not have yet: the training's settings are what tell a row's kind
+    changed.update({k: None for k in expected if k not in used
+                    and k not in contract.AFTER_TRAINING | contract.LATER_SETTINGS})
     if not changed:
         return "own defaults", "own"
     return "changed: " + ", ".join(f"{k}={v}" for k, v in sorted(changed.items())), "changed"

@@ -40,8 +40,11 @@ LIBRARIES = {
     "mkl": ("libmkl-rt", "", ""),
 }
 MKL_FILE = "libmkl_rt.so"
-# Short names: each implementation's flavour as Debian installs it by default.
-ALIASES = {"openblas": "openblas-pthread", "blis": "blis-pthread", "netlib": "reference"}
+# Short names: OpenBLAS's the images' default flavour; BLIS's the OpenMP one, because its
+# pthreads build starts threads for every call and, called from inside an OpenMP loop
+# (Theano's convolution over a batch), ran Theano's quick LeNet more than 25 times slower
+# (docs/configuration.md).
+ALIASES = {"openblas": "openblas-pthread", "blis": "blis-openmp", "netlib": "reference"}
 REFERENCE_LAPACK = "liblapack3"
 LIBRARY_MARKERS = ("blas", "blis", "mkl", "atlas")
 

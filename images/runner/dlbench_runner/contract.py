@@ -85,6 +85,9 @@ MAX_TRANSFER_BYTES = 16 << 20
 # The settings of the checks after training, not of the training itself.
 AFTER_TRAINING = frozenset([key for settings in ROBUSTNESS.values() for key in settings]
                            + list(MIGRATION))
+# Settings added after rows were first stored, at defaults that change nothing (TensorFlow's
+# thread pools, 0: the job's CPU count): a row without them was run as with them.
+LATER_SETTINGS = frozenset(["intra_op_threads", "inter_op_threads"])
 # The test images of each data set: ``robust_images`` and ``test_subset`` take at most these.
 TEST_IMAGES = {"mnist": 10000, "cifar10": 10000}
 # An image of each data set, as the readers (``formats``) give it and the checks after
@@ -94,7 +97,7 @@ IMAGE_SHAPES = {"mnist": (28, 28), "cifar10": (3, 32, 32)}
 __all__ = ["SCHEMA_VERSION", "EVENT_TAG", "THREAD_VARIABLES", "PROFILES", "SpecError",
            "load_catalog", "resolve_hyperparameters", "check_value", "check_seed", "default_seed", "MAX_SEED",
            "formats", "cpu_model", "gpu_index", "ROBUSTNESS", "PGD_STEPS", "TEST_IMAGES", "epsilons",
-           "MIGRATION", "MAX_MODEL_BYTES", "AFTER_TRAINING", "TRANSFER_FILE", "MAX_TRANSFER_BYTES", "IMAGE_SHAPES"]
+           "MIGRATION", "MAX_MODEL_BYTES", "AFTER_TRAINING", "LATER_SETTINGS", "TRANSFER_FILE", "MAX_TRANSFER_BYTES", "IMAGE_SHAPES"]
 
 
 class SpecError(Exception):
