@@ -66,6 +66,10 @@ metadata.  History of the row schema:
     10 ``migration_host_time_s``: the migration check's share on the host, after the job
        (reading the model and the test images, onnxruntime's run): outside the runner's
        ``total_time_s``.  Empty in every older row.
+    11 the compute libraries: ``blas`` is now the BLAS library the job asked for and
+       ``onednn`` its oneDNN switch (empty: the image's default; empty in older rows);
+       ``blas_loaded`` the BLAS implementations the training process mapped, by name
+       (the old ``blas`` held those files' paths: upgraded to their names).
 Readers refuse rows newer than they know; older ones are upgraded step by step
 by ``store.upgrade``.
 

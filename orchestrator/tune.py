@@ -224,7 +224,7 @@ def tune(request: TuneRequest, display=None, say=print, host_cpus: int | None = 
         raise UsageError(exc.on_command_line) from None
     results = store.results_dir(request.run.results)
     storage, where = storage_of(request, results, name)
-    existing = optuna.get_all_study_names(storage) if not isinstance(storage, str) else _names(storage)
+    existing = optuna.get_all_study_names(storage)
     if name in existing and not request.resume:
         raise UsageError(f"study {name} exists ({where}): --resume continues it, --study NAME "
                          "starts another")
@@ -276,11 +276,6 @@ def tune(request: TuneRequest, display=None, say=print, host_cpus: int | None = 
             trial.set_user_attr("floor", floor)
             study.tell(trial, row.train_time_s)
     return outcome(study, where)
-
-
-def _names(url: str) -> list[str]:
-    import optuna
-    return [s.study_name for s in optuna.get_all_study_summaries(url)]
 
 
 def _suggest(trial, space: dict) -> dict:
@@ -382,17 +377,24 @@ def best_campaign(request: TuneRequest, found: Outcome, repeats: int = 3) -> str
     best, host_cpus = found.best[0], os.cpu_count() or 1
     axes = axes_of(request, best.params, f"best-{found.study}", host_cpus)
     default = next(t for t in found.trials if t.default)
-    lines = [f"# dlbench tune: study {found.study}, trial {best.number} against the default "
-             f"(trial {default.number}); each {repeats} times.",
+    against = ("the default itself, the fastest trial that kept the floor: the two variants "
+               "measure the same configuration (the second names its BLAS library)"
+               if best.number == default.number else f"the default (trial {default.number})")
+    lines = [f"# dlbench tune: study {found.study}, trial {best.number} against {against}; "
+             f"each {repeats} times.",
              f'name = "best-{found.study}"', f'frameworks = ["{request.framework}"]',
              f'datasets = ["{request.dataset}"]', f'profiles = ["{request.profile}"]',
-             f"repeats = {repeats}", "", "[[variants]]", 'label = "default"', "",
-             "[[variants]]", f'label = "trial {best.number}"', f"threads = {axes.threads}"]
+             f"repeats = {repeats}", ""]
+    if request.fixed:       # --set: both variants keep them, as every trial did
+        lines += ["[hyperparameters]"] + [f"{k} = {_toml(v)}" for k, v in request.fixed.items()] + [""]
+    lines += ["[[variants]]", 'label = "default"', f"threads = [{host_cpus}]", "",   # as its trial ran
+              "[[variants]]", f'label = "trial {best.number}"', f"threads = {axes.threads}"]
     if axes.blas != [None]:
         lines.append(f'blas = ["{axes.blas[0]}"]')
-    if axes.hyperparameters:
+    searched = {k: v for k, v in axes.hyperparameters.items() if k not in request.fixed}
+    if searched:
         lines.append("[variants.hyperparameters]")
-        lines += [f"{k} = {_toml(v[0])}" for k, v in axes.hyperparameters.items()]
+        lines += [f"{k} = {_toml(v[0])}" for k, v in searched.items()]
     return "\n".join(lines) + "\n"
 
 
@@ -424,6 +426,8 @@ def summary(found: Outcome) -> list[str]:
                      if default is not None and trial.train_time_s else "")
             lines.append(f"  trial {trial.number}: train {trial.train_time_s:.1f} s, accuracy "
                          f"{100 * trial.accuracy:.2f}%{speed}  {_params(trial.params)}  run {trial.run_id}")
+        if default is not None and best[0].number == default.number:
+            lines.append("the default is the fastest trial that keeps the floor")
     else:
         lines.append("no trial kept the floor")
     failed = [t for t in found.trials if t.state != "COMPLETE"]

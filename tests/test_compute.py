@@ -199,3 +199,43 @@ def test_jobs_run_on_the_library_they_ask_for(build_image, data_root, tmp_path):
         row = rows["tensorflow", name]
         assert row.status == "unsupported" and "loads no BLAS library" in row.error
     assert proc.returncode == 3     # the unsupported rows are not ok
+
+
+# -- the report: how the varied settings relate to the measures --------------------------------
+def test_the_correlation_table_of_a_family_that_varies_two_settings():
+    from orchestrator.report import correlations
+
+    def row(threads, blas, seconds, accuracy, status="ok"):
+        return dict(section=0, framework="caffe", dataset="mnist", model="caffe-lenet", device="cpu",
+                    profile="quick", status=status, threads=threads, blas=blas, onednn=None,
+                    settings_from=None, hyperparameters=json.dumps({"batch_size": 64, "max_iter": 500}),
+                    train_time_s=seconds, accuracy=accuracy, cpu_percent_mean=90.0 * threads,
+                    memory_peak_bytes=3e8)
+    rows = pd.DataFrame([row(1, None, 30.0, 0.97), row(2, None, 16.0, 0.97), row(1, "atlas", 40.0, 0.97),
+                         row(2, "atlas", 22.0, 0.98), row(2, "atlas", 99.0, 0.1, status="failed")])
+    table = correlations.table(rows).set_index(["axis", "measure"])
+    assert set(table.index.get_level_values("axis")) == {"threads", "blas"}   # batch_size did not vary
+    threads = table.loc[("threads", "train time")]
+    # ranks: threads 1.5, 3.5, 1.5, 3.5 against times 3, 1, 4, 2
+    assert (threads.statistic, threads.value, threads.runs) == ("rho", pytest.approx(-2 / 5 ** 0.5), 4)
+    assert table.loc[("threads", "CPU use")].value == pytest.approx(1.0)
+    library = table.loc[("blas", "train time")]
+    assert (library.statistic, library.best, library["values"]) == ("epsilon2", "default", "atlas, default")
+    assert library.spread == pytest.approx(31.0 / 23.0)        # the medians, 31 s and 23 s
+    # Kruskal-Wallis: rank means 2 and 3 of 1..4, H = 12 / 20 x 2 x (0.5² + 0.5²) = 0.6; / (n - 1)
+    assert library.value == pytest.approx(0.2)
+    assert ("threads", "peak memory") not in table.index       # the same in every run
+    one_run = correlations.table(rows.iloc[[0, 1, 2]])      # atlas once: no ε², the best and ×
+    library = one_run[(one_run["axis"] == "blas") & (one_run["measure"] == "train time")].iloc[0]
+    assert pd.isna(library["value"]) and library["best"] == "default" and library["spread"] == pytest.approx(40 / 23)
+
+
+def test_theano_links_openblas_by_name_and_any_other_library_through_libblas():
+    """Theano sets OpenBLAS's threads to 1 inside its OpenMP loops only when it links
+    OpenBLAS by name: the default job keeps -lopenblas (as GTDLBench's setup would have),
+    another library is linked as libblas.so.3, which the job's LD_LIBRARY_PATH chooses."""
+    from dlbench_runner import runner
+    theano = runner.adapter_module(str(catalog.framework_dir("theano")))
+    assert [theano.blas_ldflags(b) for b in (None, "openblas-pthread", "openblas-openmp")] == ["-lopenblas"] * 3
+    assert [theano.blas_ldflags(b) for b in ("blis-openmp", "atlas", "reference")] == ["-lblas"] * 3
+    assert "blas.ldflags=-lblas" in theano.theano_flags(2, "/c", "float64", blas="atlas")

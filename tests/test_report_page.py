@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import shutil
 import sys
 import urllib.parse
@@ -229,3 +230,40 @@ def test_the_csv_link_is_the_chart_table_itself():
     assert uri.startswith("data:text/csv;charset=utf-8,")
     back = pd.read_csv(io.StringIO(urllib.parse.unquote(uri.split(",", 1)[1])))
     pd.testing.assert_frame_equal(back, data)
+
+
+SWEEP = MEASUREMENTS / "2026-11-27-batch-threads"     # a real campaign over batch size and threads
+
+
+def test_a_campaign_over_batch_size_and_threads_draws_its_settings(browser, tmp_path):
+    """The committed rows of a real campaign (the PyTorch port's quick MNIST model at three
+    batch sizes on one and two CPUs): the page holds the correlation table and the small
+    multiples, a row per setting and a column per measure, each framework a line whose
+    points are the medians the table's CSV gives; a screenshot is kept for a look."""
+    directory = tmp_path / "results"
+    store.append(directory, records(SWEEP))
+    out = tmp_path / "page"
+    dlbench("report", "--results", directory, "--html", out, check=True)
+    assert load(browser, out / "index.html") == []
+    plots = {p["id"]: p for p in browser.execute_script(PLOTS)}
+    chart = plots["chart-settings-0"]
+    assert chart["traces"] == 2 * 4 and chart["drawn"] == chart["traces"]     # 2 settings x 4 measures
+    assert overlapping(chart["ticks"]) == []
+    titles = browser.execute_script("""return [...document.querySelectorAll(
+        '#chart-settings-0 .annotation-text')].map(t => t.textContent)""")
+    assert titles == [f"{m} by {a}" for a in ("threads", "batch_size")
+                      for m in ("train time", "accuracy", "CPU use", "peak memory")]
+    data = pd.read_csv(io.StringIO(fetched(browser, chart["csv"])))
+    stored = store.load(directory)
+    ok = stored[stored["status"] == "ok"]
+    at_two = ok[ok["threads"] == 2]["train_time_s"].median()
+    drawn = data[(data["axis"] == "threads") & (data["measure"] == "train_time_s") & (data["value"] == 2)]
+    assert drawn["median"].tolist() == pytest.approx([at_two])
+    tables = browser.execute_script("""return [...document.querySelectorAll('table')].map(t => t.textContent)
+        .filter(t => t.includes('setting') && t.includes('ρ'))""")
+    assert len(tables) == 1 and "batch_size32, 64, 1286ρ +0.00ρ -0.97" in tables[0]  # accuracy falls
+    browser.set_window_size(1400, 1800)
+    browser.execute_script("document.getElementById('chart-settings-0').scrollIntoView()")
+    shot = Path(os.environ.get("DLBENCH_SCREENSHOTS", tmp_path)) / "settings-chart.png"
+    shot.parent.mkdir(parents=True, exist_ok=True)
+    assert browser.save_screenshot(str(shot)) and shot.stat().st_size > 10_000

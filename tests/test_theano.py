@@ -116,7 +116,7 @@ def test_both_quick_runs_are_stored_as_ok(quick_results, documents):
         libraries = json.loads(row.libraries)
         assert libraries["numpy"].startswith("1.19") and libraries["cxx"].startswith("/usr/bin/g++")
         framework_threads = json.loads(row.threads_framework)
-        assert framework_threads["theano.config.blas.ldflags"] == "-lblas"
+        assert framework_threads["theano.config.blas.ldflags"] == "-lopenblas"
         assert framework_threads["theano.config.openmp"] == (row.threads > 1)
         assert framework_threads["openblas_get_num_threads"] == row.threads
         theano = documents[name]["theano"]

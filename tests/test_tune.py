@@ -88,6 +88,7 @@ def test_the_campaign_it_writes_runs_the_best_beside_the_default(tmp_path):
     assert plan.campaign == "best-caffe-mnist-quick"
     assert [(j.repeat, j.blas, j.hyperparameters["max_iter"]) for j in plan.jobs] == [
         (0, None, 500), (0, "atlas", 250), (1, None, 500), (1, "atlas", 250)]
+    assert {j.cpus for j in plan.jobs} == {os.cpu_count(), 2}     # the default pinned as its trial was
     lines = tune.summary(found)
     assert "  trial 1: train 9.0 s, accuracy 97.20%, 2.22x the default's speed  blas=atlas length=0.5  run r1" in lines
 

@@ -130,9 +130,9 @@ dnn.enabled=False: Theano 1.0.5 needs cuDNN 7, which has no CUDA 11 build, so
 convolutions run as GpuCorrMM on cuBLAS), floatX from ``dtype``, base_compiledir in a fresh directory under
 $DLBENCH_COMPILE_DIR, else under the temporary directory (the job's root file
 system is read-only, and its /tmp is noexec while the compiled modules are
-loaded as shared objects), blas.ldflags=-lblas (Theano calls the BLAS's
-gemm directly: OpenBLAS, the image's libblas.so.3, unless the job asks for
-another, see dlbench_runner/blas.py), openmp on when more than one thread is requested (CorrMM then
+loaded as shared objects), blas.ldflags=-lopenblas (Theano calls OpenBLAS's
+gemm directly, and sets its threads to 1 inside its own OpenMP loops; a job that
+asks for another BLAS library links -lblas, see ``blas_ldflags``), openmp on when more than one thread is requested (CorrMM then
 works on the images of a batch in parallel), on_opt_error and on_shape_error
 raise (Theano's default prints a warning and goes on without the
 optimisation).  Every function of training and testing is compiled in setup()
@@ -204,12 +204,22 @@ def copy_warm_modules(compiledir, warm=WARM_COMPILEDIR):
     return count
 
 
-def theano_flags(threads, compiledir, floatx, gpu=None):
+def blas_ldflags(blas):
+    """How Theano's compiled ops link BLAS for a job that asks for ``blas`` (None: the
+    image's OpenBLAS).  OpenBLAS by its own name: Theano then calls
+    openblas_set_num_threads(1) inside its OpenMP loops (CorrMM over a batch), as it
+    always did here; with the generic -lblas it does not, and OpenBLAS's threads and
+    OpenMP's share the CPUs (the quick LeNet trained in 29 s instead of 20).  Any other
+    library through libblas.so.3, which the job's LD_LIBRARY_PATH points at it."""
+    return "-lopenblas" if blas in (None, "openblas-pthread", "openblas-openmp") else "-lblas"
+
+
+def theano_flags(threads, compiledir, floatx, gpu=None, blas=None):
     """THEANO_FLAGS for a job on the CPU (``gpu`` None) or on GPU ``gpu`` (device=cudaN)."""
     # on_opt_error, on_shape_error: by default Theano prints a warning and goes on
     # without the optimisation (or with a default shape); here that fails the job.
     flags = ["device=%s" % ("cpu" if gpu is None else "cuda%d" % gpu), "floatX=%s" % floatx,
-             "mode=FAST_RUN", "base_compiledir=%s" % compiledir, "blas.ldflags=-lblas",
+             "mode=FAST_RUN", "base_compiledir=%s" % compiledir, "blas.ldflags=%s" % blas_ldflags(blas),
              "on_opt_error=raise", "on_shape_error=raise"]
     if gpu is not None:
         flags.append("dnn.enabled=False")
@@ -270,7 +280,7 @@ class Adapter:
         self.compiledir = compile_directory(scratch)
         self.warm_modules = copy_warm_modules(self.compiledir)
         os.environ["THEANO_FLAGS"] = theano_flags(ctx.threads, self.compiledir, ctx.hp["dtype"],
-                                                  ctx.gpu)
+                                                  ctx.gpu, ctx.spec.get("blas"))
         import numpy
         import theano
         self.np, self.theano = numpy, theano

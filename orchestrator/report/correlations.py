@@ -23,8 +23,10 @@ from __future__ import annotations
 
 import json
 import math
+import numbers
 import warnings
 
+import numpy as np
 import pandas as pd
 
 # measure column -> (its name in the tables, whether less is better)
@@ -115,7 +117,8 @@ def _hashable(value):
 
 
 def _number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and not (
+    """A number (numpy's too), not a boolean, not NaN."""
+    return isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_)) and not (
         isinstance(value, float) and math.isnan(value))
 
 

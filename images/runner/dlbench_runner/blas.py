@@ -120,7 +120,10 @@ def install(names):
         _, blas_dir, lapack_dir = LIBRARIES[name]
         target = os.path.join(ROOT, name)
         os.makedirs(target, exist_ok=True)
-        for soname, source in (("libblas.so.3", blas_dir), ("liblapack.so.3", lapack_dir)):
+        for soname, source in (("libblas.so.3", blas_dir), ("liblapack.so.3", lapack_dir),
+                               ("libopenblas.so.0", blas_dir if name.startswith("openblas") else None)):
+            if soname == "libopenblas.so.0" and source is None:
+                continue        # OpenBLAS by its own name too (Theano links it so)
             real = os.path.join(libdir, source, soname) if source else os.path.join(libdir, MKL_FILE)
             if not os.path.exists(real):
                 raise BlasError("%s: %s is not there after installing %s"
