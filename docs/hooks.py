@@ -9,6 +9,8 @@ A page marks where generated Markdown goes with an HTML comment:
                                              data set: attacks, ONNX, model size, check),
                                              and the transfer matrices where the rows'
                                              FGSM images and models are committed beside them
+    <!-- dlbench: settings measurements/DIR -->    its measured table and the table of the
+                                             varied settings against the measures
 
 A marked results directory without rows is an error, so a table whose rows are missing
 fails the build (``mkdocs build --strict``).
@@ -20,7 +22,7 @@ import inspect
 import re
 from pathlib import Path
 
-MARKER = re.compile(r"<!-- dlbench: (schema|(report|robustness) (\S+)) -->")
+MARKER = re.compile(r"<!-- dlbench: (schema|(report|robustness|settings) (\S+)) -->")
 
 
 def on_page_markdown(markdown, page, config, files):
@@ -28,6 +30,8 @@ def on_page_markdown(markdown, page, config, files):
         if match.group(1) == "schema":
             return schema_markdown()
         text = report_markdown(Path(config["docs_dir"]) / match.group(3))
+        if match.group(2) == "settings":
+            return settings_tables(text, match.group(3))
         return text if match.group(2) == "report" else robustness_tables(text, match.group(3))
     return MARKER.sub(replace, markdown)
 
@@ -38,6 +42,15 @@ def robustness_tables(text: str, where: str) -> str:
     found = [part for part in parts if re.match(r"#+ (Robustness|Transfer attacks) on ", part)]
     if not found:
         raise RuntimeError(f"{where}: the rows have no robustness rows to tabulate")
+    return "".join(found)
+
+
+def settings_tables(text: str, where: str) -> str:
+    """The measured table and the table of varied settings of a report's Markdown."""
+    parts = re.split(r"(?m)^(?=#+ )", text)
+    found = [part for part in parts if re.match(r"#+ (Measured|How the varied settings)", part)]
+    if not any(re.match(r"#+ How the varied settings", part) for part in found):
+        raise RuntimeError(f"{where}: the rows vary no setting to tabulate")
     return "".join(found)
 
 
