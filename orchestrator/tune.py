@@ -266,15 +266,15 @@ def tune(request: TuneRequest, display=None, say=print, host_cpus: int | None = 
         floor = _floor(study, request, asked, rows, jobs)
         for trial, plan in zip(asked, jobs):
             row = _row_of(plan.jobs[0], rows)
-            if row is None or row.status != "ok" or row.train_time_s is None:
-                trial.set_user_attr("reason", row.error if row is not None else "no row stored")
-                trial.set_user_attr("run_id", row.run_id if row is not None else None)
+            if row is None or row["status"] != "ok" or row["train_time_s"] is None:
+                trial.set_user_attr("reason", row["error"] if row is not None else "no row stored")
+                trial.set_user_attr("run_id", row["run_id"] if row is not None else None)
                 study.tell(trial, state=optuna.trial.TrialState.FAIL)
                 continue
-            trial.set_user_attr("run_id", row.run_id)
-            trial.set_user_attr("accuracy", row.accuracy)
+            trial.set_user_attr("run_id", row["run_id"])
+            trial.set_user_attr("accuracy", row["accuracy"])
             trial.set_user_attr("floor", floor)
-            study.tell(trial, row.train_time_s)
+            study.tell(trial, row["train_time_s"])
     return outcome(study, where)
 
 
@@ -307,23 +307,39 @@ def _floor(study, request: TuneRequest, asked, rows, jobs) -> float:
         return study.user_attrs["floor"]
     default = next((t for t in asked if t.user_attrs.get("default")), None)
     row = _row_of(jobs[asked.index(default)].jobs[0], rows) if default is not None else None
-    if row is None or row.status != "ok" or row.accuracy is None:
-        why = row.error if row is not None else "no row"
+    if row is None or row["status"] != "ok" or row["accuracy"] is None:
+        why = row["error"] if row is not None else "no row"
         raise UsageError(f"the default configuration did not train ({why}): there is no floor to "
                          "keep; give --min-accuracy")
-    floor = row.accuracy - request.floor_points / 100
+    floor = row["accuracy"] - request.floor_points / 100
     study.set_user_attr("floor", floor)
     return floor
 
 
-def _row_of(job, rows):
-    """The stored row of a planned job (the same hyper-parameters, threads and library)."""
+def _row_of(job, rows) -> dict | None:
+    """The stored row of a planned job (the same hyper-parameters, threads and library), as
+    plain values: a local run gives records, a Slurm array the stored rows (NaN for empty)."""
     from .schema import dumps
     for row in rows:
-        if (row.hyperparameters == dumps(job.hyperparameters) and row.threads == job.threads
-                and row.blas == job.blas):
-            return row
+        found = {k: _plain(getattr(row, k, None)) for k in (
+            "hyperparameters", "threads", "blas", "status", "error", "run_id", "accuracy", "train_time_s")}
+        if (found["hyperparameters"] == dumps(job.hyperparameters) and found["threads"] == job.threads
+                and found["blas"] == job.blas):
+            return found
     return None
+
+
+def _plain(value):
+    """A stored value as Python has it: NaN and pandas' missing values as None."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    try:
+        import pandas as pd
+        if pd.isna(value):
+            return None
+    except (TypeError, ValueError):
+        pass
+    return value.item() if hasattr(value, "item") else value
 
 
 def _fail_stale(study) -> None:

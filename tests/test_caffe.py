@@ -25,7 +25,7 @@ def test_both_quick_runs_are_stored_as_ok(quick_results):
         # the quick profile's test subset where it has one (the first N test images)
         assert row.test_samples == quick_profile("caffe", row.dataset).get("test_subset", 10000)
         assert row.framework_version == "1.0.0"
-        assert row.blas_loaded == "openblas-pthread" and row.blas is None
+        assert row.blas_loaded == "openblas-pthread" and pd.isna(row.blas)
         libraries = json.loads(row.libraries)
         assert libraries["numpy"].startswith("1.19") and libraries["protobuf"].startswith("3.12")
         assert json.loads(row.threads_framework)["openblas_get_num_threads"] == row.threads

@@ -315,3 +315,25 @@ def test_a_node_without_the_image_loads_the_saved_copy_checked_by_id(tmp_path):
             client.images.remove(tag, force=True)
         except docker.errors.ImageNotFound:
             pass
+
+
+def test_a_tune_study_runs_each_round_of_trials_as_one_array(cluster, data_root, tmp_path):
+    """dlbench tune --scheduler slurm --parallel 2: the default and one more trial as one
+    array of two tasks, then the last trial; the study in a database (an SQLite URL, as a
+    PostgreSQL one would be given), each trial a stored row of campaign tune:<study>."""
+    import optuna
+
+    results, study = tmp_path / "results", _campaign()
+    url = f"sqlite:///{tmp_path / 'studies.db'}"
+    proc = dlbench("tune", "--scheduler", "slurm", "--frameworks", "caffe", "--datasets", "mnist",
+                   "--trials", "3", "--parallel", "2", "--space", "length", "--study", study,
+                   "--storage", url, "--set", "robust_images=0", "--set", "export_onnx=0",
+                   "--results", results, "--data-dir", data_root, env=cluster.env)
+    assert proc.returncode == 0, proc.stderr
+    assert f"study {study}: 3 trial(s), kept in {url}" in proc.stdout
+    frame = _rows(results)
+    assert list(frame.status) == ["ok"] * 3 and set(frame.campaign) == {f"tune:{study}"}
+    assert frame.groupby("slurm_job_id").size().sort_values().tolist() == [1, 2]    # two arrays
+    trials = optuna.load_study(study_name=study, storage=url).trials
+    assert sorted(t.user_attrs["run_id"] for t in trials) == sorted(frame.run_id)
+    assert not (results / "tune").exists()          # the database holds the study, not a journal

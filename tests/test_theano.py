@@ -112,7 +112,7 @@ def test_both_quick_runs_are_stored_as_ok(quick_results, documents):
         assert row.image == IMAGE
         assert row.train_time_s > 0 and row.test_time_s > 0 and row.test_samples == 10000
         assert row.framework_version == "1.0.5"
-        assert row.blas_loaded == "openblas-pthread" and row.blas is None
+        assert row.blas_loaded == "openblas-pthread" and pd.isna(row.blas)
         libraries = json.loads(row.libraries)
         assert libraries["numpy"].startswith("1.19") and libraries["cxx"].startswith("/usr/bin/g++")
         framework_threads = json.loads(row.threads_framework)
