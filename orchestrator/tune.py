@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import warnings
 from pathlib import Path
 
 from . import catalog, execute
@@ -235,8 +236,10 @@ def tune(request: TuneRequest, display=None, say=print, host_cpus: int | None = 
     if grid is not None and grid <= request.trials - 1:
         sampler = optuna.samplers.GridSampler({k: list(v) for k, v in space.items()}, seed=request.seed)
     else:
-        sampler = optuna.samplers.TPESampler(seed=request.seed, constraints_func=_constraints,
-                                             n_startup_trials=min(5, max(1, request.trials // 3)))
+        with warnings.catch_warnings():     # Optuna 5 deprecates constraints_func for a trial-side
+            warnings.simplefilter("ignore", FutureWarning)     # call it still reads (until 7.0)
+            sampler = optuna.samplers.TPESampler(seed=request.seed, constraints_func=_constraints,
+                                                 n_startup_trials=min(5, max(1, request.trials // 3)))
     study = optuna.create_study(study_name=name, storage=storage, sampler=sampler,
                                 direction="minimize", load_if_exists=True)
     _fail_stale(study)
