@@ -259,7 +259,7 @@ def tune(request: TuneRequest, display=None, say=print, host_cpus: int | None = 
                                    planned)
         except BaseException:
             for trial in asked:         # stopped: not a trial that ran, resumed later
-                study.set_user_attr(f"interrupted-{trial.number}", True)
+                _mark_interrupted(study, trial.number)
                 study.tell(trial, state=optuna.trial.TrialState.FAIL)
                 if trial.user_attrs.get("default"):     # the floor's trial: asked again first
                     study.enqueue_trial(default_point(request, space, host_cpus),
@@ -349,26 +349,35 @@ def _fail_stale(study) -> None:
     """A trial left running by a process killed outright: failed, not counted."""
     import optuna
     for trial in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
-        study.set_user_attr(f"interrupted-{trial.number}", True)
+        _mark_interrupted(study, trial.number)
         study.tell(trial.number, state=optuna.trial.TrialState.FAIL)
+
+
+def _mark_interrupted(study, number: int) -> None:
+    """A trial stopped by a signal (or left running): kept in the study, never counted."""
+    study.set_user_attr(f"interrupted-{number}", True)
+
+
+def _interrupted(attrs: dict, number: int) -> bool:
+    """Whether the study's user attributes (read once by the caller) mark the trial."""
+    return bool(attrs.get(f"interrupted-{number}"))
 
 
 def _counted(study) -> int:
     """Trials that ran: finished, or failed by their job (not those stopped by Ctrl-C); a
     trial enqueued and not yet asked is not one."""
     import optuna
-    interrupted = {k for k in study.user_attrs if k.startswith("interrupted-")}
+    attrs = study.user_attrs
     return sum(1 for t in study.get_trials(deepcopy=False)
                if t.state in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL)
-               and f"interrupted-{t.number}" not in interrupted)
+               and not _interrupted(attrs, t.number))
 
 
 def outcome(study, where: str) -> Outcome:
     import optuna
-    interrupted = {k for k in study.user_attrs if k.startswith("interrupted-")}
-    trials = []
+    trials, attrs = [], study.user_attrs
     for t in study.get_trials(deepcopy=False):
-        if f"interrupted-{t.number}" in interrupted or t.state == optuna.trial.TrialState.WAITING:
+        if _interrupted(attrs, t.number) or t.state == optuna.trial.TrialState.WAITING:
             continue
         accuracy, floor = t.user_attrs.get("accuracy"), t.user_attrs.get("floor")
         trials.append(Trial(number=t.number, params=dict(t.params), default=bool(t.user_attrs.get("default")),
