@@ -444,12 +444,7 @@ def setting_charts(rep: compare.Report) -> list[Chart]:
         axes = list(dict.fromkeys(part["axis"]))
         measures = [m for m, (name, _) in correlations.MEASURES.items() if name in set(part["measure"])]
         rows = rep.rows[rep.rows["section"] == section]
-        points = []
-        for axis in axes:
-            for measure in measures:
-                one = correlations.series(rows, axis, measure)
-                points.append(one.assign(axis=axis, measure=measure))
-        data = pd.concat(points, ignore_index=True)
+        data = correlations.series(rows, [(axis, measure) for axis in axes for measure in measures])
         data = data[data.set_index(correlations.FAMILY + ["axis"]).index.isin(
             part.set_index(correlations.FAMILY + ["axis"]).index.unique())].reset_index(drop=True)
         where = machine_label(rep, int(section))

@@ -99,17 +99,21 @@ def table(rows: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(records)
 
 
-def series(rows: pd.DataFrame, axis: str, measure: str) -> pd.DataFrame:
-    """The plots' points: the median of ``measure`` at each value of ``axis``, per family."""
+def series(rows: pd.DataFrame, pairs: list[tuple[str, str]]) -> pd.DataFrame:
+    """The plots' points: for each (axis, measure) of ``pairs``, the median of the measure at
+    each value of the axis, per family (the rows' settings read once for all of them)."""
     ok = rows[rows["status"] == "ok"]
     settings = axes(ok)
-    if axis not in settings.columns or measure not in ok.columns:
-        return pd.DataFrame(columns=FAMILY + ["value", "median", "runs"])
-    frame = ok[FAMILY].assign(value=settings[axis].map(_hashable),
-                              measured=pd.to_numeric(ok[measure], errors="coerce"))
-    frame = frame.dropna(subset=["measured"])
-    points = frame.groupby(FAMILY + ["value"], sort=False, dropna=False)["measured"].agg(["median", "size"])
-    return points.rename(columns={"size": "runs"}).reset_index()
+    found = [pd.DataFrame(columns=FAMILY + ["value", "median", "runs", "axis", "measure"])]
+    for axis, measure in pairs:
+        if axis not in settings.columns or measure not in ok.columns:
+            continue
+        frame = ok[FAMILY].assign(value=settings[axis].map(_hashable),
+                                  measured=pd.to_numeric(ok[measure], errors="coerce"))
+        frame = frame.dropna(subset=["measured"])
+        points = frame.groupby(FAMILY + ["value"], sort=False, dropna=False)["measured"].agg(["median", "size"])
+        found.append(points.rename(columns={"size": "runs"}).reset_index().assign(axis=axis, measure=measure))
+    return pd.concat(found, ignore_index=True)
 
 
 def _hashable(value):
