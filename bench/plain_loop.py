@@ -46,11 +46,11 @@ def main():
         def epoch_done(self, epoch, loss, accuracy, samples=None):
             self.trained.append(samples)
 
-    runner.apply_threads(args.threads)
     catalog = specs.load_catalog(args.framework_dir)
     spec = specs.complete({"framework": catalog["framework"], "dataset": args.dataset,
                            "profile": args.profile, "threads": args.threads, "device": "cpu",
                            "seed": args.seed}, catalog)
+    runner.apply_threads(args.threads, spec["hyperparameters"])
     ctx = BareContext(spec, args.data)
     adapter = runner.load_adapter(args.framework_dir)(ctx)
     adapter.setup()

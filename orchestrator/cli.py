@@ -310,7 +310,7 @@ def tune(frameworks: Annotated[str, typer.Option(help="The framework to tune (on
          trials: Annotated[int, typer.Option(help="Trials in all, the default the first.")] = 12,
          space: Annotated[Optional[str], typer.Option(
              help="What to search, comma-separated: blas, threads, batch_size, learning_rate, "
-                  "length (default: all the framework has).")] = None,
+                  "length, omp_threads (default: all but omp_threads that the framework has).")] = None,
          floor: Annotated[float, typer.Option(
              help="Points of accuracy below the default's that a trial may lose.")] = 0.5,
          min_accuracy: Annotated[Optional[float], typer.Option(

@@ -92,8 +92,9 @@ class Job(BaseModel):
 
     @property
     def thread_environment(self) -> dict[str, str]:
-        """The variables every BLAS and OpenMP runtime honours, set to the job's threads."""
-        return {name: str(self.threads) for name in contract.THREAD_VARIABLES}
+        """The variables every BLAS and OpenMP runtime honours, set to the job's threads
+        (OpenMP's to its ``omp_threads`` where that is given)."""
+        return contract.thread_environment(self.threads, self.hyperparameters)
 
     @property
     def variant(self) -> str:

@@ -35,7 +35,10 @@ from .errors import UsageError
 from .options import Axes, PlanError, RunOptions, check_name
 from .plan import expand, scaled
 
-SPACE = ("blas", "threads", "batch_size", "learning_rate", "length")
+SPACE = ("blas", "threads", "batch_size", "learning_rate", "length", "omp_threads")
+# What a study searches unless --space names its axes: OpenMP's own thread count only when
+# asked for (it matters where a framework's OpenMP threads call a threaded BLAS: Lua Torch7).
+DEFAULT_SPACE = SPACE[:5]
 BATCH_FACTORS = (0.25, 0.5, 1.0, 2.0, 4.0)
 LENGTH_FRACTIONS = (0.25, 0.5, 0.75, 1.0)
 LEARNING_RATE_FACTOR = 10.0
@@ -49,7 +52,7 @@ class TuneRequest:
     dataset: str
     profile: str = "quick"
     trials: int = 12
-    space: tuple[str, ...] | None = None        # None: every axis the framework has
+    space: tuple[str, ...] | None = None        # None: DEFAULT_SPACE's axes the framework has
     floor_points: float = 0.5
     min_accuracy: float | None = None           # percent; replaces the floor from the default
     study: str | None = None
@@ -113,7 +116,7 @@ def space_of(request: TuneRequest, host_cpus: int) -> dict:
                          "and at most 100 %")
     if request.parallel < 1:
         raise UsageError(f"--parallel {request.parallel}: at least 1")
-    asked = request.space or SPACE
+    asked = request.space or DEFAULT_SPACE
     if unknown := [a for a in asked if a not in SPACE]:
         raise UsageError(f"--space {unknown[0]!r}: choose from {', '.join(SPACE)}")
     params = _defaults(framework, dataset, request.profile)
@@ -125,6 +128,8 @@ def space_of(request: TuneRequest, host_cpus: int) -> dict:
             free[axis] = list(catalog.blas_offered(framework))
         elif axis == "threads" and host_cpus > 1:
             free[axis] = list(range(1, host_cpus + 1))
+        elif axis == "omp_threads" and host_cpus > 1:     # 0: the job's threads
+            free[axis] = list(range(host_cpus + 1))
         elif axis == "batch_size":
             free[axis] = sorted({max(1, round(params["batch_size"] * f)) for f in BATCH_FACTORS})
         elif axis == "learning_rate":
@@ -134,14 +139,15 @@ def space_of(request: TuneRequest, host_cpus: int) -> dict:
             free[axis] = list(LENGTH_FRACTIONS)
     if not free:
         why = {"blas": f"{framework} cannot switch BLAS libraries",
-               "threads": f"this host has {host_cpus} CPU"}
+               "threads": f"this host has {host_cpus} CPU",
+               "omp_threads": f"this host has {host_cpus} CPU"}
         raise UsageError(f"--space {','.join(asked)}: no axis is free to search ("
                          + "; ".join(why.get(a, a) for a in asked) + ")")
     return free
 
 
 def _searched_keys(entry: dict, asked) -> set[str]:
-    keys = {"batch_size"} if "batch_size" in asked else set()
+    keys = {k for k in ("batch_size", "omp_threads") if k in asked}
     keys |= set(entry["settings"]["learning_rate"]) if "learning_rate" in asked else set()
     return keys | (set(entry["settings"]["length"]) if "length" in asked else set())
 
@@ -157,7 +163,8 @@ def default_point(request: TuneRequest, space: dict, host_cpus: int) -> dict:
     params = _defaults(request.framework, request.dataset, request.profile)
     point = {"blas": catalog.blas_offered(request.framework)[:1] or [None],
              "threads": [host_cpus], "batch_size": [params["batch_size"]],
-             "learning_rate": [params[entry["settings"]["learning_rate"][0]]], "length": [1.0]}
+             "learning_rate": [params[entry["settings"]["learning_rate"][0]]], "length": [1.0],
+             "omp_threads": [params["omp_threads"]]}
     return {axis: point[axis][0] for axis in space}
 
 
@@ -167,8 +174,9 @@ def axes_of(request: TuneRequest, point: dict, campaign: str, host_cpus: int) ->
     entry = catalog.models(request.framework)["models"][request.dataset]
     params = _defaults(request.framework, request.dataset, request.profile)
     overrides = dict(request.fixed)
-    if "batch_size" in point:
-        overrides["batch_size"] = int(point["batch_size"])
+    for key in ("batch_size", "omp_threads"):
+        if key in point:
+            overrides[key] = int(point[key])
     if "learning_rate" in point:
         overrides.update(scaled(entry["settings"]["learning_rate"], params, float(point["learning_rate"]),
                                 whole=False))

@@ -306,7 +306,7 @@ def test_an_axis_value_a_model_lacks_is_an_error_on_the_command_line_too():
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
         "dlbench: error: caffe/mnist has no hyper-parameter 'epochs' (it has: batch_size, epsilons, "
-        "export_onnx, gamma, learning_rate, lr_policy, max_iter, momentum, pgd_epsilon, power, "
+        "export_onnx, gamma, learning_rate, lr_policy, max_iter, momentum, omp_threads, pgd_epsilon, power, "
         "robust_images, snapshot, snapshot_after_train, test_batch_size, test_interval, test_iter, "
         "weight_decay)"]
 

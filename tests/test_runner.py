@@ -49,6 +49,18 @@ def test_runner_trains_and_writes_a_valid_result(data_root, tmp_path):
     assert kinds[0] == "phase" and kinds[-1] == "done" and "epoch" in kinds
 
 
+def test_omp_threads_sets_openmp_s_threads_apart_from_the_blas_libraries(data_root, tmp_path):
+    """``--set omp_threads=1`` on a job of two threads: OpenMP gets one, every BLAS library's
+    variable keeps the job's two, and the setting is recorded with the others."""
+    proc = run_runner(data_root, tmp_path, "--profile", "quick", "--threads", "2",
+                      "--set", "omp_threads=1")
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads((tmp_path / "result.json").read_text())
+    assert result["threads"]["env"] == {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "2",
+                                        "MKL_NUM_THREADS": "2", "BLIS_NUM_THREADS": "2"}
+    assert result["hyperparameters"]["omp_threads"] == 1
+
+
 def test_every_span_waits_for_the_work_queued_on_an_asynchronous_device(data_root, tmp_path):
     """The runner reads its clock through ctx.now(), which first calls the adapter's
     synchronize(): work a framework queued on its device and has not finished is

@@ -66,6 +66,20 @@ def test_a_built_image_runs_without_its_sources(built, data_root, tmp_path):
     assert not (cache / "dlbench" / "sources").exists()
 
 
+def test_omp_threads_is_the_scripts_thread_count(built, data_root, tmp_path):
+    """``--set omp_threads=1`` on a two-thread job: the script's own -threads (its
+    torch.setnumthreads, TH's OpenMP threads) is 1, OpenBLAS keeps the job's two."""
+    results = tmp_path / "results"
+    dlbench("run", "--frameworks", "torch", "--datasets", "mnist", "--profile", "quick",
+            "--threads", "2", "--set", "omp_threads=1", *SMALL, "--results", results,
+            "--data-dir", data_root, check=True)
+    row = pd.read_parquet(results / "runs").iloc[0]
+    assert row.status == "ok", row.error
+    assert json.loads(row.threads_framework)["torch.getnumthreads"] == 1
+    environment = json.loads(row.threads_env)
+    assert (environment["OMP_NUM_THREADS"], environment["OPENBLAS_NUM_THREADS"]) == ("1", "2")
+
+
 def test_quick_mnist_and_cifar10_are_ok_rows_of_torch7(quick_rows):
     rows, results = quick_rows
     assert set(rows.index) == {"mnist", "cifar10"} and set(rows["status"]) == {"ok"}, rows["error"].tolist()

@@ -60,12 +60,12 @@ def test_a_point_is_an_ordinary_job():
     (("--frameworks", "caffe", "--datasets", "mnist", "--floor", "120"),
      "--floor 120: points below the default's accuracy, 0 to 100"),
     (("--frameworks", "caffe", "--datasets", "mnist", "--space", "speed"),
-     "--space 'speed': choose from blas, threads, batch_size, learning_rate, length"),
+     "--space 'speed': choose from blas, threads, batch_size, learning_rate, length, omp_threads"),
     (("--frameworks", "caffe", "--datasets", "mnist", "--space", "length", "--set", "max_iter=10"),
      "--set max_iter: the search sets it (--space); leave it out of one"),
     (("--frameworks", "caffe", "--datasets", "mnist", "--set", "epochs=3"),
      "caffe/mnist has no hyper-parameter 'epochs' (it has: batch_size, epsilons, export_onnx, gamma, "
-     "learning_rate, lr_policy, max_iter, momentum, pgd_epsilon, power, robust_images, snapshot, "
+     "learning_rate, lr_policy, max_iter, momentum, omp_threads, pgd_epsilon, power, robust_images, snapshot, "
      "snapshot_after_train, test_batch_size, test_interval, test_iter, weight_decay)"),
 ])
 def test_bad_input_is_one_line_before_any_trial(tmp_path, args, message):

@@ -150,8 +150,8 @@ class Adapter:
     def setup(self):
         import torch
         self.torch = torch
-        if self.ctx.threads:
-            torch.set_num_threads(self.ctx.threads)
+        if self.ctx.omp_threads:
+            torch.set_num_threads(self.ctx.omp_threads)
         torch.manual_seed(self.ctx.seed)
         self.device = torch.device("cpu" if self.ctx.gpu is None else "cuda:%d" % self.ctx.gpu)
         arrays = self.ctx.load_data()

@@ -108,7 +108,7 @@ class Adapter:
         self._expect("begin", phase="train", epoch=1)
 
     def _script_options(self):
-        hp, threads = self.hp, self.ctx.threads
+        hp, threads = self.hp, self.ctx.omp_threads     # the script's torch.setnumthreads
         if self.ctx.dataset == "mnist":   # lapp: -m is both --model and --momentum, so long names
             options = ["--full", "--batchSize", str(hp["batch_size"]),
                        "--learningRate", repr(hp["learning_rate"]), "--momentum", repr(hp["momentum"])]

@@ -85,9 +85,15 @@ MAX_TRANSFER_BYTES = 16 << 20
 # The settings of the checks after training, not of the training itself.
 AFTER_TRAINING = frozenset([key for settings in ROBUSTNESS.values() for key in settings]
                            + list(MIGRATION))
+# OpenMP's thread count, a setting every model takes: 0 gives the OpenMP runtime the job's
+# thread count, like every other thread variable; N > 0 sets OMP_NUM_THREADS to N, and the
+# frameworks that set their OpenMP threads themselves (Lua Torch7's -threads, PyTorch's
+# set_num_threads) take N too.  The BLAS libraries keep the job's count (their own variables).
+OPENMP = {"omp_threads": 0}
 # Settings added after rows were first stored, at defaults that change nothing (TensorFlow's
-# thread pools, 0: the job's CPU count): a row without them was run as with them.
-LATER_SETTINGS = frozenset(["intra_op_threads", "inter_op_threads"])
+# thread pools and OpenMP's threads, 0: the job's CPU count): a row without them was run as
+# with them.
+LATER_SETTINGS = frozenset(["intra_op_threads", "inter_op_threads", "omp_threads"])
 # The test images of each data set: ``robust_images`` and ``test_subset`` take at most these.
 TEST_IMAGES = {"mnist": 10000, "cifar10": 10000}
 # An image of each data set, as the readers (``formats``) give it and the checks after
@@ -97,7 +103,22 @@ IMAGE_SHAPES = {"mnist": (28, 28), "cifar10": (3, 32, 32)}
 __all__ = ["SCHEMA_VERSION", "EVENT_TAG", "THREAD_VARIABLES", "PROFILES", "SpecError",
            "load_catalog", "resolve_hyperparameters", "check_value", "check_seed", "default_seed", "MAX_SEED",
            "formats", "cpu_model", "gpu_index", "ROBUSTNESS", "PGD_STEPS", "TEST_IMAGES", "epsilons",
-           "MIGRATION", "MAX_MODEL_BYTES", "AFTER_TRAINING", "LATER_SETTINGS", "TRANSFER_FILE", "MAX_TRANSFER_BYTES", "IMAGE_SHAPES"]
+           "MIGRATION", "MAX_MODEL_BYTES", "AFTER_TRAINING", "LATER_SETTINGS", "OPENMP", "thread_environment",
+           "openmp_threads", "TRANSFER_FILE", "MAX_TRANSFER_BYTES", "IMAGE_SHAPES"]
+
+
+def openmp_threads(threads, hyperparameters):
+    """The OpenMP threads of a job of ``threads`` threads (None: not set) and these settings."""
+    return hyperparameters.get("omp_threads") or threads
+
+
+def thread_environment(threads, hyperparameters):
+    """The thread variables of a job of ``threads`` threads (None: none set): every BLAS and
+    OpenMP runtime's set to it, OMP_NUM_THREADS to ``omp_threads`` where that is given."""
+    environment = {name: str(threads) for name in THREAD_VARIABLES} if threads else {}
+    if hyperparameters.get("omp_threads"):
+        environment["OMP_NUM_THREADS"] = str(hyperparameters["omp_threads"])
+    return environment
 
 
 class SpecError(Exception):
@@ -125,6 +146,7 @@ def resolve_hyperparameters(catalog, dataset, profile, overrides=None, device="c
     if profile == "quick" and dataset in ROBUSTNESS:
         params.update(QUICK_ROBUSTNESS)
     params.update(MIGRATION)
+    params.update(OPENMP)
     params.update(entry["hyperparameters"])
     if gpu_index(device) is not None:
         params.update(entry.get("gpu_hyperparameters", {}))

@@ -64,7 +64,8 @@ import time
 import traceback
 
 from . import blas, data
-from .contract import EVENT_TAG, SCHEMA_VERSION, THREAD_VARIABLES, TRANSFER_FILE, cpu_model, gpu_index
+from .contract import (EVENT_TAG, SCHEMA_VERSION, THREAD_VARIABLES, TRANSFER_FILE, cpu_model, gpu_index,
+                       openmp_threads, thread_environment)
 
 PROGRESS_INTERVAL_S = 1.0
 
@@ -118,6 +119,8 @@ class Context:
         self.gpu = gpu_index(self.device)   # None on the CPU, else the GPU's index
         self.seed = spec["seed"]
         self.threads = spec["threads"]
+        # The threads of the framework's own OpenMP setter, where it has one.
+        self.omp_threads = openmp_threads(self.threads, self.hp)
         self.data_dir = data_dir
         self.epochs = []
         # Epochs the training will take; adapters that count iterations set it.
@@ -220,11 +223,11 @@ def load_adapter(framework_dir):
     return adapter_module(framework_dir).Adapter
 
 
-def apply_threads(threads, environ=os.environ):
-    """Thread variables every BLAS and OpenMP runtime honours; set before the import."""
-    if threads:
-        for name in THREAD_VARIABLES:
-            environ.setdefault(name, str(threads))
+def apply_threads(threads, hyperparameters, environ=os.environ):
+    """Thread variables every BLAS and OpenMP runtime honours (those the host did not set
+    already); set before the import."""
+    for name, value in thread_environment(threads, hyperparameters).items():
+        environ.setdefault(name, value)
     return {name: environ.get(name) for name in THREAD_VARIABLES}
 
 
@@ -283,7 +286,7 @@ def run(spec, framework_dir, data_dir, out_dir):
     """Run a completed spec; returns the result record (also written to out_dir)."""
     started = utcnow()
     t_start = time.perf_counter()
-    env_threads = apply_threads(spec["threads"])
+    env_threads = apply_threads(spec["threads"], spec["hyperparameters"])
     os.environ.update(spec.get("environment") or {})     # read when the framework loads
     ctx = Context(spec, data_dir)
     result = {
