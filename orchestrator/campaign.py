@@ -143,6 +143,7 @@ class CampaignFile(BaseModel):
         [None], min_length=1)
     blas: list[Annotated[Optional[str], PlainValidator(blas_library)]] = Field([None], min_length=1)
     onednn: list[Annotated[Optional[str], PlainValidator(onednn_switch)]] = Field([None], min_length=1)
+    weights: Optional[str] = None           # the fair profile's initial weights (.npz)
     hyperparameters: Hyperparameters = Hyperparameters()     # their tables for each framework:
     limits: FileLimits = FileLimits()                         # the subclass ``file_model`` makes
     scheduler: Optional[Literal[SCHEDULERS]] = None     # where it runs (default: local)
@@ -189,7 +190,7 @@ class CampaignFile(BaseModel):
                     threads=self.threads or [None], devices=self.devices, variant=self.variant,
                     repeats=self.repeats, seed=self.seed, settings_from=self.settings_from,
                     blas=list(dict.fromkeys(self.blas)), onednn=list(dict.fromkeys(self.onednn)),
-                    limits=Limits(memory=self.limits.memory, timeout=self.limits.timeout),
+                    weights=self.weights, limits=Limits(memory=self.limits.memory, timeout=self.limits.timeout),
                     framework_limits=limits)
 
 

@@ -162,6 +162,8 @@ def _load(directory: Path, origin: str) -> Framework:
     problem = _models_problem(info)
     if problem:
         raise FrameworkError(f"{path}: {problem}")
+    if info.get("fair") and not (directory / "fair.py").is_file():
+        raise FrameworkError(f"{path}: fair lists fair networks, but fair.py is missing ({origin})")
     return Framework(info["framework"], directory, origin, info)
 
 
@@ -190,6 +192,9 @@ def _models_problem(info) -> str | None:
     onednn = info.get("onednn", {})
     if not isinstance(onednn, dict) or not isinstance(onednn.get("variable", ""), str):
         return "onednn: {\"variable\": the environment variable that turns oneDNN on (1) or off (0)}"
+    fair = info.get("fair", [])
+    if not isinstance(fair, list) or any(d not in DATASETS for d in fair):
+        return f"fair: a list of the data sets whose fair network fair.py builds (from {', '.join(DATASETS)})"
     model_set = info.get("models")
     if not isinstance(model_set, dict) or not model_set:
         return "models: give at least one data set's model"
@@ -213,8 +218,9 @@ def _model_problem(info: dict, dataset: str, entry) -> str | None:
     for key in ("profiles", "gpu_hyperparameters"):
         if not isinstance(entry.get(key, {}), dict):
             return f"{key}: must be a JSON object"
-    if unknown := sorted(set(entry.get("profiles", {})) - set(PROFILES)):
-        return f"profiles: unknown profile {unknown[0]!r} (choose from {', '.join(PROFILES)})"
+    own = [p for p in PROFILES if p != contract.FAIR_PROFILE]     # the fair one is fair.py's
+    if unknown := sorted(set(entry.get("profiles", {})) - set(own)):
+        return f"profiles: unknown profile {unknown[0]!r} (choose from {', '.join(own)})"
     settings = entry.get("settings")
     if not isinstance(settings, dict):
         return "settings: a JSON object of length, learning_rate and train_images"
@@ -225,7 +231,7 @@ def _model_problem(info: dict, dataset: str, entry) -> str | None:
     images = settings.get("train_images")
     if isinstance(images, bool) or not isinstance(images, int) or images < 1:
         return "settings.train_images: the number of images a pass over the training set takes"
-    for profile in PROFILES:
+    for profile in own:
         for device in ("cpu", "cuda"):
             try:
                 contract.resolve_hyperparameters(info, dataset, profile, device=device)
@@ -271,10 +277,13 @@ def gpu_unsupported(framework: str, dataset: str) -> str | None:
 
 
 def job_unsupported(framework: str, dataset: str, variant: str, gpu: int | None,
-                    blas: str | None = None, onednn: str | None = None) -> str | None:
+                    blas: str | None = None, onednn: str | None = None,
+                    profile: str | None = None) -> str | None:
     """Why a job cannot run whatever the runtime, decided while planning: its framework
-    has no image of that variant, its model no GPU version, or the framework no such
-    switch of its compute libraries; None where it can."""
+    has no image of that variant, no fair network for the data set, its model no GPU
+    version, or the framework no such switch of its compute libraries; None where it can."""
+    if profile == contract.FAIR_PROFILE and dataset not in fair_offered(framework):
+        return f"{framework} has no fair network for {dataset} (its fair.py builds none)"
     return variant_unsupported(framework, variant) or (
         gpu_unsupported(framework, dataset) if gpu is not None else None) or (
         compute_unsupported(framework, variant, blas, onednn))
@@ -297,6 +306,11 @@ def blas_offered(framework: str) -> list[str]:
     """The BLAS libraries a job of the framework may ask for (its CPU image holds them side
     by side, the first its default); none where the framework cannot switch."""
     return list(models(framework).get("blas", []))
+
+
+def fair_offered(framework: str) -> list[str]:
+    """The data sets whose fair network the framework's fair.py builds (the fair profile)."""
+    return list(models(framework).get("fair", []))
 
 
 def onednn_variable(framework: str) -> str | None:

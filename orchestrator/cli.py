@@ -214,6 +214,9 @@ def run(frameworks: Frameworks = None,
         onednn: Annotated[Optional[str], typer.Option(
             help="TensorFlow's and MXNet's oneDNN kernels: on, off or on,off (default: as each "
                  "framework has them).")] = None,
+        weights: Annotated[Optional[Path], typer.Option(
+            help="With --profile fair: the initial weights (.npz, one data set's network; "
+                 "default: drawn from each job's seed).")] = None,
         repeats: Annotated[Optional[int], typer.Option(help="Runs of each job (default 1).")] = None,
         seed: Annotated[Optional[int], typer.Option(help="Seed of the first repeat (default 1).")] = None,
         memory: Annotated[Optional[str], typer.Option(help="Memory limit per job, e.g. 8g.")] = None,
@@ -271,7 +274,8 @@ def run(frameworks: Frameworks = None,
             name=name, frameworks=frameworks, datasets=datasets_, profile=profile, cpus=cpus,
             threads=threads, gpu=gpu, devices=devices, variant=variant, set_=set_, sweep=sweep,
             batch_sizes=batch_sizes, learning_rates=learning_rates, settings_from=settings_from,
-            repeats=repeats, seed=seed, memory=memory, timeout=timeout, blas=blas, onednn=onednn),
+            repeats=repeats, seed=seed, memory=memory, timeout=timeout, blas=blas, onednn=onednn,
+            weights=weights),
         campaign=campaign, results=results, data_dir=data_dir,
         build=_build_options(base, mirror, ca_bundle, build_network, sources_dir, download_cache),
         runtime=runtime.value, python=python, resume=resume, fail_fast=fail_fast,

@@ -32,7 +32,7 @@ from pydantic import ValidationError
 
 from dlbench_runner import contract
 
-from . import __version__, jobdir
+from . import __version__, fair, jobdir
 from .migration import Migration
 from .plan import Job
 from .runtimes.base import Outcome
@@ -84,17 +84,18 @@ class Collected(NamedTuple):
     """What a job leaves to store: its row, and those of an ok row's side tables."""
 
     record: RunRecord
-    robustness: list[dict]
+    sides: dict[str, list[dict]] = {}   # side table folder -> rows (robustness, steps)
     model: bytes | None = None      # the exported ONNX model
     transfer: bytes | None = None   # the FGSM images kept for transfer attacks (transfer.py)
 
 
 def collect(job: Job, run_id: str, job_id: str, job_dir: Path, outcome: Outcome,
             provenance: dict, migration: Migration | None = None,
-            transfer: bytes | None = None) -> Collected:
-    """The job's row, its robustness rows, its ONNX model and its FGSM images (those of an
-    ok row only); ``migration``: what the host found of the model the job exported;
-    ``transfer``: the images it kept (``transfer.take``)."""
+            transfer: bytes | None = None, data_root: Path | None = None) -> Collected:
+    """The job's row, its robustness rows, a fair job's step losses, its ONNX model and its
+    FGSM images (those of an ok row only); ``migration``: what the host found of the model
+    the job exported; ``transfer``: the images it kept (``transfer.take``); ``data_root``:
+    where the data sets are (a fair job's logits are checked on its test images)."""
     result, problem = read_result(job_dir)
     status, error = _status(outcome, result, problem)
     fields = _job_fields(job, run_id, job_id, provenance)
@@ -128,14 +129,17 @@ def collect(job: Job, run_id: str, job_id: str, job_dir: Path, outcome: Outcome,
             libraries=dumps(result.libraries),
             started_at=result.started_at, finished_at=result.finished_at)
     if result is None or status != "ok":
-        return Collected(RunRecord(**fields), [])
-    robustness = [r.model_dump() for r in result.robustness]
+        return Collected(RunRecord(**fields))
+    sides = {"robustness": [r.model_dump() for r in result.robustness]}
+    if result.fair is not None and data_root is not None:
+        found_fair, sides["steps"] = fair.checked(result.fair, job_dir, job.dataset, data_root, run_id)
+        fields.update(found_fair)
     found = _migrated(result, migration)
     # the host's model is the one stored: a layer list's is built on the host
     fields.update(found.fields(), migration_model_bytes=(result.migration_model_bytes if found.model is None
                                                          else len(found.model)),
                   migration_time_s=result.migration_time_s)
-    return Collected(RunRecord(**fields), robustness, found.model, transfer)
+    return Collected(RunRecord(**fields), sides, found.model, transfer)
 
 
 def _migrated(result: RunnerResult, migration: Migration | None) -> Migration:

@@ -2,6 +2,7 @@
 
     RESULTS/_jobs/<run id>/        made by the host; the job never gets it
         job.json                   the spec, written before the job starts (mounted read-only)
+        weights.npz                a fair job's initial weights, beside the spec (read-only)
         log.txt                    the job's output, created before the job starts
         result.json                the host's copy of out/result.json, once checked
         out/                       the only thing the job may write (mounted at /out),
@@ -51,11 +52,15 @@ def create(path: Path, mode: int = 0o644):
     return os.fdopen(os.open(path, _CREATE, mode), "w", buffering=1)
 
 
-def prepare(job_dir: Path, spec: dict, owner: int | None = None):
-    """Write job.json, create log.txt and an empty out/ (handed to ``owner``, a uid,
-    when given); returns log.txt open for writing.  Call before the job starts."""
+def prepare(job_dir: Path, spec: dict, owner: int | None = None, inputs: dict | None = None):
+    """Write job.json and the job's ``inputs`` (file name -> bytes, beside it), create
+    log.txt and an empty out/ (handed to ``owner``, a uid, when given); returns log.txt
+    open for writing.  Call before the job starts."""
     with create(job_dir / "job.json") as f:
         f.write(json.dumps(spec, indent=1))
+    for name, data in (inputs or {}).items():
+        with os.fdopen(os.open(job_dir / name, _CREATE, 0o444), "wb") as f:
+            f.write(data)
     log = create(job_dir / "log.txt")
     out = job_dir / OUT
     out.mkdir(mode=0o700)

@@ -94,6 +94,7 @@ class Axes(BaseModel):
     settings_from: list[str | None] = [None]      # None: each framework's own defaults
     blas: list[str | None] = [None]               # BLAS libraries; None: each image's default
     onednn: list[str | None] = [None]             # "on", "off"; None: each framework's default
+    weights: str | None = None                    # the fair profile's initial weights file
     repeats: int = 1
     seed: int | None = None                       # None: each model's own (contract.default_seed)
     limits: Limits = Limits()
@@ -116,6 +117,7 @@ class RunOptions(BaseModel):
     settings_from: list[str | None] | None = None
     blas: list[str | None] | None = None
     onednn: list[str | None] | None = None
+    weights: str | None = None
     hyperparameters: dict[str, list] = {}
     memory: str | None = None
     timeout: float | None = None
@@ -125,7 +127,7 @@ class RunOptions(BaseModel):
                           cpus=None, threads=None, gpu=None, devices=None, variant=None, set_=(),
                           sweep=(), batch_sizes=None, learning_rates=None, settings_from=None,
                           repeats=None, seed=None, memory=None, timeout=None, blas=None,
-                          onednn=None) -> "RunOptions":
+                          onednn=None, weights=None) -> "RunOptions":
         """``dlbench run``'s options as typed: comma lists and KEY=VALUE texts, read here."""
         if cpus is not None and threads is not None:
             raise UsageError("give --cpus or --threads, not both")
@@ -146,7 +148,7 @@ class RunOptions(BaseModel):
             settings_from=parse_settings_from(settings_from) if settings_from is not None else None,
             blas=_choices(blas, blas_library, "--blas", "BLAS libraries, e.g. openblas,blis"),
             onednn=_choices(onednn, onednn_switch, "--onednn", "on, off or both: on,off"),
-            hyperparameters=sweeps)
+            weights=None if weights is None else str(weights), hyperparameters=sweeps)
 
 
 # -- the merge -----------------------------------------------------------------------------
@@ -156,7 +158,7 @@ def merge(axes: Axes, options: RunOptions) -> Axes:
     if options.name is not None:
         changes["campaign"] = options.name
     for field in ("frameworks", "datasets", "profiles", "threads", "devices", "variant", "repeats",
-                  "seed", "settings_from", "blas", "onednn"):
+                  "seed", "settings_from", "blas", "onednn", "weights"):
         if getattr(options, field) is not None:
             changes[field] = getattr(options, field)
     if options.hyperparameters:
@@ -216,6 +218,14 @@ def axis_problems(axes: Axes, host_cpus: int) -> list[PlanError]:
     if axes.variant == "cpu" and any(gpu is not None for gpu in axes.devices):
         found.append(PlanError("--variant cpu: the CPU images cannot run GPU jobs (the gpu images "
                                "run both)", ("variant",)))
+    if axes.weights is not None and contract.FAIR_PROFILE not in axes.profiles:
+        found.append(PlanError("weights go with the fair profile", ("weights",),
+                               "--weights goes with --profile fair"))
+    if contract.FAIR_PROFILE in axes.profiles and any(s is not None for s in axes.settings_from):
+        found.append(PlanError("the fair profile fixes every framework's settings: leave out "
+                               "settings_from or the fair profile", ("settings_from",),
+                               "--settings-from: the fair profile fixes every framework's settings "
+                               "(run it without --settings-from)"))
     if axes.repeats < 1:
         found.append(PlanError("--repeats must be at least 1", ("repeats",)))
     elif axes.seed is not None:

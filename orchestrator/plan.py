@@ -16,6 +16,7 @@ import itertools
 import json
 import math
 import os
+from pathlib import Path
 from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict, model_validator
@@ -70,13 +71,15 @@ class Job(BaseModel):
     settings_from: str | None = None   # trained with this framework's defaults (cross-settings)
     blas: str | None = None            # the BLAS library asked for; None: the image's default
     onednn: str | None = None          # oneDNN kernels "on" or "off"; None: the framework's default
+    weights: str | None = None         # a fair job's initial weights file; None: its seed's draw
+    weights_sha256: str | None = None  # the digest of that file's weights
 
     # Not part of the identity: how a job was asked for, and the limits it ran under.
     NOT_IDENTITY: ClassVar[frozenset] = frozenset({"overrides", "campaign", "memory", "memory_bytes",
-                                                   "timeout", "first_cpu", "unsupported"})
+                                                   "timeout", "first_cpu", "unsupported", "weights"})
     # Part of the identity where given: a job that leaves them at the default keeps the
     # id it had before they existed.
-    IDENTITY_WHERE_GIVEN: ClassVar[frozenset] = frozenset({"blas", "onednn"})
+    IDENTITY_WHERE_GIVEN: ClassVar[frozenset] = frozenset({"blas", "onednn", "weights_sha256"})
 
     @model_validator(mode="after")
     def _memory_in_bytes(self):
@@ -133,7 +136,9 @@ class Job(BaseModel):
         return {"framework": self.framework, "dataset": self.dataset, "profile": self.profile,
                 "overrides": self.overrides, "threads": self.threads, "device": self.device,
                 "seed": self.seed, "run_id": run_id, "job_id": job_id,
-                "blas": self.blas, "onednn": self.onednn}
+                "blas": self.blas, "onednn": self.onednn,
+                **({"fair_weights": contract.FAIR_WEIGHTS_FILE} if self.profile == contract.FAIR_PROFILE
+                   else {})}
 
 
 class Plan(BaseModel):
@@ -173,6 +178,7 @@ def expand(axes: Axes, host_cpus: int | None = None) -> Plan:
     problems += compute_problems(axes, frameworks)
     raise_problems(problems)
     datasets = axes.datasets or list(catalog.DATASETS)
+    weights = fair_weights(axes, datasets)
     _check_size(axes, frameworks, datasets)
     cells, skipped = [], []
     for framework in frameworks:
@@ -184,13 +190,16 @@ def expand(axes: Axes, host_cpus: int | None = None) -> Plan:
             if dataset not in models["models"]:
                 skipped.append(f"{framework} has no {dataset} model")
                 continue
-            seed = axes.seed if axes.seed is not None else contract.default_seed(models, dataset)
-            try:
-                check_seeds(seed, axes.repeats)
-            except PlanError as exc:
-                problems.append(exc)
+            seeds = {profile: axes.seed if axes.seed is not None else
+                     contract.default_seed(models, dataset, profile) for profile in axes.profiles}
+            for seed in set(seeds.values()):
+                try:
+                    check_seeds(seed, axes.repeats)
+                except PlanError as exc:
+                    problems.append(exc)
             for profile, source, values in itertools.product(
                     axes.profiles, _sources(axes, framework, dataset), itertools.product(*grid.values())):
+                seed = seeds[profile]
                 overrides = dict(zip(grid, values))
                 if source is not None:     # the other framework's settings, yours on top
                     try:
@@ -209,10 +218,11 @@ def expand(axes: Axes, host_cpus: int | None = None) -> Plan:
                         continue
                     cells.append(dict(
                         framework=framework, dataset=dataset, profile=profile,
-                        model=models["models"][dataset]["model"], hyperparameters=params[on_gpu],
+                        model=contract.model_name(models, dataset, profile), hyperparameters=params[on_gpu],
                         overrides=overrides, threads=threads or host_cpus, cpus=threads,
                         gpu=gpu, image_variant=axes.variant, campaign=axes.campaign,
                         settings_from=source, seed=seed, blas=blas, onednn=onednn,
+                        **(weights if profile == contract.FAIR_PROFILE else {}),
                         **limits[framework]))
     raise_problems(problems)
     if not cells:
@@ -223,11 +233,30 @@ def expand(axes: Axes, host_cpus: int | None = None) -> Plan:
     cells = [Job(**cell) for cell in cells]
     why = functools.cache(catalog.job_unsupported)      # decided while planning, once a kind of job
     cells = [job.model_copy(update={"unsupported": why(job.framework, job.dataset, job.variant, job.gpu,
-                                                       job.blas, job.onednn)})
+                                                       job.blas, job.onednn, job.profile)})
              for job in cells]
     jobs = [job.model_copy(update={"seed": job.seed + repeat, "repeat": repeat})
             for repeat in range(axes.repeats) for job in cells]
     return Plan(jobs=jobs, skipped=skipped, campaign=axes.campaign)
+
+
+def fair_weights(axes: Axes, datasets: list[str]) -> dict:
+    """The fair jobs' ``weights`` and ``weights_sha256`` from the user's file, checked against
+    the network (a one-line error naming the layer that does not fit); {}: none given."""
+    if axes.weights is None:
+        return {}
+    if len(datasets) != 1:
+        raise PlanError("a weights file holds one data set's network: give one data set",
+                        ("weights",), f"--weights {axes.weights}: a weights file holds one data "
+                                      "set's network: run it with --datasets mnist or cifar10")
+    from . import fair      # numpy: only for a run that gives weights
+    path = Path(axes.weights).expanduser().resolve()
+    try:
+        arrays = fair.user_weights(path, datasets[0])
+    except UsageError as exc:
+        raise PlanError(str(exc).removeprefix(f"--weights {path}: "), ("weights",),
+                        f"--weights {axes.weights}: " + str(exc).removeprefix(f"--weights {path}: ")) from None
+    return {"weights": str(path), "weights_sha256": fair.networks.weights_digest(arrays)}
 
 
 def share_cpus(cells: list[dict], host_cpus: int) -> list[dict]:
@@ -353,11 +382,16 @@ def _resolve(axes: Axes, models: dict, framework: str, dataset: str, profile: st
     """The hyper-parameters of one cell on its device; None where a key the model lacks,
     or a value of the wrong type, joins ``problems``: a PlanError naming framework/data set
     and the key."""
+    def resolve(values: dict) -> dict:
+        if profile == contract.FAIR_PROFILE:     # the same network in every framework
+            return contract.fair_hyperparameters(dataset, values)
+        return contract.resolve_hyperparameters(models, dataset, profile, values, device)
+
     bad = len(problems)
     for key, value in overrides.items():
         alone = {key: value} | {k: overrides[k] for k in contract.CHECKED_WITH.get(key, ()) if k in overrides}
         try:
-            contract.resolve_hyperparameters(models, dataset, profile, alone, device)
+            resolve(alone)
         except contract.SpecError as exc:
             own = key in axes.framework_hyperparameters.get(framework, {})
             where = ("hyperparameters",) + ((framework,) if own else ()) + (key,)
@@ -368,7 +402,7 @@ def _resolve(axes: Axes, models: dict, framework: str, dataset: str, profile: st
     if len(problems) > bad:
         return None
     try:        # each value good alone, and together (robust_images against test_subset)
-        return contract.resolve_hyperparameters(models, dataset, profile, overrides, device)
+        return resolve(overrides)
     except contract.SpecError as exc:
         problems.append(PlanError(f"{framework}/{dataset}: {exc}", ("hyperparameters",)))
         return None

@@ -272,16 +272,17 @@ class _Loop:
             # while it was written left a job directory without its row.
             with signals_deferred():
                 if broken is not None:
-                    collected, samples = Collected(failed(job, run_id, job_id, broken, provenance), []), []
+                    collected, samples = Collected(failed(job, run_id, job_id, broken, provenance)), []
                 elif reason is None:
-                    collected = collect(job, run_id, job_id, job_dir, outcome, provenance, migration, kept)
+                    collected = collect(job, run_id, job_id, job_dir, outcome, provenance, migration, kept,
+                                        dataset.root)
                     samples = outcome.samples
                 else:
-                    collected, samples = Collected(unsupported(job, run_id, job_id, reason, provenance), []), []
+                    collected, samples = Collected(unsupported(job, run_id, job_id, reason, provenance)), []
                 record = collected.record
                 handed = True
                 # or keeps them and says how to recover
-                store.store_row(self.results, record, samples, rescue, collected.robustness, collected.model,
+                store.store_row(self.results, record, samples, rescue, collected.sides, collected.model,
                                 collected.transfer)
         except BaseException:           # interrupted (Ctrl-C, SIGTERM, SIGHUP): no row, no directory
             if rescue is not None:

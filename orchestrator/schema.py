@@ -70,6 +70,11 @@ metadata.  History of the row schema:
        ``onednn`` its oneDNN switch (empty: the image's default; empty in older rows);
        ``blas_loaded`` the BLAS implementations the training process mapped, by name
        (the old ``blas`` held those files' paths: upgraded to their names).
+    12 the fair profile's checks: ``fair_weights_sha256`` (the digest of the initial weights
+       the job started from, ``dlbench_runner.fair.weights_digest``) and
+       ``fair_logit_error`` (its logits of the probe images before training against the
+       host's NumPy reference: the largest difference over the largest reference logit).
+       Empty in every other row.
 Readers refuse rows newer than they know; older ones are upgraded step by step
 by ``store.upgrade``.
 
@@ -84,6 +89,11 @@ with its own version:
     1  first version: run_id, attack (``none``: the clean images, ``fgsm``, ``pgd``),
        epsilon (the [0, 1] pixel scale), steps, images, accuracy, time_s, and reason
        (why accuracy is empty: the framework gave no gradient to the input).
+
+The losses of a fair job's first steps are a fourth table (``STEPS_SCHEMA``), one Parquet
+file per job under ``RESULTS/steps/``, with its own version:
+    1  first version: run_id, step (from 0), loss (the batch's mean loss at that step,
+       before its update).
 """
 
 from __future__ import annotations
@@ -98,9 +108,12 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
 from dlbench_runner.contract import SCHEMA_VERSION as RUNNER_SCHEMA_VERSION
 
-SCHEMA_VERSION = 11
+SCHEMA_VERSION = 12
 TRACE_SCHEMA_VERSION = 1
 ROBUSTNESS_SCHEMA_VERSION = 1
+STEPS_SCHEMA_VERSION = 1
+MAX_PROBE_LOGITS = 10_000 * 10      # a fair job's probe logits: at most every test image's
+MAX_LOGGED_STEPS = 100_000
 ATTACKS = ("none", "fgsm", "pgd")
 MAX_RESULT_BYTES = 4 << 20
 STATUSES = ("ok", "failed", "timeout", "oom", "unsupported", "no_result", "node_fail", "cancelled")
@@ -133,6 +146,15 @@ class GradientCheck(BaseModel):
 
     model_config = ConfigDict(extra="ignore")
     relative_error: float = Field(ge=0.0)
+
+
+class FairResult(BaseModel):
+    """What a fair job adds: its starting point, its first logits and its step losses."""
+
+    model_config = ConfigDict(extra="ignore")
+    weights_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    logits: list[list[float]] = Field(max_length=MAX_PROBE_LOGITS)
+    losses: list[float] = Field(max_length=MAX_LOGGED_STEPS)
 
 
 class RunnerResult(BaseModel):
@@ -181,6 +203,7 @@ class RunnerResult(BaseModel):
     migration_model_bytes: int | None = Field(None, ge=0)
     migration_time_s: float | None = Field(None, ge=0.0)
     epochs: list[Epoch] = []
+    fair: FairResult | None = None
     started_at: dt.datetime | None = None
     finished_at: dt.datetime | None = None
 
@@ -244,6 +267,9 @@ class RunRecord(BaseModel):
     migration_model_bytes: int | None = None     # RESULTS/models/<run id>.onnx
     migration_time_s: float | None = None        # the export in the job, outside every span
     migration_host_time_s: float | None = None   # the ONNX run on the host, after the job
+    # the fair profile's checks (steps/ has its step losses)
+    fair_weights_sha256: str | None = None       # the initial weights' digest
+    fair_logit_error: float | None = None        # probe logits against the NumPy reference
     epoch_loss: list[float] = []
     epoch_accuracy: list[float] = []
     epoch_time_s: list[float] = []
@@ -337,6 +363,7 @@ ADDED_IN = {
         "migration_model_bytes", "migration_time_s"],
     10: ["migration_host_time_s"],
     11: ["blas", "onednn"],
+    12: ["fair_weights_sha256", "fair_logit_error"],
 }
 # Columns a version renamed, old name -> new name.
 RENAMED_IN = {5: {"script_train_time_s": "paper_train_time_s",
@@ -356,4 +383,9 @@ ROBUSTNESS_SCHEMA = pa.schema(
      pa.field("images", pa.int64()), pa.field("accuracy", pa.float64()),
      pa.field("time_s", pa.float64()), pa.field("reason", pa.string())],
     metadata={b"dlbench.robustness_schema_version": str(ROBUSTNESS_SCHEMA_VERSION).encode()},
+)
+
+STEPS_SCHEMA = pa.schema(
+    [pa.field("run_id", pa.string()), pa.field("step", pa.int64()), pa.field("loss", pa.float64())],
+    metadata={b"dlbench.steps_schema_version": str(STEPS_SCHEMA_VERSION).encode()},
 )

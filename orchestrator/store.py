@@ -1,5 +1,5 @@
-"""The results directory: three Parquet datasets, rows, traces and robustness, one file
-per write; and the jobs' trained models, exported to ONNX.
+"""The results directory: four Parquet datasets, rows, traces, robustness and step losses,
+one file per write; and the jobs' trained models, exported to ONNX.
 
     RESULTS/runs/<time>-<run id>.parquet             a job's row, written when it ends
     RESULTS/runs/<time>-compacted-<id>.parquet       rows merged by compaction
@@ -7,6 +7,8 @@ per write; and the jobs' trained models, exported to ONNX.
     RESULTS/traces/<time>-compacted-<id>.parquet     samples merged by compaction
     RESULTS/robustness/<run id>.parquet              a job's accuracy under attack
     RESULTS/robustness/<time>-compacted-<id>.parquet those merged by compaction
+    RESULTS/steps/<run id>.parquet                   a fair job's loss at each of its first steps
+    RESULTS/steps/<time>-compacted-<id>.parquet      those merged by compaction
     RESULTS/models/<run id>.onnx                     a job's trained model (the migration check)
     RESULTS/transfer/<run id>.npz                    a job's FGSM images, for transfer attacks
     RESULTS/_jobs/<run id>/                          the job's spec, raw result and log
@@ -23,8 +25,8 @@ appears whole or not at all, and concurrent writers (two ``dlbench run`` process
 the same directory) never touch the same file: every name holds the run id.  Names
 starting with ``_`` or ``.`` are ignored by Parquet readers.
 
-Traces and robustness are a job's side tables (``SideTable``: ``TRACE``,
-``ROBUSTNESS``), written, read, migrated, compacted and rescued alike, each with its own
+Traces, robustness and step losses are a job's side tables (``SideTable``: ``TRACE``,
+``ROBUSTNESS``, ``STEPS``), written, read, migrated, compacted and rescued alike, each with its own
 schema version.  A job's ONNX model and its FGSM images are written and rescued as they
 are, never merged.
 
@@ -84,7 +86,8 @@ from dlbench_runner import contract
 
 from . import files, jobdir
 from .errors import StoreError, StoreWarning
-from .schema import (ADDED_IN, ARROW_SCHEMA, RENAMED_IN, ROBUSTNESS_SCHEMA, SCHEMA_VERSION, TRACE_SCHEMA,
+from .schema import (ADDED_IN, ARROW_SCHEMA, RENAMED_IN, ROBUSTNESS_SCHEMA, SCHEMA_VERSION, STEPS_SCHEMA,
+                     TRACE_SCHEMA,
                      RunRecord)
 
 RUNS = "runs"
@@ -144,7 +147,11 @@ TRACE = SideTable("trace", "traces", TRACE_SCHEMA, b"dlbench.trace_schema_versio
                   old_folder=OLD_TRACES, order=("run_id", "t_s"))
 ROBUSTNESS = SideTable("robustness", "robustness", ROBUSTNESS_SCHEMA,
                        b"dlbench.robustness_schema_version", integers=True)
-SIDE_TABLES = (TRACE, ROBUSTNESS)
+STEPS = SideTable("step loss", "steps", STEPS_SCHEMA, b"dlbench.steps_schema_version",
+                  order=("run_id", "step"), integers=True)
+SIDE_TABLES = (TRACE, ROBUSTNESS, STEPS)
+# The side tables a job's collected result may hold rows of (the trace is sampled apart).
+RESULT_TABLES = (ROBUSTNESS, STEPS)
 TRACES = TRACE.folder
 
 
@@ -403,9 +410,10 @@ def _to_11(table: pa.Table) -> pa.Table:
 # spans; 6 added the GPU's model, driver and memory; 7 the image builds a job ran beside;
 # 8 the parameters' and the saved model's bytes; 9 the migration check's figures; 10 its
 # time on the host; 11 the compute libraries asked for (blas, onednn), the loaded ones
-# by name (blas_loaded, the old blas).
+# by name (blas_loaded, the old blas); 12 the fair profile's checks.
 UPGRADES = {1: _add_empty(2), 2: _add_empty(3), 3: _to_4, 4: _renamed(5), 5: _add_empty(6),
-            6: _add_empty(7), 7: _add_empty(8), 8: _add_empty(9), 9: _add_empty(10), 10: _to_11}
+            6: _add_empty(7), 7: _add_empty(8), 8: _add_empty(9), 9: _add_empty(10), 10: _to_11,
+            11: _add_empty(12)}
 
 
 def upgrade(table: pa.Table, version: int) -> pa.Table:
@@ -544,6 +552,11 @@ def load_robustness(results: Path, run_ids=None) -> pd.DataFrame:
     """The accuracy under attack of every job (or of the given run ids), in the order each
     job's runner measured it."""
     return load_side(results, ROBUSTNESS, run_ids)
+
+
+def load_steps(results: Path, run_ids=None) -> pd.DataFrame:
+    """The step losses of every fair job (or of the given run ids), step by step."""
+    return load_side(results, STEPS, run_ids)
 
 
 # -- the jobs' ONNX models ------------------------------------------------------------------
@@ -810,8 +823,8 @@ def _merge(results: Path, paths: list[Path], folder: Path, schema: pa.Schema, re
 
 
 def counted(counts: tuple[int, ...]) -> str:
-    """What ``migrate`` or ``compact`` returned, in words: "3 row files, 2 trace files and
-    0 robustness files"."""
+    """What ``migrate`` or ``compact`` returned, in words: "3 row files, 2 trace files,
+    0 robustness files and 0 step loss files"."""
     words = [f"{count} {kind} files" for count, kind in
              zip(counts, ["row"] + [side.kind for side in SIDE_TABLES])]
     return ", ".join(words[:-1]) + " and " + words[-1]
@@ -966,9 +979,10 @@ class Rescue:
             raise
 
     def keep(self, record: RunRecord, samples: list[dict], row_stored: bool,
-             robustness: list[dict] = (), model: bytes | None = None,
+             sides: dict[str, list[dict]] | None = None, model: bytes | None = None,
              transfer: bytes | None = None) -> Kept:
-        """Keep the row, its trace samples and robustness rows in the room set aside, with
+        """Keep the row, its trace samples and its rows of the other side tables (``sides``:
+        by folder, as ``Collected`` holds them) in the room set aside, with
         the ONNX model and the FGSM images when the room can take them too; when it cannot
         (the room is sized for the row), those two go to files in the temporary directory
         that the kept row names.  When even the row does not fit, everything goes to one
@@ -976,7 +990,8 @@ class Rescue:
         blobs = {name: blob for name, blob in (("model", model), ("transfer", transfer))
                  if blob is not None}
         document = {"row": record.model_dump(mode="json"), "trace": samples,
-                    "robustness": list(robustness), "row_stored": row_stored}
+                    **{folder: list(rows) for folder, rows in (sides or {}).items()},
+                    "row_stored": row_stored}
         whole = json.dumps(dict(document, **{name: base64.b64encode(blob).decode()
                                              for name, blob in blobs.items()})).encode()
         try:
@@ -1029,14 +1044,16 @@ class Rescue:
 
 
 def store_row(results: Path, record: RunRecord, samples: list[dict], rescue: Rescue,
-              robustness: list[dict] = (), model: bytes | None = None,
+              sides: dict[str, list[dict]] | None = None, model: bytes | None = None,
               transfer: bytes | None = None) -> None:
-    """Store a finished job's trace, robustness rows, ONNX model and FGSM images (if it has
-    them) and row; if the results directory cannot take them, keep them in the rescue file
-    and raise one StoreError saying how to recover them."""
+    """Store a finished job's trace, its rows of the other side tables (``sides``, by
+    folder: robustness, steps), ONNX model and FGSM images (if it has them) and row; if the
+    results directory cannot take them, keep them in the rescue file and raise one
+    StoreError saying how to recover them."""
     problems = []
-    for side, rows in ((TRACE, samples), (ROBUSTNESS, robustness)):
-        if side is ROBUSTNESS and not rows:
+    sides = sides or {}
+    for side, rows in ((TRACE, samples), *((t, sides.get(t.folder)) for t in RESULT_TABLES)):
+        if side is not TRACE and not rows:
             continue
         try:
             write_side(results, side, record.run_id, rows)
@@ -1062,7 +1079,7 @@ def store_row(results: Path, record: RunRecord, samples: list[dict], rescue: Res
     if not problems:
         rescue.release()
         return
-    kept = rescue.keep(record, samples, stored, robustness, model, transfer)
+    kept = rescue.keep(record, samples, stored, sides, model, transfer)
     what = (f"{results}: cannot store job {record.run_id} ({record.framework}/{record.dataset}, "
             f"{record.status}): {'; '.join(problems)}")
     if kept.path is None:
@@ -1088,7 +1105,7 @@ def _reason(exc: BaseException) -> str:
 
 
 def recover(results: Path) -> tuple[int, list[str]]:
-    """Store the rows (and their traces, robustness rows, ONNX models, FGSM images) kept in
+    """Store the rows (and their traces, robustness and step rows, ONNX models, FGSM images) kept in
     ``RESULTS/_rescued/``; returns how many, and a line for each file that could not be
     (left in place).  Room set aside by a run that still lives is left alone; room left
     empty by a run that was stopped is removed."""
@@ -1105,8 +1122,9 @@ def recover(results: Path) -> tuple[int, list[str]]:
             record = RunRecord.model_validate(document["row"])
             if document.get("trace") is not None:
                 write_trace(results, record.run_id, document["trace"])
-            if document.get("robustness"):
-                write_side(results, ROBUSTNESS, record.run_id, document["robustness"])
+            for side in RESULT_TABLES:
+                if document.get(side.folder):
+                    write_side(results, side, record.run_id, document[side.folder])
             aside = {name: _aside_file(record.run_id, name, file)
                      for name, file in (document.get("files") or {}).items() if name in BLOB_WORDS}
             for name, write in (("model", write_model), ("transfer", write_transfer)):

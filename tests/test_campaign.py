@@ -160,7 +160,7 @@ def test_a_file_with_several_problems_lists_them_all_each_with_its_line(tmp_path
     with pytest.raises(UsageError) as raised:
         plan_of(path)
     assert str(raised.value).splitlines() == [
-        f"{path}:4: profiles: unknown profile 'fast' (choose from paper, quick) (and 4 more problems)",
+        f"{path}:4: profiles: unknown profile 'fast' (choose from paper, quick, fair) (and 4 more problems)",
         f"{path}:5: threads[1]: Input should be greater than or equal to 1",
         f"{path}:6: repeat: unknown key",
         f"{path}:17: limits.timeout: Input should be greater than 0",

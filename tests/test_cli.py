@@ -42,7 +42,7 @@ def test_choices_are_checked_item_by_item():
                    "--variant 'tpu': choose from cpu, gpu")
     one_line_error(dlbench("run", "--runtime", "podman", "--dry-run"), 2, "'podman' is not one of 'docker', 'native'")
     help_text = dlbench("run", "--help", env={"COLUMNS": "200"}, check=True).stdout
-    assert "[paper|quick],..." in help_text and "docker|native" in help_text
+    assert "[paper|quick|fair],..." in help_text and "docker|native" in help_text
 
 
 def test_importing_a_folder_without_a_data_set_is_an_error(tmp_path):

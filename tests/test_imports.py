@@ -46,12 +46,13 @@ def imports(path: Path) -> list[tuple[str, int]]:
     return found
 
 
-def test_the_host_takes_only_the_contract_from_the_runner():
+def test_the_host_takes_only_the_contract_and_the_fair_networks_from_the_runner():
     for path in HOST + BENCH:
         for name, line in imports(path):
             if name.split(".")[0] == "dlbench_runner":
-                assert name in ("dlbench_runner", "dlbench_runner.contract") or \
-                    name.startswith("dlbench_runner.contract."), f"{path.name}:{line} imports {name}"
+                assert name in ("dlbench_runner", "dlbench_runner.contract", "dlbench_runner.fair") or \
+                    name.startswith(("dlbench_runner.contract.", "dlbench_runner.fair.")), \
+                    f"{path.name}:{line} imports {name}"
 
 
 def test_the_runner_is_standard_library_only():
@@ -62,10 +63,10 @@ def test_the_runner_is_standard_library_only():
             if top in ("dlbench_runner", "") or top in own:
                 continue
             # numpy, which every image has: only in the data readers' functions, the attacks
-            # of the robustness check and the migration check's arrays (which the runner
-            # imports where it runs them)
+            # of the robustness check, the migration check's arrays and the fair networks
+            # (which the runner imports where it runs them)
             assert top in sys.stdlib_module_names or (top == "numpy" and path.name in (
-                "data.py", "robustness.py", "migration.py")), \
+                "data.py", "robustness.py", "migration.py", "fair.py")), \
                 f"{path.name}:{line} imports {name}"
         ast.parse(path.read_text(), str(path), feature_version=(3, 9))
 

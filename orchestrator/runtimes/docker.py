@@ -19,7 +19,7 @@ import threading
 import time
 from pathlib import Path
 
-from .. import build, build_progress, catalog, hostinfo, jobdir, owners, store
+from .. import build, build_progress, catalog, fair, hostinfo, jobdir, owners, store
 from ..errors import docker_errors
 from ..interrupts import signals_deferred
 from ..plan import Job
@@ -52,10 +52,10 @@ def default_memory(client) -> int | None:
     return int(total * DEFAULT_MEMORY_SHARE) if total else None
 
 
-def prepare_job_dir(job_dir: Path, spec: dict):
+def prepare_job_dir(job_dir: Path, spec: dict, inputs: dict | None = None):
     """``jobdir.prepare`` for a container: ``out/`` handed to the container's user
     (nobody when dlbench runs as root); returns log.txt open for writing."""
-    return jobdir.prepare(job_dir, spec, owner=NOBODY if os.getuid() == 0 else None)
+    return jobdir.prepare(job_dir, spec, owner=NOBODY if os.getuid() == 0 else None, inputs=inputs)
 
 
 def image_unsupported(image, tag: str) -> str | None:
@@ -175,7 +175,10 @@ def container_options(job: Job, tag: str, run_id: str, job_id: str, job_dir: Pat
         network_mode="none", environment=environment,
         volumes={str(dataset_path.resolve()): {"bind": f"/data/{job.dataset}", "mode": "ro"},
                  str((job_dir / "job.json").resolve()): {"bind": SPEC, "mode": "ro"},
-                 str((job_dir / jobdir.OUT).resolve()): {"bind": "/out", "mode": "rw"}},
+                 str((job_dir / jobdir.OUT).resolve()): {"bind": "/out", "mode": "rw"},
+                 **{str((job_dir / name).resolve()): {"bind": os.path.join(os.path.dirname(SPEC), name),
+                                                      "mode": "ro"}
+                    for name in fair.job_input_names(job)}},
         labels={f"{LABEL}.run-id": run_id, f"{LABEL}.job-id": job_id,
                 f"{LABEL}.framework": job.framework, f"{LABEL}.role": "job",
                 f"{LABEL}.owner": owner, f"{LABEL}.results": str(job_dir.parent.parent.resolve()),
@@ -206,7 +209,7 @@ def run_container(client, job: Job, tag: str, run_id: str, job_id: str, job_dir:
     started = time.perf_counter()
     container, watchdog, sampler, timed_out = None, None, None, threading.Event()
     out_watch = None
-    log = prepare_job_dir(job_dir, job.spec(run_id, job_id))
+    log = prepare_job_dir(job_dir, job.spec(run_id, job_id), fair.job_inputs(job))
     try:
         with docker_errors(f"running {job.label}"):
             with signals_deferred():        # never a started container we do not know of

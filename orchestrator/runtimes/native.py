@@ -32,7 +32,7 @@ from pathlib import Path
 
 import psutil
 
-from .. import catalog, hostinfo, jobdir
+from .. import catalog, fair, hostinfo, jobdir
 from ..errors import UsageError
 from ..interrupts import signals_deferred
 from ..plan import Job
@@ -117,7 +117,7 @@ def run_process(job: Job, python: str, run_id: str, job_id: str, job_dir: Path,
                 running: Running | None = None) -> Outcome:
     """Run one job as a child process; what it left behind becomes the row as for a
     container.  ``running``: where the runtime keeps its running processes, for ``cancel``."""
-    log = jobdir.prepare(job_dir, job.spec(run_id, job_id))
+    log = jobdir.prepare(job_dir, job.spec(run_id, job_id), inputs=fair.job_inputs(job))
     env = {**_quiet_env(), **job.thread_environment, "PYTHONUNBUFFERED": "1",
            **({"CUDA_VISIBLE_DEVICES": device} if device is not None else {}),
            "PYTHONPATH": os.pathsep.join([str(runner_dir())] +

@@ -53,6 +53,9 @@ def main(argv=None):
         spec = {"framework": catalog["framework"], "dataset": args.dataset,
                 "profile": args.profile, "threads": args.threads, "device": args.device,
                 "seed": args.seed, "overrides": overrides}
+    if spec.get("fair_weights"):    # a file beside the spec (the host's /weights.npz)
+        spec["fair_weights"] = os.path.join(os.path.dirname(os.path.abspath(spec_path)),
+                                            spec["fair_weights"])
     try:
         spec = specs.complete(spec, catalog)
     except specs.SpecError as exc:

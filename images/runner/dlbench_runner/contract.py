@@ -1,4 +1,5 @@
-"""What the host knows of the runner: the one module of this package the host imports.
+"""What the host knows of the runner: with ``fair`` (the fair profile's networks, which
+need numpy), the only module of this package the host imports.
 
 Standard library only and Python 3.9, like the rest of the runner.  The host
 plans jobs with the same profiles, hyper-parameter resolution and thread
@@ -38,7 +39,27 @@ EVENT_TAG = ":::DLBENCH "
 # Thread variables every BLAS and OpenMP runtime honours; a job's thread count sets them.
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS")
 
-PROFILES = ("paper", "quick")
+PROFILES = ("paper", "quick", "fair")
+# The fair profile (``fair.py``): one network per data set, the same in every framework
+# whose models.json lists the data set under ``fair``; these settings and the thread count
+# are all a fair job may change (``--set``), as its network and its training are fixed.
+# The prototxts' solvers' batch size, learning rate and momentum (a fixed learning rate:
+# LeNet's "inv" policy is left out, as are weight decay and Caffe's doubled bias learning
+# rate); ``steps`` of training (one epoch of MNIST, two of CIFAR-10); the loss of each of the
+# first ``log_steps`` steps is kept; the logits of the first ``probe_images`` test images are
+# taken before the first step.
+FAIR_PROFILE = "fair"
+FAIR = {
+    "mnist": {"batch_size": 64, "learning_rate": 0.01, "momentum": 0.9, "steps": 937,
+              "log_steps": 200, "probe_images": 64},
+    "cifar10": {"batch_size": 100, "learning_rate": 0.001, "momentum": 0.9, "steps": 1000,
+                "log_steps": 200, "probe_images": 64},
+}
+FAIR_MODELS = {"mnist": "fair-lenet", "cifar10": "fair-cifar10_quick"}
+# The initial weights a fair job finds beside its spec (the host writes them there).
+FAIR_WEIGHTS_FILE = "weights.npz"
+# The checks after training a fair job leaves out (its adapter trains and tests only).
+FAIR_CHECKS = {"robust_images": 0, "export_onnx": 0}
 
 # Bounds every model's hyper-parameters keep, checked here so that the host (which
 # plans with these functions) and the runner refuse the same values: every number
@@ -51,7 +72,8 @@ PROFILES = ("paper", "quick")
 MAX_INT = 2**31 - 1
 MAX_BATCH_SIZE = 65536
 POSITIVE = ("learning_rate", "learning_rate_lr1")
-AT_LEAST_ONE = ("epochs", "max_iter", "max_steps", "batch_size", "test_batch_size", "test_iter")
+AT_LEAST_ONE = ("epochs", "max_iter", "max_steps", "batch_size", "test_batch_size", "test_iter",
+                "steps", "probe_images")
 BATCH_SIZES = ("batch_size", "test_batch_size")
 CHOICES = {"dtype": ("float64", "float32"), "export_onnx": (0, 1)}
 # Seeds: what every framework's seeding takes (numpy's RandomState, torch, TensorFlow).
@@ -103,7 +125,8 @@ IMAGE_SHAPES = {"mnist": (28, 28), "cifar10": (3, 32, 32)}
 __all__ = ["SCHEMA_VERSION", "EVENT_TAG", "THREAD_VARIABLES", "PROFILES", "SpecError",
            "load_catalog", "resolve_hyperparameters", "check_value", "check_seed", "default_seed", "MAX_SEED",
            "formats", "cpu_model", "gpu_index", "ROBUSTNESS", "PGD_STEPS", "TEST_IMAGES", "epsilons",
-           "MIGRATION", "MAX_MODEL_BYTES", "AFTER_TRAINING", "LATER_SETTINGS", "OPENMP", "thread_environment",
+           "MIGRATION", "MAX_MODEL_BYTES", "AFTER_TRAINING", "LATER_SETTINGS", "OPENMP", "FAIR_PROFILE", "FAIR", "FAIR_MODELS", "FAIR_WEIGHTS_FILE",
+           "model_name", "fair_hyperparameters", "thread_environment",
            "openmp_threads", "TRANSFER_FILE", "MAX_TRANSFER_BYTES", "IMAGE_SHAPES"]
 
 
@@ -136,6 +159,8 @@ def resolve_hyperparameters(catalog, dataset, profile, overrides=None, device="c
     GPU: what the original ran there, e.g. Theano's float32), then the profile's changes,
     then the user's overrides."""
     models = catalog["models"]
+    if profile == FAIR_PROFILE:
+        return _fair_hyperparameters(catalog, dataset, overrides or {})
     if dataset not in models:
         raise SpecError("%s has no model for data set %r (it has: %s)"
                         % (catalog["framework"], dataset, ", ".join(sorted(models))))
@@ -160,6 +185,40 @@ def resolve_hyperparameters(catalog, dataset, profile, overrides=None, device="c
         check_value(key, value)
     _check_robust_images(params, dataset, "robust_images" in (overrides or {}))
     return params
+
+
+def _fair_hyperparameters(catalog, dataset, overrides):
+    if dataset not in catalog.get("fair", ()):
+        raise SpecError("%s has no fair network for %s" % (catalog["framework"], dataset))
+    return fair_hyperparameters(dataset, overrides)
+
+
+def fair_hyperparameters(dataset, overrides=None):
+    """A fair job's settings: ``FAIR``'s, the user's ``overrides`` of them on top."""
+    if dataset not in FAIR:
+        raise SpecError("no fair network for data set %r (there are: %s)" % (dataset, ", ".join(sorted(FAIR))))
+    overrides = overrides or {}
+    params = dict(FAIR[dataset], **FAIR_CHECKS)
+    params.update(OPENMP)
+    for key, value in overrides.items():
+        if key not in FAIR[dataset] and key not in OPENMP:
+            raise SpecError("the fair profile fixes the network and its training: %r is not "
+                            "one of its settings (%s)" % (key, ", ".join(sorted(list(FAIR[dataset])
+                                                                                + list(OPENMP)))))
+        params[key] = _coerce(key, value, params[key])
+    for key, value in params.items():
+        check_value(key, value)
+    if params["probe_images"] > TEST_IMAGES[dataset]:
+        raise SpecError("hyper-parameter 'probe_images' must be at most %d (the test images of "
+                        "%s), not %d" % (TEST_IMAGES[dataset], dataset, params["probe_images"]))
+    return params
+
+
+def model_name(catalog, dataset, profile):
+    """The model a job of this profile trains: the framework's own, or the fair network."""
+    if profile == FAIR_PROFILE:
+        return FAIR_MODELS[dataset]
+    return catalog["models"][dataset]["model"]
 
 
 def _check_robust_images(params, dataset, given):
@@ -247,9 +306,12 @@ def gpu_index(device):
     return int(index or 0)
 
 
-def default_seed(catalog, dataset):
+def default_seed(catalog, dataset, profile=None):
     """The seed a model's first run takes when none is given: the original's where
-    models.json names it (``seed``), else 1."""
+    models.json names it (``seed``), else 1; 1 for every framework's fair network (its
+    weights and batches are drawn from the seed: the same seed, the same start)."""
+    if profile == FAIR_PROFILE:
+        return 1
     return catalog["models"].get(dataset, {}).get("seed", 1)
 
 

@@ -24,6 +24,14 @@ An adapter (``adapter.py`` in the framework directory) defines ``Adapter``::
                                 #     classes' logits; with ``logits(pixels)``, the
                                 #     framework's own outputs (``migration.py``)
 
+A job of the fair profile (``fair.py`` in this package) runs the framework directory's
+``fair.py`` instead, whose ``Fair`` (usually a subclass of ``Adapter``, which is
+importable there as ``dlbench_adapter``) builds the fair network from ``fair.NETWORKS``
+and ``ctx.fair_weights()``; in ``setup`` it gives ``ctx.fair_logits()`` the logits of
+``ctx.fair_data().probe_x``, in ``train`` it runs the batches of ``FairData.batch(step)``
+in order, reporting each with ``ctx.fair_step()``, and ends with ``ctx.fair_trained()``.
+The result then holds ``fair``: the weights' digest, those logits and the first losses.
+
 Every clock read goes through ``ctx.now()``, the runner's and an adapter's own
 (a span it keeps out of training, a paper span): on a GPU, a framework that queues
 work asynchronously (PyTorch, TensorFlow, MXNet, Theano's gpuarray) has then
@@ -65,7 +73,7 @@ import traceback
 
 from . import blas, data
 from .contract import (EVENT_TAG, SCHEMA_VERSION, THREAD_VARIABLES, TRANSFER_FILE, cpu_model, gpu_index,
-                       openmp_threads, thread_environment)
+                       FAIR_PROFILE, openmp_threads, thread_environment)
 
 PROGRESS_INTERVAL_S = 1.0
 
@@ -136,6 +144,8 @@ class Context:
         self.swallowed = Swallowed()
         self.synchronize = lambda: None     # the adapter's, once it is made
         self._test_arrays = None            # the whole test split, as load_data read it
+        self.fair = {"losses": []}          # a fair job's weights digest, logits and losses
+        self._fair_sums = [0.0, 0]          # its losses' sum, its right predictions
 
     def now(self):
         """The clock (time.perf_counter), read once the device has finished its queued work."""
@@ -160,6 +170,45 @@ class Context:
                     arrays[split + "_labels"] = arrays[split + "_labels"][:subset]
         self.train_samples, self.test_samples = samples["train"], samples["test"]
         return arrays
+
+    # -- the fair profile (fair.py): the same network, start and batches in every framework --
+    def fair_data(self):
+        """The fair network's arrays, the same in every framework (``fair.FairData``)."""
+        from . import fair
+        return fair.FairData(self.load_data(), self.dataset, self.hp, self.seed)
+
+    def fair_weights(self):
+        """The initial weights, in the neutral layout (``fair``'s docstring): the file the
+        host gave beside the spec, or, run alone, those the seed draws."""
+        from . import fair
+        if self.spec.get("fair_weights"):
+            weights = fair.load_weights(self.spec["fair_weights"], self.dataset)
+        else:
+            weights = fair.initial_weights(self.dataset, self.seed)
+        self.fair["weights_sha256"] = fair.weights_digest(weights)
+        return weights
+
+    def fair_logits(self, logits):
+        """The logits of the probe images (``FairData.probe_x``) before the first step."""
+        self.fair["logits"] = [[float(v) for v in row] for row in logits]
+
+    def fair_step(self, step, loss, correct):
+        """Training step ``step`` (from 0): the batch's loss before its update, and how
+        many of its images the network classified right.  The first ``log_steps`` losses
+        are kept, every one is checked, and progress is reported."""
+        loss = self.check_loss(loss, 1, step)
+        if step < self.hp["log_steps"]:
+            self.fair["losses"].append(loss)
+        self._fair_sums[0] += loss
+        self._fair_sums[1] += int(correct)
+        self.progress(1, (step + 1) / float(self.hp["steps"]), loss, step)
+
+    def fair_trained(self, steps):
+        """The fair training is over: one record of its ``steps`` steps (the mean loss and
+        the share of training images classified right, as they were trained)."""
+        samples = steps * self.hp["batch_size"]
+        self.epoch_done(1, self._fair_sums[0] / max(steps, 1),
+                        self._fair_sums[1] / float(max(samples, 1)), samples=samples)
 
     def test_arrays(self):
         """The test split's images (uint8) and labels, whole, for the robustness check."""
@@ -209,18 +258,25 @@ class Context:
         emit("epoch", epochs=self.planned_epochs, **record)
 
 
-def adapter_module(framework_dir):
-    """The framework directory's adapter.py as a module (an adapter imports its framework
-    only in setup(), so this works wherever numpy does)."""
-    path = os.path.join(framework_dir, "adapter.py")
-    module_spec = importlib.util.spec_from_file_location("dlbench_adapter", path)
+def adapter_module(framework_dir, name="adapter"):
+    """The framework directory's adapter.py (or fair.py) as a module (an adapter imports
+    its framework only in setup(), so this works wherever numpy does).  adapter.py is
+    importable as ``dlbench_adapter`` once loaded: fair.py builds on it."""
+    module_name = "dlbench_adapter" if name == "adapter" else "dlbench_" + name
+    module_spec = importlib.util.spec_from_file_location(module_name, os.path.join(framework_dir, name + ".py"))
     module = importlib.util.module_from_spec(module_spec)
+    sys.modules[module_name] = module
     module_spec.loader.exec_module(module)
     return module
 
 
-def load_adapter(framework_dir):
-    return adapter_module(framework_dir).Adapter
+def load_adapter(framework_dir, profile=None):
+    """The adapter class a job of ``profile`` runs: fair.py's ``Fair`` for the fair
+    profile, else adapter.py's ``Adapter``."""
+    adapter = adapter_module(framework_dir).Adapter
+    if profile == FAIR_PROFILE:
+        return adapter_module(framework_dir, "fair").Fair
+    return adapter
 
 
 def apply_threads(threads, hyperparameters, environ=os.environ):
@@ -302,7 +358,7 @@ def run(spec, framework_dir, data_dir, out_dir):
     previous_hook, sys.unraisablehook = sys.unraisablehook, ctx.swallowed.hook
     try:
         emit("phase", phase="setup")
-        adapter = load_adapter(framework_dir)(ctx)
+        adapter = load_adapter(framework_dir, spec["profile"])(ctx)
         ctx.synchronize = getattr(adapter, "synchronize", ctx.synchronize)
         adapter.setup()
         ctx.swallowed.check()
@@ -369,6 +425,8 @@ def run(spec, framework_dir, data_dir, out_dir):
         traceback.print_exc()
     sys.unraisablehook = previous_hook
     result["epochs"] = ctx.epochs
+    if spec["profile"] == FAIR_PROFILE and result["status"] == "ok":
+        result["fair"] = ctx.fair
     result["blas"] = result.pop("blas_paths", None) or loaded_blas()
     result["blas_loaded"] = blas.loaded(result["blas"])
     wanted = spec.get("blas")

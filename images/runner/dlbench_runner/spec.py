@@ -8,7 +8,7 @@ live in one place.
 
 from . import blas
 from .contract import (PROFILES, SpecError, check_seed, check_value,  # noqa: F401
-                       default_seed, gpu_index, load_catalog, resolve_hyperparameters)
+                       default_seed, gpu_index, load_catalog, model_name, resolve_hyperparameters)
 
 
 def complete(spec, catalog):
@@ -24,11 +24,11 @@ def complete(spec, catalog):
     spec.setdefault("overrides", {})
     spec.setdefault("threads", None)
     spec.setdefault("device", "cpu")
-    spec.setdefault("seed", default_seed(catalog, spec["dataset"]))
+    spec.setdefault("seed", default_seed(catalog, spec["dataset"], spec["profile"]))
     check_seed(spec["seed"])
     spec["hyperparameters"] = resolve_hyperparameters(
         catalog, spec["dataset"], spec["profile"], spec["overrides"], spec["device"])
-    spec["model"] = catalog["models"][spec["dataset"]]["model"]
+    spec["model"] = model_name(catalog, spec["dataset"], spec["profile"])
     spec["blas"] = _blas(spec.get("blas"), catalog)
     spec["onednn"] = spec.get("onednn")
     spec["environment"] = _onednn_environment(spec["onednn"], catalog)

@@ -1,0 +1,83 @@
+"""The fair profile in PyTorch (``dlbench_runner/fair.py`` says what is the same everywhere).
+
+Layouts: PyTorch's are the neutral file's own. ``nn.Conv2d`` weights are (out, in, kH,
+kW), ``nn.Linear`` weights (out, in), and ``Tensor.view(N, -1)`` flattens N x C x H x W
+channel by channel, then row, then column: the weights load as they are.  Pooling:
+``ceil_mode=True`` gives Caffe's output size, and an average window cut at the border
+divides by the inputs it covers (with no padding PyTorch's divisor is the clipped
+window).  The step is ``torch.optim.SGD`` with ``momentum`` and no dampening: ``v =
+momentum * v + gradient; w = w - lr * v``, the neutral rule.  Deterministic algorithms
+are asked for (``torch.use_deterministic_algorithms``; 1.7's ``set_deterministic``).
+"""
+
+import numpy as np
+
+from dlbench_adapter import Adapter
+
+
+class Fair(Adapter):
+
+    def setup(self):
+        import torch
+        self.torch = torch
+        if self.ctx.omp_threads:
+            torch.set_num_threads(self.ctx.omp_threads)
+        deterministic = getattr(torch, "use_deterministic_algorithms", None) or torch.set_deterministic
+        deterministic(True)
+        self.device = torch.device("cpu" if self.ctx.gpu is None else "cuda:%d" % self.ctx.gpu)
+        self.data = self.ctx.fair_data()
+        self.model = network(torch, self.data.network, self.ctx.fair_weights()).to(self.device)
+        with torch.no_grad():
+            probe = self.model(torch.from_numpy(self.data.probe_x).to(self.device))
+        self.ctx.fair_logits(probe.cpu().numpy())
+
+    def train(self):
+        torch, data, ctx = self.torch, self.data, self.ctx
+        optimizer = torch.optim.SGD(self.model.parameters(), lr=data.learning_rate,
+                                    momentum=data.momentum, dampening=0, weight_decay=0)
+        self.model.train()
+        ctx.epoch_start()
+        for step in range(data.steps):
+            images, labels = data.batch(step)
+            images = torch.from_numpy(images).to(self.device)
+            labels = torch.from_numpy(labels).to(self.device)
+            output = self.model(images)
+            loss = torch.nn.functional.cross_entropy(output, labels)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            ctx.fair_step(step, loss.item(), (output.argmax(1) == labels).sum().item())
+        ctx.fair_trained(data.steps)
+
+    def test(self):
+        torch = self.torch
+        self.model.eval()
+        with torch.no_grad():
+            return self.data.test_scores(
+                lambda images: self.model(torch.from_numpy(images).to(self.device)).cpu().numpy())
+
+
+def network(torch, spec, weights):
+    """The fair network as an ``nn.Sequential`` holding ``weights`` (neutral layout)."""
+    nn = torch.nn
+    layers, flat = [], False
+    for layer in spec["layers"]:
+        kind = layer["kind"]
+        if kind == "conv":
+            module = nn.Conv2d(layer["in"], layer["out"], layer["kernel"], padding=layer["pad"])
+        elif kind == "pool":
+            pool = nn.MaxPool2d if layer["mode"] == "max" else nn.AvgPool2d
+            module = pool(layer["kernel"], layer["stride"], ceil_mode=True)
+        elif kind == "relu":
+            module = nn.ReLU()
+        else:
+            if not flat:
+                layers.append(nn.Flatten())
+                flat = True
+            module = nn.Linear(layer["in"], layer["out"])
+        if kind in ("conv", "linear"):
+            with torch.no_grad():
+                module.weight.copy_(torch.from_numpy(np.ascontiguousarray(weights[layer["name"] + ".weight"])))
+                module.bias.copy_(torch.from_numpy(np.ascontiguousarray(weights[layer["name"] + ".bias"])))
+        layers.append(module)
+    return nn.Sequential(*layers)

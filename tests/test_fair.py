@@ -1,0 +1,258 @@
+"""The fair profile (Deep500's fair and verifiable comparison): one network per data set in
+every framework, from the same initial weights on the same batches; the host's NumPy
+reference of its forward pass, the logit check against it, the step losses."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from conftest import dlbench
+from dlbench_runner import contract, fair as networks
+from orchestrator import fair, store
+
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "frameworks"
+
+
+def planned(*args, env=None) -> list[dict]:
+    proc = dlbench("run", "--profile", "fair", "--dry-run", *args, env=env, check=True)
+    return [json.loads(line) for line in proc.stdout.splitlines()]
+
+
+def error_of(*args) -> str:
+    proc = dlbench("run", "--dry-run", *args)
+    assert proc.returncode == 2 and proc.stdout == "", proc.stderr
+    line, = proc.stderr.strip().splitlines()
+    return line
+
+
+# -- the networks, as data --------------------------------------------------------------------
+def test_the_networks_hold_caffes_parameter_counts():
+    assert networks.parameter_count("mnist") == 431_080           # Caffe's LeNet
+    assert networks.parameter_count("cifar10") == 145_578         # Caffe's cifar10_quick
+
+
+def test_the_same_seed_draws_the_same_weights_and_batches():
+    a, b = networks.initial_weights("mnist", 3), networks.initial_weights("mnist", 3)
+    assert networks.weights_digest(a) == networks.weights_digest(b)
+    assert networks.weights_digest(a) != networks.weights_digest(networks.initial_weights("mnist", 4))
+    bound = np.sqrt(3 / 25)                         # conv1: Caffe's xavier, fan-in 1 x 5 x 5
+    assert a["conv1.weight"].dtype == np.float32 and np.abs(a["conv1.weight"]).max() <= bound
+    assert not a["ip2.bias"].any()
+    order = networks.order(3, 60000, 1000, 64)      # 64,000 images: one pass and a bit more
+    assert (order == networks.order(3, 60000, 1000, 64)).all()
+    first_pass = order.ravel()[:60000]
+    assert sorted(first_pass.tolist()) == list(range(60000))
+
+
+def test_inputs_are_lenets_scale_and_cifar10s_channel_means():
+    mnist = networks.inputs(np.full((2, 28, 28), 128, np.uint8), "mnist")
+    assert mnist.shape == (2, 1, 28, 28) and mnist.dtype == np.float32 and mnist[0, 0, 0, 0] == 0.5
+    cifar = networks.inputs(np.zeros((1, 3, 32, 32), np.uint8), "cifar10")
+    assert cifar.dtype == np.float32
+    assert cifar[0, :, 5, 5].tolist() == pytest.approx([-m for m in networks.CIFAR10_MEANS])
+
+
+# -- the reference forward pass ---------------------------------------------------------------
+def test_the_reference_convolution_is_a_cross_correlation_with_zero_padding():
+    random = np.random.RandomState(0)
+    x, w, b = random.randn(2, 3, 6, 6), random.randn(4, 3, 3, 3), random.randn(4)
+    out = fair.convolution(x, w, b, pad=1)
+    padded = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    assert out.shape == (2, 4, 6, 6)
+    for n, o, i, j in [(0, 0, 0, 0), (1, 3, 5, 2), (0, 2, 3, 5)]:
+        assert out[n, o, i, j] == pytest.approx((padded[n, :, i:i + 3, j:j + 3] * w[o]).sum() + b[o])
+
+
+def test_the_reference_pooling_follows_caffes_ceil_rule_and_border_windows():
+    x = np.arange(25, dtype=float).reshape(1, 1, 5, 5)
+    # ceil((5 - 3) / 2) + 1 = 2 windows each way; kernel 2, stride 2: ceil(3 / 2) + 1 = 3,
+    # the last window holding one row or column only
+    assert fair.pooling(x, "max", 3, 2)[0, 0].tolist() == [[12, 14], [22, 24]]
+    average = fair.pooling(x, "avg", 2, 2)[0, 0]
+    assert average.shape == (3, 3)
+    assert average[0, 0] == (0 + 1 + 5 + 6) / 4 and average[2, 2] == 24     # a window of one
+    assert average[0, 2] == (4 + 9) / 2
+    assert [fair.pooled_size(n, 3, 2) for n in (32, 16, 8)] == [16, 8, 4]   # cifar10_quick
+
+
+def test_the_reference_gives_ten_logits_for_each_image():
+    for dataset, shape in (("mnist", (3, 28, 28)), ("cifar10", (3, 3, 32, 32))):
+        images = np.random.RandomState(1).randint(0, 256, shape).astype(np.uint8)
+        logits = fair.forward(networks.initial_weights(dataset, 1), networks.inputs(images, dataset), dataset)
+        assert logits.shape == (3, 10) and np.isfinite(logits).all()
+
+
+def test_the_checks_figures():
+    reference = np.array([[1.0, -2.0], [0.5, 4.0]])
+    assert fair.logit_error(reference, reference) == 0.0
+    assert fair.logit_error(reference + [[0.0, 0.0], [0.0, 0.004]], reference) == pytest.approx(1e-3)
+    assert fair.logit_error(reference[:1], reference) == float("inf")
+    assert fair.parting([2.3, 2.2, 2.1, 2.0], [2.3, 2.2001, 2.2, 2.0]) == 2
+    assert fair.parting([2.3, 2.2], [2.3, 2.2]) is None
+
+
+# -- the plan and bad input ---------------------------------------------------------------------
+def test_a_fair_plan_trains_the_fair_network_with_its_settings():
+    jobs = planned("--frameworks", "pytorch,sklearn", "--set", "steps=5",
+                   env={"DLBENCH_FRAMEWORKS_PATH": str(EXAMPLES)})
+    by = {(j["framework"], j["dataset"]): j for j in jobs}
+    assert by["pytorch", "mnist"]["model"] == "fair-lenet"
+    assert by["pytorch", "cifar10"]["model"] == "fair-cifar10_quick"
+    params = by["pytorch", "cifar10"]["hyperparameters"]
+    assert params == dict(contract.FAIR["cifar10"], steps=5, robust_images=0, export_onnx=0, omp_threads=0)
+    assert by["pytorch", "mnist"]["unsupported"] is None
+    assert by["sklearn", "mnist"]["unsupported"] == "sklearn has no fair network for mnist (its fair.py builds none)"
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--profile", "fair", "--frameworks", "pytorch", "--set", "num_output=30"),
+     "dlbench: error: pytorch/mnist: the fair profile fixes the network and its training: 'num_output' "
+     "is not one of its settings (batch_size, learning_rate, log_steps, momentum, omp_threads, "
+     "probe_images, steps)"),
+    (("--profile", "fair", "--frameworks", "pytorch", "--datasets", "mnist", "--settings-from", "caffe"),
+     "dlbench: error: --settings-from: the fair profile fixes every framework's settings (run it "
+     "without --settings-from)"),
+    (("--profile", "quick", "--frameworks", "pytorch", "--weights", "w.npz"),
+     "dlbench: error: --weights goes with --profile fair"),
+    (("--profile", "fair", "--frameworks", "pytorch", "--weights", "w.npz"),
+     "dlbench: error: --weights w.npz: a weights file holds one data set's network: run it with "
+     "--datasets mnist or cifar10"),
+])
+def test_bad_fair_input_is_one_line_before_any_job(args, message):
+    assert error_of(*args) == message
+
+
+def test_a_weights_file_that_does_not_fit_is_an_error_naming_the_layer(tmp_path):
+    weights = networks.initial_weights("mnist", 1)
+    path = tmp_path / "w.npz"
+    np.savez(path, **dict(weights, **{"conv2.weight": weights["conv2.weight"].transpose(1, 0, 2, 3)}))
+    assert error_of("--profile", "fair", "--frameworks", "pytorch", "--datasets", "mnist",
+                    "--weights", path) == (
+        f"dlbench: error: --weights {path}: layer conv2: 'conv2.weight' is 20 x 50 x 5 x 5, the "
+        "fair LeNet's is 50 x 20 x 5 x 5")
+    np.savez(path, **{k: v for k, v in weights.items() if k != "ip1.bias"})
+    assert error_of("--profile", "fair", "--frameworks", "pytorch", "--datasets", "mnist",
+                    "--weights", path).endswith("layer ip1: the file has no 'ip1.bias' (the fair "
+                                                "LeNet's ip1.bias is 500)")
+    np.savez(path, **weights)           # it fits: the jobs carry it, named by its weights
+    job, = planned("--frameworks", "pytorch", "--datasets", "mnist", "--weights", path)
+    assert job["weights"] == str(path) and job["weights_sha256"] == networks.weights_digest(weights)
+
+
+# -- real training: the frameworks' fair networks against the reference and each other ----------
+FAIR_FRAMEWORKS = ("pytorch", "caffe", "tensorflow", "mxnet", "theano", "torch")
+
+
+@pytest.fixture(scope="module")
+def fair_rows(build_image, data_root, tmp_path_factory):
+    """Each framework's fair LeNet and cifar10_quick, 15 steps each."""
+    for framework in FAIR_FRAMEWORKS:
+        build_image(framework)
+    results = tmp_path_factory.mktemp("results")
+    dlbench("run", "--profile", "fair", "--frameworks", ",".join(FAIR_FRAMEWORKS), "--set", "steps=15",
+            "--results", results, "--data-dir", data_root, check=True)
+    return pd.read_parquet(results / "runs"), results
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("framework", FAIR_FRAMEWORKS)
+def test_the_fair_networks_start_where_the_numpy_reference_does(fair_rows, framework):
+    rows, results = fair_rows
+    steps = store.load_steps(results)
+    for dataset in ("mnist", "cifar10"):
+        row = rows[(rows["framework"] == framework) & (rows["dataset"] == dataset)].iloc[0]
+        assert row.status == "ok", row.error
+        assert row.model == contract.FAIR_MODELS[dataset]
+        assert row.param_count == networks.parameter_count(dataset)
+        assert row.fair_weights_sha256 == networks.weights_digest(networks.initial_weights(dataset, row.seed))
+        assert row.fair_logit_error < fair.LOGIT_TOLERANCE, (dataset, row.fair_logit_error)
+        losses = steps[steps["run_id"] == row.run_id]
+        assert losses["step"].tolist() == list(range(15))
+        assert losses["loss"].iloc[0] == pytest.approx(np.log(10), rel=0.1)     # ten classes, at random
+        if dataset == "mnist":      # cifar10_quick's tiny first weights learn slowly at first
+            assert losses["loss"].iloc[-5:].mean() < losses["loss"].iloc[:5].mean()
+
+
+@pytest.mark.docker
+def test_the_first_step_losses_agree_across_frameworks(fair_rows):
+    rows, results = fair_rows
+    steps = store.load_steps(results)
+    for dataset in ("mnist", "cifar10"):
+        runs = rows[rows["dataset"] == dataset].set_index("framework")["run_id"]
+        curves = {fw: steps[steps["run_id"] == run]["loss"].to_numpy() for fw, run in runs.items()}
+        first, *others = FAIR_FRAMEWORKS
+        for other in others:
+            apart = fair.parting(curves[other], curves[first])
+            assert apart is None or apart >= fair.AGREED_STEPS, (dataset, other, apart)
+
+
+@pytest.mark.docker
+def test_the_report_states_the_checks_and_the_fair_speeds(fair_rows):
+    rows, results = fair_rows
+    document = json.loads(dlbench("report", "--results", results, "--format", "json", check=True).stdout)
+    checks = document["fair"]
+    assert {(r["dataset"], r["framework"]) for r in checks["logits"]} == {
+        (d, fw) for d in ("mnist", "cifar10") for fw in FAIR_FRAMEWORKS}
+    assert all(r["within"] for r in checks["logits"])
+    assert {r["dataset"] for r in checks["losses"]} == {"mnist", "cifar10"}
+    assert all(r["parts_at"] is None or r["parts_at"] >= fair.AGREED_STEPS for r in checks["losses"])
+    assert sorted(r["ratio"] for r in checks["speeds"] if r["dataset"] == "mnist")[0] == 1.0
+    groups = [g for g in document["groups"] if g["profile"] == "fair"]
+    assert groups and all(g["ratio_verdict"].startswith("not comparable: fair profile") for g in groups)
+    text = dlbench("report", "--results", results, "--format", "markdown", check=True).stdout
+    assert "### Fair speed: the same network" in text and "### Fair profile, verified" in text
+
+
+@pytest.mark.docker
+def test_a_wrong_weight_layout_is_caught_by_the_logit_check(fair_rows, data_root):
+    """The reference given LeNet's ip1 weights as a framework that flattens H, W, C (as
+    TensorFlow does) would read them, against PyTorch's real logits: far outside tolerance."""
+    rows, results = fair_rows
+    row = rows[(rows["framework"] == "pytorch") & (rows["dataset"] == "mnist")].iloc[0]
+    logits = json.loads((results / "_jobs" / row.run_id / "result.json").read_text())["fair"]["logits"]
+    weights = networks.initial_weights("mnist", row.seed)
+    probe = fair.probe_inputs("mnist", str(data_root), len(logits))
+    assert fair.logit_error(logits, fair.forward(weights, probe, "mnist")) < fair.LOGIT_TOLERANCE
+    wrong = dict(weights, **{"ip1.weight": weights["ip1.weight"].reshape(500, 50, 4, 4)
+                             .transpose(0, 2, 3, 1).reshape(500, 800)})
+    assert fair.logit_error(logits, fair.forward(wrong, probe, "mnist")) > 100 * fair.LOGIT_TOLERANCE
+
+
+# -- the report's tables ---------------------------------------------------------------------------
+def test_the_report_pairs_frameworks_of_the_same_start_and_finds_where_they_part():
+    from orchestrator.report import verification
+
+    def row(run_id, framework, weights="w1", time=10.0, error=1e-6):
+        return dict(run_id=run_id, framework=framework, dataset="mnist", device="cpu", section=0,
+                    profile="fair", status="ok", fair_weights_sha256=weights, settings="own defaults",
+                    threads=2, fair_logit_error=error, train_time_s=time, train_images_per_s=6000 / time)
+    rows = pd.DataFrame([row("a", "pytorch"), row("b", "caffe", time=20.0, error=3e-4),
+                         row("c", "caffe", weights="w2"), row("d", "pytorch", time=12.0)])
+    base = [2.30, 2.25, 2.20, 2.10, 2.00]
+    steps = pd.DataFrame([{"run_id": run, "step": i, "loss": loss}
+                          for run, curve in (("a", base), ("b", base[:3] + [2.2, 2.1]), ("c", base))
+                          for i, loss in enumerate(curve)])
+    pairs = verification.losses(rows, steps)
+    assert len(pairs) == 1                          # c started from other weights: no pair
+    pair = pairs.iloc[0]
+    assert (pair.framework, pair.other, pair.steps, pair.parts_at) == ("pytorch", "caffe", 5, 3)
+    assert pair.first_difference == pytest.approx(0.1 / 2.1)      # step 4: 2.0 against 2.1
+    logits = verification.logits(rows).set_index("framework")
+    assert logits.loc["caffe", "runs"] == 2 and not logits.loc["caffe", "within"]
+    assert logits.loc["pytorch", "within"]
+    speeds = verification.speeds(rows).set_index("framework")
+    assert speeds.loc["pytorch", "train_time_s"] == 11.0 and speeds.loc["pytorch", "ratio"] == 1.0
+    assert speeds.loc["caffe", "ratio"] == pytest.approx(15.0 / 11.0)
+
+
+def test_every_framework_starts_from_the_same_seed():
+    """A framework whose own model has a seed of its own (Theano's tutorials: 23455) starts
+    its fair network from the fair profile's, as every other framework does."""
+    jobs = planned("--datasets", "mnist")
+    assert {j["seed"] for j in jobs} == {1} and len(jobs) == 6
