@@ -26,7 +26,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
 from conftest import REPO, dlbench
-from orchestrator import store
+from orchestrator import catalog, store
 from orchestrator.report import charts, compare, html
 from test_report import records, runner_rows, sample, with_traces
 
@@ -265,5 +265,38 @@ def test_a_campaign_over_batch_size_and_threads_draws_its_settings(browser, tmp_
     browser.set_window_size(1400, 1800)
     browser.execute_script("document.getElementById('chart-settings-0').scrollIntoView()")
     shot = Path(os.environ.get("DLBENCH_SCREENSHOTS", tmp_path)) / "settings-chart.png"
+    shot.parent.mkdir(parents=True, exist_ok=True)
+    assert browser.save_screenshot(str(shot)) and shot.stat().st_size > 10_000
+
+
+FAIR = MEASUREMENTS / "2026-11-27-fair"     # the six frameworks' fair runs, full length
+
+
+def test_the_fair_runs_draw_their_loss_curves_and_differences(browser, tmp_path):
+    """The committed fair runs (all six frameworks, both data sets) with their step losses:
+    a chart per data set, each framework's loss on top and its relative difference from the
+    first framework's below, with the verification tables; a screenshot is kept for a look."""
+    directory = tmp_path / "results"
+    store.append(directory, records(FAIR))
+    steps = store.load_steps(FAIR)
+    for run_id, part in steps.groupby("run_id"):
+        store.write_side(directory, store.STEPS, run_id, part.to_dict(orient="records"))
+    out = tmp_path / "page"
+    dlbench("report", "--results", directory, "--html", out, check=True)
+    assert load(browser, out / "index.html") == []
+    plots = {p["id"]: p for p in browser.execute_script(PLOTS)}
+    for dataset in ("mnist", "cifar10"):
+        chart = plots[f"chart-fair-0-{dataset}"]
+        assert chart["traces"] == 6 + 5 and chart["drawn"] == chart["traces"]
+        assert overlapping(chart["ticks"]) == []
+        data = pd.read_csv(io.StringIO(fetched(browser, chart["csv"])))
+        assert sorted(set(data["framework"])) == sorted(catalog.names()[:6])
+        assert len(data) == 6 * len(steps[steps["run_id"] == steps["run_id"].iloc[0]])
+    tables = browser.execute_script("""return [...document.querySelectorAll('table')].map(t => t.textContent)
+        .filter(t => t.includes('logit error'))""")
+    assert len(tables) == 1 and tables[0].count("yes") == 12
+    browser.set_window_size(1400, 1400)
+    browser.execute_script("document.getElementById('chart-fair-0-mnist').scrollIntoView()")
+    shot = Path(os.environ.get("DLBENCH_SCREENSHOTS", tmp_path)) / "fair-chart.png"
     shot.parent.mkdir(parents=True, exist_ok=True)
     assert browser.save_screenshot(str(shot)) and shot.stat().st_size > 10_000

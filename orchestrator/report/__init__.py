@@ -7,7 +7,7 @@ from pathlib import Path
 
 from .. import store
 from ..errors import StoreError, UsageError
-from . import compare, correlations, reference_rows, select, text, transfer
+from . import compare, correlations, reference_rows, select, text, transfer, verification
 
 
 def make_report(results: Path, fmt: str | None, html_dir: Path | None, tolerance: float | None = None,
@@ -28,6 +28,8 @@ def make_report(results: Path, fmt: str | None, html_dir: Path | None, tolerance
     rep.robustness = store.load_robustness(results, rep.rows["run_id"])
     rep.transfer = transfer.matrices(results, rep)
     rep.correlations = correlations.table(rep.rows)
+    if len(verification.fair_rows(rep.rows)):
+        rep.steps = store.load_steps(results, rep.rows["run_id"])
     page = None
     if html_dir is not None:
         from . import html     # plotly: imported only for the page

@@ -12,7 +12,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from .. import catalog
-from . import compare, correlations
+from . import compare, correlations, verification
 
 # A framework's colour: the study's six first, then any added, by their order (catalog.names);
 # one that is not found any more (rows of a framework since removed) is grey.
@@ -53,6 +53,7 @@ def charts(rep: compare.Report) -> list[Chart | Missing]:
     found += robust_charts(rep)
     found += transfer_charts(rep)
     found += setting_charts(rep)
+    found += fair_charts(rep)
     return found + trace_charts(rep)
 
 
@@ -482,4 +483,49 @@ def _settings_figure(data: pd.DataFrame, axes: list[str], measures: list[str]) -
                 shown.add(name)
             figure.update_yaxes(title_text=units[measure], row=row, col=col)
     figure.update_layout(height=260 * len(axes) + 80, margin=dict(t=60, b=40))
+    return figure
+
+
+def fair_charts(rep: compare.Report) -> list[Chart]:
+    """One chart per machine and data set with fair runs (report/verification.py): each
+    framework's loss at every logged step, and its difference from the first framework's,
+    relative, on a log scale (where the frameworks part)."""
+    data = verification.curves(rep.rows, rep.steps)
+    drawn = []
+    for (section, dataset), part in data.groupby(["section", "dataset"], sort=True):
+        family = part[verification.FAMILY[2:]].drop_duplicates().iloc[0]   # the first family
+        part = part[(part[verification.FAMILY[2:]] == family).all(axis=1)]
+        part = part[["framework", "step", "loss"]].reset_index(drop=True)
+        where = machine_label(rep, int(section))
+        title = f"Fair profile, {dataset}: the loss step by step" + (f" ({where})" if where else "")
+        drawn.append(Chart(f"fair-{int(section)}-{dataset}", title, (
+            "The same network from the same weights on the same batches in every framework: "
+            "the batch's loss at each step before its update (top), and its relative "
+            "difference from the first framework's (bottom, log scale: 1e-7 is float32's "
+            "rounding, 1e-3 the tolerance)."), part, _fair_figure(part)))
+    return drawn
+
+
+def _fair_figure(data: pd.DataFrame) -> go.Figure:
+    figure = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08,
+                           subplot_titles=["loss", "relative difference from the first framework"])
+    frameworks = list(dict.fromkeys(data["framework"]))
+    first = data[data["framework"] == frameworks[0]].set_index("step")["loss"]
+    for framework in frameworks:
+        line = data[data["framework"] == framework].sort_values("step")
+        figure.add_trace(go.Scatter(x=line["step"], y=line["loss"], mode="lines", name=framework,
+                                    legendgroup=framework, line_color=colour(framework),
+                                    hovertemplate=f"{framework}<br>step %{{x}}: loss %{{y:.6g}}"
+                                                  "<extra></extra>"), row=1, col=1)
+        if framework != frameworks[0]:
+            against = first.reindex(line["step"]).to_numpy()
+            difference = np.abs(line["loss"].to_numpy() - against) / np.abs(against)
+            figure.add_trace(go.Scatter(x=line["step"], y=np.maximum(difference, 1e-9), mode="lines",
+                                        name=framework, legendgroup=framework, showlegend=False,
+                                        line_color=colour(framework),
+                                        hovertemplate=f"{framework}<br>step %{{x}}: %{{y:.2e}}"
+                                                      "<extra></extra>"), row=2, col=1)
+    figure.update_yaxes(type="log", row=2, col=1)
+    figure.update_xaxes(title_text="step", row=2, col=1)
+    figure.update_layout(height=560, margin=dict(t=60, b=40))
     return figure

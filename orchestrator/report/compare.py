@@ -159,6 +159,9 @@ class Report:
     # the varied settings against the measures (report/correlations.py); set by
     # report.make_report, None where not computed
     correlations: pd.DataFrame | None = None
+    # the fair runs' step losses (store.load_steps; report/verification.py reads them with
+    # the rows); set by report.make_report, None where no row is of the fair profile
+    steps: pd.DataFrame | None = None
 
     def notes(self) -> list[str]:
         """The report's rules, printed with it."""
@@ -378,6 +381,9 @@ def _not_comparable(g, ref: Reference) -> str | None:
         return f"no paper cell for {g.framework} on {g.dataset} ({g.device})"
     if ref.cell(g.framework, g.dataset, g.device, g.model) is None:
         return f"the paper's cell is {published['model']}, not {g.model}"
+    if g.profile == contract.FAIR_PROFILE:
+        return ("fair profile (the same network in every framework, not the paper's models): "
+                "its speeds are in their own table")
     if g.profile != "paper":
         return f"{g.profile} profile (it trains for other lengths than the paper did)"
     if g.settings_kind == "cross":
@@ -458,7 +464,8 @@ def _ratios(groups: pd.DataFrame, ref: Reference, ratio_tolerance: float) -> pd.
     only: quick runs train for other lengths than the paper did."""
     groups = groups.assign(**{c: None for c in RATIO_COLUMNS})
     groups["ratio_caveats"] = [[] for _ in range(len(groups))]
-    candidates = groups[(groups["settings_kind"] == "own") & groups["train_time_s_median"].notna()]
+    candidates = groups[(groups["settings_kind"] == "own") & groups["train_time_s_median"].notna()
+                        & (groups["profile"] != contract.FAIR_PROFILE)]    # apart: verification.py
     candidates = candidates.assign(no_cell=[ref.cell(g.framework, g.dataset, g.device, g.model) is None
                                             for g in candidates.itertuples()])
     placed = set()

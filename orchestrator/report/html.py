@@ -19,7 +19,7 @@ from .. import __version__
 from ..errors import DlbenchError
 from . import compare, reference_rows
 from .charts import Chart, Missing, charts, machine_label
-from .views import View, correlation_views, reference_lines, section_views
+from .views import View, correlation_views, fair_views, reference_lines, section_views
 
 PAGE = "index.html"
 PLOT_CONFIG = {"displaylogo": False, "responsive": True, "scrollZoom": False}
@@ -89,7 +89,8 @@ def render_page(rep: compare.Report) -> str:
         label = machine_label(rep, section.index)
         parts.append(f"<details><summary>{esc(label + ': ' if label else '')}{esc(section.title)}"
                      f"</summary>")
-        parts += [_table(view) for view in section_views(rep, section) + correlation_views(rep, section)]
+        parts += [_table(view) for view in section_views(rep, section) + correlation_views(rep, section)
+                  + fair_views(rep, section)]
         heading, lines = reference_lines(rep, section)
         if lines:
             parts.append(f"<h3>{esc(heading)}</h3><ul>"

@@ -26,9 +26,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..errors import UsageError
-from . import ab, compare, reference_rows
+from . import ab, compare, reference_rows, verification
 from .views import (COMPARISON_KEYS, REPORT_KEYS, View, comparison_view, correlation_records,
-                    correlation_views, reference_lines, robustness_records, robustness_views, runs_view,
+                    correlation_views, fair_views, reference_lines, robustness_records, robustness_views, runs_view,
                     section_views, transfer_records, transfer_views)
 
 GAP = 2     # the space between two columns of a table
@@ -159,7 +159,7 @@ def report_table(rep: compare.Report, width: int | None = 80, color_system: str 
             draw(console, view, fit=width is not None and not wide, drop=columns is None)
         if columns is None:
             for view in (robustness_views(rep, section) + transfer_views(rep, section)
-                         + correlation_views(rep, section)):
+                         + correlation_views(rep, section) + fair_views(rep, section)):
                 draw(console, view, fit=width is not None and not wide)
         heading, lines = reference_lines(rep, section)
         if lines and columns is None:
@@ -182,7 +182,8 @@ def report_markdown(rep: compare.Report) -> str:
     for section in rep.sections:
         lines += [f"## Rows from {section.title}", ""]
         for view in (section_views(rep, section) + robustness_views(rep, section)
-                     + transfer_views(rep, section) + correlation_views(rep, section)):
+                     + transfer_views(rep, section) + correlation_views(rep, section)
+                     + fair_views(rep, section)):
             lines += [f"### {view.title}", "", _md_row(view.columns),
                       "|" + "|".join("---:" if i in view.numeric else "---"
                                      for i in range(len(view.columns))) + "|"]
@@ -225,6 +226,11 @@ LISTS = ["framework_versions", "accuracy_caveats", "ratio_caveats"]   # "; "-joi
 #      varies a setting: one record per family, axis and measure (report/correlations.py:
 #      section, framework, dataset, model, device, profile, axis, measure, runs, values,
 #      statistic rho or epsilon2, value, best).
+#      Added later too, likewise: "fair", present only where the rows hold fair-profile runs
+#      (report/verification.py): "logits" (section, dataset, framework, runs, logit_error,
+#      within), "losses" (section, dataset, device, fair_weights_sha256, settings,
+#      framework, other, steps, first_difference, parts_at) and "speeds" (section, dataset,
+#      device, settings, threads, framework, runs, train_time_s, images_per_s, ratio).
 JSON_FORMAT_VERSION = 3
 # the quick groups' columns against the reference rows, as the CSV and JSON name them
 REFERENCE_COLUMNS = {"verdict": "reference_verdict", "reference_accuracy_pct": "reference_accuracy_pct",
@@ -267,6 +273,8 @@ def report_json(rep: compare.Report) -> str:
     found = correlation_records(rep)
     if found:
         document["correlations"] = found
+    if len(verification.fair_rows(rep.rows)):
+        document["fair"] = verification.records(rep.rows, rep.steps)
     judgement = rep.against_reference
     if judgement is not None and len(judgement.groups):
         quick = judgement.groups.assign(section=judgement.groups["group"].map(

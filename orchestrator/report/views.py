@@ -7,7 +7,8 @@ import dataclasses
 
 import pandas as pd
 
-from . import ab, compare, correlations
+from .. import fair
+from . import ab, compare, correlations, verification
 
 
 @dataclasses.dataclass
@@ -249,6 +250,51 @@ def correlation_views(rep: compare.Report, section: compare.Section) -> list[Vie
                  keys=["framework", "data", "profile", "device", "setting", "values", "runs",
                        "train", "accuracy", "cpu", "memory"],
                  drop=["values", "device", "runs", "profile"])]
+
+
+def fair_views(rep: compare.Report, section: compare.Section) -> list[View]:
+    """A section's fair runs (report/verification.py): their logits against the NumPy
+    reference, where two frameworks' step losses part, and the speed of the same work."""
+    rows = rep.rows[rep.rows["section"] == section.index]
+    if not len(verification.fair_rows(rows)):
+        return []
+    views = []
+    found = verification.logits(rows)
+    if len(found):
+        views.append(View(
+            f"Fair profile, verified: each framework's logits of the probe images before "
+            f"training against the NumPy reference of the same network and weights (the largest "
+            f"difference over the largest reference logit; tolerance {fair.LOGIT_TOLERANCE:g})",
+            ["data", "framework", "runs", "logit error", "within"],
+            [[r.dataset, r.framework, str(r.runs), f"{r.logit_error:.2e}", "yes" if r.within else "NO"]
+             for r in found.itertuples()], numeric={2, 3}, wrap=set(),
+            keys=["data", "framework", "runs", "logit_error", "within"]))
+    found = verification.losses(rows, rep.steps)
+    if len(found):
+        views.append(View(
+            f"Fair profile, verified: two frameworks' losses step by step (same weights, "
+            f"batches and settings): the largest relative difference over the first "
+            f"{fair.AGREED_STEPS} steps, and the first step (from 0) where they differ by more "
+            f"than {fair.LOSS_TOLERANCE:g}",
+            ["data", "framework", "other", "steps", f"first {fair.AGREED_STEPS}", "parts at"],
+            [[r.dataset, r.framework, r.other, str(r.steps), f"{r.first_difference:.2e}",
+              "never" if pd.isna(r.parts_at) else str(int(r.parts_at))] for r in found.itertuples()],
+            numeric={3, 4, 5}, wrap=set(),
+            keys=["data", "framework", "other", "steps", "first_difference", "parts_at"]))
+    found = verification.speeds(rows)
+    if len(found):
+        views.append(View(
+            "Fair speed: the same network, initial weights and batches in every framework, so "
+            "this is a comparison of the frameworks' speed (the ratio tables above compare "
+            "each framework's own default model); × is the median training time over the "
+            "fastest framework's",
+            ["data", "settings", "threads", "framework", "runs", "train s", "img/s", "×"],
+            [[r.dataset, r.settings, _num(r.threads, str), r.framework, str(r.runs),
+              _seconds(r.train_time_s), _num(r.images_per_s, lambda v: f"{v:,.0f}"), f"{r.ratio:.2f}"]
+             for r in found.itertuples()], numeric={2, 4, 5, 6, 7}, wrap={1},
+            keys=["data", "settings", "threads", "framework", "runs", "train", "images_per_s", "ratio"],
+            drop=["settings", "threads", "runs"]))
+    return views
 
 
 def correlation_records(rep: compare.Report) -> list[dict]:

@@ -1,0 +1,101 @@
+"""The fair profile in the report: is the work the same, and which framework is faster at it.
+
+Fair runs (``dlbench run --profile fair``) train one network from the same initial weights on
+the same batches in every framework, so three things can be read from them that the
+default-settings tables cannot say:
+
+    logits   each framework's logits of the probe images before training against the
+             host's NumPy reference (``orchestrator.fair``): the largest difference over
+             the largest reference logit, within LOGIT_TOLERANCE or not
+    losses   two frameworks' step losses (the same data set, weights and settings, the
+             first run of each): how far apart over the first AGREED_STEPS steps, and the
+             first step where they part by more than LOSS_TOLERANCE
+    speed    the training time of the same work in each framework on one machine, its
+             ratio to the fastest: a framework-speed comparison, kept apart from the ratio
+             table of the default settings (whose frameworks train different models)
+
+A framework outside a tolerance is a finding stated here, never a failed run.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import numpy as np
+import pandas as pd
+
+from dlbench_runner import contract
+
+from .. import fair
+
+FAMILY = ["section", "dataset", "device", "fair_weights_sha256", "settings"]
+
+
+def fair_rows(rows: pd.DataFrame) -> pd.DataFrame:
+    """The ok rows of the fair profile."""
+    if "fair_weights_sha256" not in rows.columns:
+        return rows.iloc[0:0]
+    return rows[(rows["profile"] == contract.FAIR_PROFILE) & (rows["status"] == "ok")]
+
+
+def logits(rows: pd.DataFrame) -> pd.DataFrame:
+    """One row per section, data set and framework: runs, the largest logit error, whether
+    every run is within tolerance."""
+    found = fair_rows(rows)
+    found = found[found["fair_logit_error"].notna()]
+    table = (found.groupby(["section", "dataset", "framework"], sort=False)["fair_logit_error"]
+             .agg(runs="count", logit_error="max").reset_index())
+    table["within"] = table["logit_error"] <= fair.LOGIT_TOLERANCE
+    return table
+
+
+def losses(rows: pd.DataFrame, steps: pd.DataFrame | None) -> pd.DataFrame:
+    """One row per pair of frameworks of a family (same machine, data set, device, initial
+    weights and settings): steps compared, the largest relative difference over the first
+    AGREED_STEPS, the first step apart by more than LOSS_TOLERANCE (None: none)."""
+    columns = FAMILY + ["framework", "other", "steps", "first_difference", "parts_at"]
+    found = fair_rows(rows)
+    if steps is None or not len(steps) or not len(found):
+        return pd.DataFrame(columns=columns)
+    curves = {run: part["loss"].to_numpy(float) for run, part in steps.groupby("run_id", sort=False)}
+    cells = []
+    for family, part in found.groupby(FAMILY, sort=False, dropna=False):
+        first = part.drop_duplicates("framework")       # the first run of each framework
+        runs = [(r.framework, curves.get(r.run_id)) for r in first.itertuples()]
+        runs = [(name, curve) for name, curve in runs if curve is not None and len(curve)]
+        for (name, curve), (other, against) in itertools.combinations(runs, 2):
+            n = min(len(curve), len(against), fair.AGREED_STEPS)
+            difference = np.abs(curve[:n] - against[:n]) / np.abs(against[:n])
+            cells.append(list(family) + [name, other, min(len(curve), len(against)),
+                                         float(difference.max()), fair.parting(curve, against)])
+    return pd.DataFrame(cells, columns=columns)
+
+
+def speeds(rows: pd.DataFrame) -> pd.DataFrame:
+    """One row per family and framework: runs, the median training time, images per second,
+    and the median's ratio to the family's fastest."""
+    found = fair_rows(rows)
+    found = found[found["train_time_s"].notna()]
+    keys = FAMILY[:2] + ["device", "settings", "threads"]
+    table = (found.groupby(keys + ["framework"], sort=False, dropna=False)
+             .agg(runs=("run_id", "count"), train_time_s=("train_time_s", "median"),
+                  images_per_s=("train_images_per_s", "median")).reset_index())
+    table["ratio"] = table["train_time_s"] / table.groupby(keys, dropna=False)["train_time_s"].transform("min")
+    return table
+
+
+def curves(rows: pd.DataFrame, steps: pd.DataFrame | None) -> pd.DataFrame:
+    """The step losses of the first run of each framework of each family, for the page."""
+    found = fair_rows(rows).drop_duplicates(FAMILY + ["framework"])
+    if steps is None or not len(steps) or not len(found):
+        return pd.DataFrame(columns=FAMILY + ["framework", "step", "loss"])
+    return found[FAMILY + ["framework", "run_id"]].merge(steps, on="run_id").drop(columns="run_id")
+
+
+def records(rows: pd.DataFrame, steps: pd.DataFrame | None) -> dict:
+    """The three tables as JSON-ready records."""
+    def plain(frame: pd.DataFrame) -> list[dict]:
+        return json.loads(frame.to_json(orient="records"))
+    return {"logits": plain(logits(rows)), "losses": plain(losses(rows, steps)),
+            "speeds": plain(speeds(rows))}
