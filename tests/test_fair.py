@@ -205,7 +205,7 @@ def test_the_report_states_the_checks_and_the_fair_speeds(fair_rows):
     assert sorted(r["ratio"] for r in checks["speeds"] if r["dataset"] == "mnist")[0] == 1.0
     groups = [g for g in document["groups"] if g["profile"] == "fair"]
     assert groups and all(g["ratio_verdict"].startswith("not comparable: fair profile") for g in groups)
-    text = dlbench("report", "--results", results, "--format", "markdown", check=True).stdout
+    text = dlbench("report", "--results", results, "--format", "md", check=True).stdout
     assert "### Fair speed: the same network" in text and "### Fair profile, verified" in text
 
 

@@ -373,6 +373,9 @@ def _not_comparable(g, ref: Reference) -> str | None:
     published = ref.cell(g.framework, g.dataset, g.device)
     if g.ok == 0:
         return "no ok run"
+    if g.profile == contract.FAIR_PROFILE:      # first: whatever the framework, not the paper's work
+        return ("fair profile (the same network in every framework, not the paper's models): "
+                "its speeds are in their own table")
     if g.framework in ref.meta.get("not_comparable", {}):
         return ref.meta["not_comparable"][g.framework].removeprefix(f"{NOT_COMPARABLE}: ")
     if not ref.publishes(g.framework):
@@ -381,9 +384,6 @@ def _not_comparable(g, ref: Reference) -> str | None:
         return f"no paper cell for {g.framework} on {g.dataset} ({g.device})"
     if ref.cell(g.framework, g.dataset, g.device, g.model) is None:
         return f"the paper's cell is {published['model']}, not {g.model}"
-    if g.profile == contract.FAIR_PROFILE:
-        return ("fair profile (the same network in every framework, not the paper's models): "
-                "its speeds are in their own table")
     if g.profile != "paper":
         return f"{g.profile} profile (it trains for other lengths than the paper did)"
     if g.settings_kind == "cross":
