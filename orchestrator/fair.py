@@ -62,8 +62,7 @@ def user_weights(path: Path, dataset: str) -> dict:
     """A weights file the user gave (``--weights``), checked: a one-line error naming the
     layer that does not fit."""
     try:
-        with np.load(path, allow_pickle=False) as archive:
-            arrays = {name: archive[name] for name in archive.files}
+        arrays = load(path)
     except (OSError, ValueError) as exc:
         raise UsageError(f"--weights {path}: not a NumPy .npz file ({exc})") from None
     try:
