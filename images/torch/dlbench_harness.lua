@@ -73,10 +73,10 @@ local function synchronize()
    if gpu then cutorch.synchronize() end
 end
 
+-- this harness's own modules (dlbench_maps, dlbench_blas) beside it
+package.path = paths.dirname(debug.getinfo(1, 'S').source:sub(2)) .. '/?.lua;' .. package.path
 local masked = {}       -- the masked twins of the script's SpatialConvolutionMaps, on a GPU
 if gpu then
-   local here = paths.dirname(debug.getinfo(1, 'S').source:sub(2))
-   package.path = here .. '/?.lua;' .. package.path
    require('dlbench_maps').replace(masked)
 end
 
@@ -248,20 +248,7 @@ arg = script_args
 emit('start', {script = script, jit = jit.version})
 dofile(script)
 
-local blas = {}
-local maps = io.open('/proc/self/maps')
-if maps then
-   for line in maps:lines() do
-      local path = line:match('(/%S+)$')
-      if path and (path:find('blas') or path:find('lapack')) and not blas[path] then
-         blas[path] = true
-      end
-   end
-   maps:close()
-end
-local blas_list = {}
-for path in pairs(blas) do blas_list[#blas_list + 1] = path end
-table.sort(blas_list)
+local blas_list = require('dlbench_blas')()
 local test_time = rawget(_G, 'testTime')
 -- trainable parameters: a masked twin's zeros outside its table are not parameters
 local param_count = rawget(_G, 'parameters') and parameters:nElement() or nil

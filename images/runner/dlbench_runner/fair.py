@@ -35,6 +35,7 @@ w = w - learning_rate * v`` (``v`` starts at 0); Caffe's form, ``v = momentum * 
 learning_rate * gradient; w = w - v``, is the same with a constant learning rate.
 """
 
+import functools
 import hashlib
 
 import numpy as np
@@ -195,21 +196,30 @@ def order(seed, samples, steps, batch_size):
 
 
 class FairData:
-    """What a framework's fair network trains and tests on: the same arrays everywhere."""
+    """What a framework's fair network trains and tests on: the same arrays everywhere.
+    ``arrays`` are the data set's own (uint8 images); the float32 inputs ``train_x`` and
+    ``test_x`` are made when first used (Lua Torch7's program makes its own from the bytes)."""
 
     def __init__(self, arrays, dataset, hp, seed):
         self.dataset = dataset
+        self.arrays = arrays
         self.network = NETWORKS[dataset]
-        self.train_x = inputs(arrays["train_images"], dataset)
         self.train_y = np.asarray(arrays["train_labels"], np.int64)
-        self.test_x = inputs(arrays["test_images"], dataset)
         self.test_y = np.asarray(arrays["test_labels"], np.int64)
-        self.probe_x = self.test_x[:hp["probe_images"]]
+        self.probe_x = inputs(arrays["test_images"][:hp["probe_images"]], dataset)
         self.order = order(seed, len(self.train_y), hp["steps"], hp["batch_size"])
         self.batch_size = hp["batch_size"]
         self.learning_rate = hp["learning_rate"]
         self.momentum = hp["momentum"]
         self.steps = hp["steps"]
+
+    @functools.cached_property
+    def train_x(self):
+        return inputs(self.arrays["train_images"], self.dataset)
+
+    @functools.cached_property
+    def test_x(self):
+        return inputs(self.arrays["test_images"], self.dataset)
 
     def batch(self, step):
         """Step ``step``'s images and labels."""
