@@ -6,6 +6,8 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
+from dlbench_runner import contract
+
 from .. import catalog, store
 from . import compare, estimate, reference_rows
 
@@ -31,8 +33,10 @@ def _verdicts(rep: compare.Report, judgement: reference_rows.Judgement) -> list[
     judged, not_judged = judgement.judged, judgement.not_judged
     others = rep.groups[rep.groups["profile"] != "quick"]
     if not len(judgement.groups):
-        return _wrap(f"Not judged here: {len(others)} {_jobs(len(others))} of the paper "
-                     f"profile; `dlbench report` holds them against the paper.")
+        counts = others["profile"].value_counts(sort=False)
+        return _wrap("Not judged here: " + "; ".join(
+            f"{n} {_jobs(n)} of the {profile} profile, {_where_judged(profile)}"
+            for profile, n in counts.items()) + ".")
     where = judgement.machine or "none ship with this dlbench"
     lines = [f"Against dlbench's reference rows ({where}):"]
     if len(judged):
@@ -46,12 +50,19 @@ def _verdicts(rep: compare.Report, judgement: reference_rows.Judgement) -> list[
                        "  ")
     reasons = [(f"{g.framework} {g.dataset}", g.verdict.removeprefix(
         f"{reference_rows.NOT_COMPARABLE}: ")) for g in not_judged.itertuples()]
-    reasons += [(f"{g.framework} {g.dataset}", f"{g.profile} profile, held against the paper by "
-                 f"`dlbench report`") for g in others.itertuples()]
+    reasons += [(f"{g.framework} {g.dataset}", f"{g.profile} profile, {_where_judged(g.profile)}")
+                for g in others.itertuples()]
     if reasons:
         lines += _wrap(f"{len(reasons)} not judged: " + "; ".join(
             _grouped(reasons)), "  ")
     return lines
+
+
+def _where_judged(profile: str) -> str:
+    """What `dlbench report` does with the groups of a profile that is not judged here."""
+    if profile == contract.FAIR_PROFILE:
+        return "verified and compared by `dlbench report`"
+    return "held against the paper by `dlbench report`"
 
 
 def _speed(frame, rep: compare.Report, judgement: reference_rows.Judgement) -> list[str]:
