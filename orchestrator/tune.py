@@ -25,7 +25,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-import warnings
 from pathlib import Path
 
 from . import catalog, execute
@@ -244,10 +243,9 @@ def tune(request: TuneRequest, display=None, say=print, host_cpus: int | None = 
     if grid is not None and grid <= request.trials - 1:
         sampler = optuna.samplers.GridSampler({k: list(v) for k, v in space.items()}, seed=request.seed)
     else:
-        with warnings.catch_warnings():     # Optuna 5 deprecates constraints_func for a trial-side
-            warnings.simplefilter("ignore", FutureWarning)     # call it still reads (until 7.0)
-            sampler = optuna.samplers.TPESampler(seed=request.seed, constraints_func=_constraints,
-                                                 n_startup_trials=min(5, max(1, request.trials // 3)))
+        # the accuracy floor is each trial's constraint (Trial.set_constraint, below)
+        sampler = optuna.samplers.TPESampler(seed=request.seed,
+                                             n_startup_trials=min(5, max(1, request.trials // 3)))
     study = optuna.create_study(study_name=name, storage=storage, sampler=sampler,
                                 direction="minimize", load_if_exists=True)
     _fail_stale(study)
@@ -285,6 +283,7 @@ def tune(request: TuneRequest, display=None, say=print, host_cpus: int | None = 
             trial.set_user_attr("run_id", row["run_id"])
             trial.set_user_attr("accuracy", row["accuracy"])
             trial.set_user_attr("floor", floor)
+            trial.set_constraint("accuracy floor", floor - row["accuracy"])   # feasible at <= 0
             study.tell(trial, row["train_time_s"])
     return outcome(study, where)
 
@@ -299,14 +298,6 @@ def _suggest(trial, space: dict) -> dict:
         else:
             point[axis] = trial.suggest_categorical(axis, values)
     return point
-
-
-def _constraints(trial) -> list[float]:
-    """Optuna's constraint: feasible (<= 0) when the accuracy reaches the floor."""
-    accuracy, floor = trial.user_attrs.get("accuracy"), trial.user_attrs.get("floor")
-    if accuracy is None or floor is None:
-        return [1.0]
-    return [floor - accuracy]
 
 
 def _floor(study, request: TuneRequest, asked, rows, jobs) -> float:
