@@ -84,7 +84,7 @@ class Collected(NamedTuple):
     """What a job leaves to store: its row, and those of an ok row's side tables."""
 
     record: RunRecord
-    sides: dict[str, list[dict]] = {}   # side table folder -> rows (robustness, steps)
+    sides: dict[str, list[dict]] = {}   # side table folder -> rows (robustness, steps, ops)
     model: bytes | None = None      # the exported ONNX model
     transfer: bytes | None = None   # the FGSM images kept for transfer attacks (transfer.py)
 
@@ -130,7 +130,8 @@ def collect(job: Job, run_id: str, job_id: str, job_dir: Path, outcome: Outcome,
             started_at=result.started_at, finished_at=result.finished_at)
     if result is None or status != "ok":
         return Collected(RunRecord(**fields))
-    sides = {"robustness": [r.model_dump() for r in result.robustness]}
+    sides = {"robustness": [r.model_dump() for r in result.robustness],
+             "ops": [r.model_dump(by_alias=True) for r in result.ops]}
     if result.fair is not None and data_root is not None:
         found_fair, sides["steps"] = fair.checked(result.fair, job_dir, job.dataset, data_root, run_id)
         fields.update(found_fair)

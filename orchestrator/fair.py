@@ -33,7 +33,7 @@ AGREED_STEPS = 10                  # the first steps every framework's losses mu
 # -- the weights file ----------------------------------------------------------------------------
 def job_input_names(job) -> list[str]:
     """The names of the files ``job_inputs`` gives the job (a container mounts each)."""
-    return [networks.WEIGHTS_FILE] if job.profile == contract.FAIR_PROFILE else []
+    return list(job_inputs(job))
 
 
 def job_inputs(job) -> dict[str, bytes]:

@@ -193,6 +193,13 @@ def remove_out(job_dir: Path) -> None:
     remove_tree(job_dir / OUT)
 
 
+def remove_inputs(job_dir: Path, names) -> None:
+    """Remove the inputs ``prepare`` wrote beside the spec, once the job's row is made
+    (a fair job's weights: its seed or the user's file gives them again)."""
+    for name in names:
+        (job_dir / name).unlink(missing_ok=True)
+
+
 def remove(job_dir: Path) -> None:
     """Remove a job's directory (an interrupted job leaves no row, so nothing of it is kept)."""
     remove_tree(job_dir)

@@ -29,7 +29,7 @@ import threading
 import uuid
 from pathlib import Path
 
-from . import build, hostinfo, jobdir, runtimes, store, transfer
+from . import build, fair, hostinfo, jobdir, runtimes, store, transfer
 from .collect import Collected, collect, failed, unsupported
 from .display import NullDisplay
 from .errors import DlbenchError, DockerUnavailable, StoreError
@@ -276,6 +276,7 @@ class _Loop:
                 elif reason is None:
                     collected = collect(job, run_id, job_id, job_dir, outcome, provenance, migration, kept,
                                         dataset.root)
+                    jobdir.remove_inputs(job_dir, fair.job_input_names(job))
                     samples = outcome.samples
                 else:
                     collected, samples = Collected(unsupported(job, run_id, job_id, reason, provenance)), []

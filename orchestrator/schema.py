@@ -94,6 +94,14 @@ The losses of a fair job's first steps are a fourth table (``STEPS_SCHEMA``), on
 file per job under ``RESULTS/steps/``, with its own version:
     1  first version: run_id, step (from 0), loss (the batch's mean loss at that step,
        before its update).
+
+Where a fair job's time goes is a fifth table (``OPS_SCHEMA``), one Parquet file per job
+under ``RESULTS/ops/``, one row per layer and pass (``dlbench_runner/ops.py`` defines
+them), with its own version:
+    1  first version: run_id, layer (``network`` and ``step`` for the whole), index, kind,
+       pass (forward, backward, step), shape and output_shape (with the batch), flops,
+       time_s (the median; backward: forward-and-backward's less forward's), spread_s
+       (the interquartile range of the measured pass), repeats.
 """
 
 from __future__ import annotations
@@ -112,6 +120,7 @@ SCHEMA_VERSION = 12
 TRACE_SCHEMA_VERSION = 1
 ROBUSTNESS_SCHEMA_VERSION = 1
 STEPS_SCHEMA_VERSION = 1
+OPS_SCHEMA_VERSION = 1
 MAX_PROBE_LOGITS = 10_000 * 10      # a fair job's probe logits: at most every test image's
 MAX_LOGGED_STEPS = 100_000
 ATTACKS = ("none", "fgsm", "pgd")
@@ -155,6 +164,23 @@ class FairResult(BaseModel):
     weights_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
     logits: list[list[float]] = Field(max_length=MAX_PROBE_LOGITS)
     losses: list[float] = Field(max_length=MAX_LOGGED_STEPS)
+
+
+class OpTime(BaseModel):
+    """One layer's (or the whole network's, or the step's) time in one pass (``ops.py``)."""
+
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+    layer: str = Field(min_length=1, max_length=100)
+    index: int = Field(ge=-1, le=1_000)
+    kind: typing.Literal["conv", "pool", "relu", "linear", "network", "step"]
+    pass_: typing.Literal["forward", "backward", "step"] = Field(alias="pass")
+    shape: str = Field(max_length=100)
+    output_shape: str = Field(max_length=100)
+    flops: int | None = Field(None, ge=0)
+    # a backward pass's is a difference of medians: a little below 0 where it costs nothing
+    time_s: float = Field(allow_inf_nan=False)
+    spread_s: float | None = Field(None, ge=0.0, allow_inf_nan=False)
+    repeats: int = Field(ge=1)
 
 
 class RunnerResult(BaseModel):
@@ -204,6 +230,7 @@ class RunnerResult(BaseModel):
     migration_time_s: float | None = Field(None, ge=0.0)
     epochs: list[Epoch] = []
     fair: FairResult | None = None
+    ops: list[OpTime] = Field([], max_length=1_000)
     started_at: dt.datetime | None = None
     finished_at: dt.datetime | None = None
 
@@ -383,6 +410,15 @@ ROBUSTNESS_SCHEMA = pa.schema(
      pa.field("images", pa.int64()), pa.field("accuracy", pa.float64()),
      pa.field("time_s", pa.float64()), pa.field("reason", pa.string())],
     metadata={b"dlbench.robustness_schema_version": str(ROBUSTNESS_SCHEMA_VERSION).encode()},
+)
+
+OPS_SCHEMA = pa.schema(
+    [pa.field("run_id", pa.string()), pa.field("layer", pa.string()), pa.field("index", pa.int64()),
+     pa.field("kind", pa.string()), pa.field("pass", pa.string()), pa.field("shape", pa.string()),
+     pa.field("output_shape", pa.string()), pa.field("flops", pa.int64()),
+     pa.field("time_s", pa.float64()), pa.field("spread_s", pa.float64()),
+     pa.field("repeats", pa.int64())],
+    metadata={b"dlbench.ops_schema_version": str(OPS_SCHEMA_VERSION).encode()},
 )
 
 STEPS_SCHEMA = pa.schema(

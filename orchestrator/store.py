@@ -1,5 +1,5 @@
-"""The results directory: four Parquet datasets, rows, traces, robustness and step losses,
-one file per write; and the jobs' trained models, exported to ONNX.
+"""The results directory: five Parquet datasets, rows, traces, robustness, step losses and
+layer times, one file per write; and the jobs' trained models, exported to ONNX.
 
     RESULTS/runs/<time>-<run id>.parquet             a job's row, written when it ends
     RESULTS/runs/<time>-compacted-<id>.parquet       rows merged by compaction
@@ -9,6 +9,8 @@ one file per write; and the jobs' trained models, exported to ONNX.
     RESULTS/robustness/<time>-compacted-<id>.parquet those merged by compaction
     RESULTS/steps/<run id>.parquet                   a fair job's loss at each of its first steps
     RESULTS/steps/<time>-compacted-<id>.parquet      those merged by compaction
+    RESULTS/ops/<run id>.parquet                     a fair job's time per layer and pass
+    RESULTS/ops/<time>-compacted-<id>.parquet        those merged by compaction
     RESULTS/models/<run id>.onnx                     a job's trained model (the migration check)
     RESULTS/transfer/<run id>.npz                    a job's FGSM images, for transfer attacks
     RESULTS/_jobs/<run id>/                          the job's spec, raw result and log
@@ -25,9 +27,9 @@ appears whole or not at all, and concurrent writers (two ``dlbench run`` process
 the same directory) never touch the same file: every name holds the run id.  Names
 starting with ``_`` or ``.`` are ignored by Parquet readers.
 
-Traces, robustness and step losses are a job's side tables (``SideTable``: ``TRACE``,
-``ROBUSTNESS``, ``STEPS``), written, read, migrated, compacted and rescued alike, each with its own
-schema version.  A job's ONNX model and its FGSM images are written and rescued as they
+Traces, robustness, step losses and layer times are a job's side tables (``SideTable``:
+``TRACE``, ``ROBUSTNESS``, ``STEPS``, ``OPS``), written, read, migrated, compacted and
+rescued alike, each with its own schema version.  A job's ONNX model and its FGSM images are written and rescued as they
 are, never merged.
 
 One file per job keeps every row safe the moment its job ends, but thousands of small
@@ -86,7 +88,7 @@ from dlbench_runner import contract
 
 from . import files, jobdir
 from .errors import StoreError, StoreWarning
-from .schema import (ADDED_IN, ARROW_SCHEMA, RENAMED_IN, ROBUSTNESS_SCHEMA, SCHEMA_VERSION, STEPS_SCHEMA,
+from .schema import (ADDED_IN, ARROW_SCHEMA, OPS_SCHEMA, RENAMED_IN, ROBUSTNESS_SCHEMA, SCHEMA_VERSION, STEPS_SCHEMA,
                      TRACE_SCHEMA,
                      RunRecord)
 
@@ -149,9 +151,10 @@ ROBUSTNESS = SideTable("robustness", "robustness", ROBUSTNESS_SCHEMA,
                        b"dlbench.robustness_schema_version", integers=True)
 STEPS = SideTable("step loss", "steps", STEPS_SCHEMA, b"dlbench.steps_schema_version",
                   order=("run_id", "step"), integers=True)
-SIDE_TABLES = (TRACE, ROBUSTNESS, STEPS)
+OPS = SideTable("op time", "ops", OPS_SCHEMA, b"dlbench.ops_schema_version", integers=True)
+SIDE_TABLES = (TRACE, ROBUSTNESS, STEPS, OPS)
 # The side tables a job's collected result may hold rows of (the trace is sampled apart).
-RESULT_TABLES = (ROBUSTNESS, STEPS)
+RESULT_TABLES = (ROBUSTNESS, STEPS, OPS)
 TRACES = TRACE.folder
 
 
@@ -557,6 +560,11 @@ def load_robustness(results: Path, run_ids=None) -> pd.DataFrame:
 def load_steps(results: Path, run_ids=None) -> pd.DataFrame:
     """The step losses of every fair job (or of the given run ids), step by step."""
     return load_side(results, STEPS, run_ids)
+
+
+def load_ops(results: Path, run_ids=None) -> pd.DataFrame:
+    """The layer times of every fair job (or of the given run ids), in each job's order."""
+    return load_side(results, OPS, run_ids)
 
 
 # -- the jobs' ONNX models ------------------------------------------------------------------
@@ -1047,7 +1055,7 @@ def store_row(results: Path, record: RunRecord, samples: list[dict], rescue: Res
               sides: dict[str, list[dict]] | None = None, model: bytes | None = None,
               transfer: bytes | None = None) -> None:
     """Store a finished job's trace, its rows of the other side tables (``sides``, by
-    folder: robustness, steps), ONNX model and FGSM images (if it has them) and row; if the
+    folder: robustness, steps, ops), ONNX model and FGSM images (if it has them) and row; if the
     results directory cannot take them, keep them in the rescue file and raise one
     StoreError saying how to recover them."""
     problems = []

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from conftest import dlbench
-from dlbench_runner import contract, fair as networks
+from dlbench_runner import contract, fair as networks, ops
 from orchestrator import fair, store
 
 
@@ -114,7 +114,7 @@ def test_a_fair_plan_trains_the_fair_network_with_its_settings():
     (("--profile", "fair", "--frameworks", "pytorch", "--set", "num_output=30"),
      "dlbench: error: pytorch/mnist: the fair profile fixes the network and its training: 'num_output' "
      "is not one of its settings (batch_size, learning_rate, log_steps, momentum, omp_threads, "
-     "probe_images, steps)"),
+     "op_repeats, probe_images, steps)"),
     (("--profile", "fair", "--frameworks", "pytorch", "--datasets", "mnist", "--settings-from", "caffe"),
      "dlbench: error: --settings-from: the fair profile fixes every framework's settings (run it "
      "without --settings-from)"),
@@ -151,12 +151,12 @@ FAIR_FRAMEWORKS = ("pytorch", "caffe", "tensorflow", "mxnet", "theano", "torch")
 
 @pytest.fixture(scope="module")
 def fair_rows(build_image, data_root, tmp_path_factory):
-    """Each framework's fair LeNet and cifar10_quick, 15 steps each."""
+    """Each framework's fair LeNet and cifar10_quick, 15 steps each, each layer timed twice."""
     for framework in FAIR_FRAMEWORKS:
         build_image(framework)
     results = tmp_path_factory.mktemp("results")
     dlbench("run", "--profile", "fair", "--frameworks", ",".join(FAIR_FRAMEWORKS), "--set", "steps=15",
-            "--results", results, "--data-dir", data_root, check=True)
+            "--set", "op_repeats=2", "--results", results, "--data-dir", data_root, check=True)
     return pd.read_parquet(results / "runs"), results
 
 
@@ -172,6 +172,8 @@ def test_the_fair_networks_start_where_the_numpy_reference_does(fair_rows, frame
         assert row.param_count == networks.parameter_count(dataset)
         assert row.fair_weights_sha256 == networks.weights_digest(networks.initial_weights(dataset, row.seed))
         assert row.fair_logit_error < fair.LOGIT_TOLERANCE, (dataset, row.fair_logit_error)
+        # the weights it started from were checked, then removed: the seed gives them again
+        assert not (results / "_jobs" / row.run_id / networks.WEIGHTS_FILE).exists()
         losses = steps[steps["run_id"] == row.run_id]
         assert losses["step"].tolist() == list(range(15))
         assert losses["loss"].iloc[0] == pytest.approx(np.log(10), rel=0.1)     # ten classes, at random
@@ -210,6 +212,30 @@ def test_the_report_states_the_checks_and_the_fair_speeds(fair_rows):
 
 
 @pytest.mark.docker
+def test_every_layer_of_both_networks_is_timed_in_every_framework(fair_rows):
+    rows, results = fair_rows
+    ops = store.load_ops(results)
+    for row in rows.itertuples():
+        timed = ops[ops["run_id"] == row.run_id]
+        network = networks.NETWORKS[row.dataset]
+        names = [layer["name"] for layer in network["layers"]] + ["network"]
+        for which in ("forward", "backward"):
+            part = timed[timed["pass"] == which]
+            assert part["layer"].tolist() == names, (row.framework, row.dataset, which)
+            assert (part["repeats"] == 2).all()
+        forward = timed[timed["pass"] == "forward"].set_index("layer")
+        assert (forward["time_s"] > 0).all(), (row.framework, row.dataset)
+        # the convolutions and the dense layers, the work, take most of the network's forward
+        heavy = forward[forward["kind"].isin(["conv", "linear"])]["time_s"].sum()
+        assert heavy > 0.2 * forward.loc["network", "time_s"], (row.framework, row.dataset)
+        step, = timed[timed["pass"] == "step"].itertuples()
+        assert step.time_s == pytest.approx(row.train_time_s / 15)
+    document = json.loads(dlbench("report", "--results", results, "--format", "json", check=True).stdout)
+    assert {(r["dataset"], r["framework"]) for r in document["fair"]["ops"] if r["layer"] == "step"} == {
+        (d, fw) for d in ("mnist", "cifar10") for fw in FAIR_FRAMEWORKS}
+
+
+@pytest.mark.docker
 def test_a_wrong_weight_layout_is_caught_by_the_logit_check(fair_rows, data_root):
     """The reference given LeNet's ip1 weights as a framework that flattens H, W, C (as
     TensorFlow does) would read them, against PyTorch's real logits: far outside tolerance."""
@@ -222,6 +248,54 @@ def test_a_wrong_weight_layout_is_caught_by_the_logit_check(fair_rows, data_root
     wrong = dict(weights, **{"ip1.weight": weights["ip1.weight"].reshape(500, 50, 4, 4)
                              .transpose(0, 2, 3, 1).reshape(500, 800)})
     assert fair.logit_error(logits, fair.forward(wrong, probe, "mnist")) > 100 * fair.LOGIT_TOLERANCE
+
+
+# -- where the time goes: the layers timed alone ------------------------------------------------
+def test_the_ops_plan_has_every_layer_at_its_training_shape():
+    lenet = ops.plan(networks.NETWORKS["mnist"], 64)
+    assert [(op["layer"], op["shape"], op["output_shape"]) for op in lenet] == [
+        ("conv1", (64, 1, 28, 28), (64, 20, 24, 24)), ("pool1", (64, 20, 24, 24), (64, 20, 12, 12)),
+        ("conv2", (64, 20, 12, 12), (64, 50, 8, 8)), ("pool2", (64, 50, 8, 8), (64, 50, 4, 4)),
+        ("ip1", (64, 50, 4, 4), (64, 500)), ("relu1", (64, 500), (64, 500)), ("ip2", (64, 500), (64, 10)),
+        ("network", (64, 1, 28, 28), (64, 10))]
+    assert [op["input_grad"] for op in lenet] == [False] + [True] * 6 + [False]
+    assert lenet[0]["flops"] == 2 * 64 * 20 * 1 * 25 * 24 * 24
+    assert lenet[4]["flops"] == 2 * 64 * 800 * 500
+    assert lenet[-1]["flops"] == sum(op["flops"] or 0 for op in lenet[:-1])
+    for dataset, network in networks.NETWORKS.items():
+        planned = ops.plan(network, 100)
+        for op in planned[:-1]:     # each layer's input is what it was built for
+            layer = op["spec"]["layers"][0]
+            assert op["spec"]["input"] == op["shape"][1:]
+            if layer["kind"] in ("conv", "linear"):
+                assert int(np.prod(op["shape"][1:]) if layer["kind"] == "linear" else op["shape"][1]) \
+                    == layer["in"], (dataset, layer["name"])
+        assert planned[-2]["output_shape"] == (100, network["classes"])
+
+
+def test_each_op_draws_the_same_inputs_in_every_framework():
+    op = ops.plan(networks.NETWORKS["cifar10"], 100)[3]
+    x, g = ops.arrays(op, 7)
+    again, _ = ops.arrays(op, 7)
+    assert x.dtype == g.dtype == np.float32 and x.shape == op["shape"] and g.shape == op["output_shape"]
+    assert np.array_equal(x, again) and not np.array_equal(x, ops.arrays(op, 8)[0])
+
+
+def test_the_passes_are_timed_in_turn_after_the_warm_up():
+    clock, done = iter(range(1000)), []
+    def now():
+        return float(next(clock))
+    forward_times, both_times = ops.time_passes(now, lambda: done.append("f"), lambda: done.append("fb"),
+                                                repeats=3, warmup=2)
+    assert done == ["f", "fb"] * 5
+    assert forward_times == both_times == [1.0] * 3
+    op = ops.plan(networks.NETWORKS["mnist"], 64)[2]
+    forward, backward = ops.rows(op, [1.0, 2.0, 9.0], [4.0, 5.0, 6.0])
+    assert (forward["pass"], forward["time_s"], forward["spread_s"]) == ("forward", 2.0, 4.0)
+    assert (backward["pass"], backward["time_s"], backward["spread_s"]) == ("backward", 3.0, 1.0)
+    assert forward["shape"] == "64x20x12x12" and forward["output_shape"] == "64x50x8x8"
+    with pytest.raises(ValueError, match="conv2: a pass took nan seconds"):
+        ops.rows(op, [1.0], [float("nan")])
 
 
 # -- the report's tables ---------------------------------------------------------------------------

@@ -109,6 +109,43 @@ class Fair(Adapter):
             ctx.fair_step(step, float(loss.data), int((scores.data.argmax(axis=1) == y).sum()))
         ctx.fair_trained(data.steps)
 
+    def op_passes(self, spec, weights, x, g, input_grad):
+        """A layer's (or the network's) forward pass in a TRAIN net, and that forward and
+        backward pass from ``g`` (``ops.py``) in a second net of the same layers and weights.
+        Caffe runs a backward pass only where a loss needs it: the second net's input takes
+        its gradient by ``force_backward`` where training's does (``input_grad``); where it
+        does not (the first layer, the network) its output is made a loss (``loss_weight``
+        1, ``g`` as the loss's weights in its diff), which adds to its forward pass one dot
+        product of the output with ``g``."""
+        caffe = self.caffe
+        body, top = layers(spec)
+        body = body[:-1]        # not the SoftmaxWithLoss
+        shape = [("shape", [("dim", d) for d in x.shape])]
+        head = [("layer", [("name", "data"), ("type", "Input"), ("top", "data"), ("input_param", shape)])]
+        if input_grad:
+            backward_body = [("force_backward", True)] + head + body
+        else:       # the last layer's output a loss, g its weights
+            backward_body = head + body[:-1] + [("layer", body[-1][1] + [("loss_weight", 1.0)])]
+        nets = []
+        for name, text in (("forward", head + body), ("backward", backward_body)):
+            path = os.path.join(self.workdir, "op-%s.prototxt" % name)
+            with open(path, "w") as f:
+                f.write(_text([("name", spec["name"])] + text) + "\n")
+            net = caffe.Net(path, caffe.TRAIN)
+            for key, array in weights.items():
+                layer, kind = key.split(".")
+                if layer in net.params:
+                    net.params[layer][0 if kind == "weight" else 1].data[...] = array
+            net.blobs["data"].data[...] = x
+            nets.append(net)
+        forward_net, backward_net = nets
+        backward_net.blobs[top].diff[...] = g
+
+        def forward_backward():
+            backward_net.forward()
+            backward_net.backward()
+        return forward_net.forward, forward_backward
+
     def test(self):
         return self.data.test_scores(self._forward)
 

@@ -91,6 +91,31 @@ class Fair(Adapter):
         mx.nd.waitall()
         ctx.fair_trained(data.steps)
 
+    def op_passes(self, spec, weights, x, g, input_grad):
+        """A layer's (or the network's) forward pass in training mode, and that forward and
+        backward pass from ``g`` (``ops.py``), on an executor of its symbol; gradients of the
+        parameters, and of the input where training's takes one (``input_grad``).  Each
+        pass waits for MXNet's engine, which runs operators asynchronously."""
+        mx = self.mx
+        logits, _ = symbol(mx, spec)
+        names = {name.replace(".", "_"): array for name, array in weights.items()}
+        arguments = logits.list_arguments()
+        grad_req = {name: ("write" if name != "data" or input_grad else "null") for name in arguments}
+        executor = logits.simple_bind(ctx=self.context, grad_req=grad_req, data=x.shape)
+        for name in arguments:
+            executor.arg_dict[name][:] = x if name == "data" else names[name]
+        g = mx.nd.array(g, ctx=self.context)
+
+        def forward():
+            executor.forward(is_train=True)
+            mx.nd.waitall()
+
+        def forward_backward():
+            executor.forward(is_train=True)
+            executor.backward(out_grads=[g])
+            mx.nd.waitall()
+        return forward, forward_backward
+
     def test(self):
         return self.data.test_scores(self._logits)
 

@@ -49,6 +49,27 @@ class Fair(Adapter):
             ctx.fair_step(step, loss.item(), (output.argmax(1) == labels).sum().item())
         ctx.fair_trained(data.steps)
 
+    def op_passes(self, spec, weights, x, g, input_grad):
+        """A layer's (or the network's) forward pass in training mode, and that forward and
+        backward pass from ``g`` (``ops.py``); the input takes a gradient where training's
+        would (``input_grad``), the parameters' are cleared first, as ``zero_grad`` does."""
+        torch = self.torch
+        model = network(torch, spec, weights).to(self.device)
+        model.train()
+        x = torch.from_numpy(x).to(self.device).requires_grad_(input_grad)
+        g = torch.from_numpy(g).to(self.device)
+        parameters = list(model.parameters())
+
+        def forward():
+            model(x)
+
+        def forward_backward():
+            for p in parameters:
+                p.grad = None
+            x.grad = None
+            model(x).backward(g)
+        return forward, forward_backward
+
     def test(self):
         torch = self.torch
         self.model.eval()

@@ -73,6 +73,48 @@ class Fair(Adapter):
             return self.data.test_scores(
                 lambda images: self._logits(tf.constant(np.ascontiguousarray(images.transpose(0, 2, 3, 1)))).numpy())
 
+    def op_passes(self, spec, weights, x, g, input_grad):
+        """A layer's (or the network's) forward pass, and that forward and backward pass from
+        ``g`` (``ops.py``), each one ``tf.function`` as the training step is; the input's
+        gradient where training's takes one (``input_grad``).  Images and their gradients in
+        N x H x W x C."""
+        tf = self.tf
+
+        def nhwc(array):
+            return np.ascontiguousarray(array.transpose(0, 2, 3, 1)) if array.ndim == 4 else array
+
+        with tf.device(self.device):
+            layers, variables = network(tf, spec, weights)
+            x, g = tf.constant(nhwc(x)), tf.constant(nhwc(g))
+
+            def run(x):
+                for layer in layers:
+                    x = layer(x)
+                return x
+
+            @tf.function
+            def forward(x):
+                return run(x)
+
+            @tf.function
+            def forward_backward(x, g):
+                with tf.GradientTape() as tape:
+                    if input_grad:
+                        tape.watch(x)
+                    out = run(x)
+                # the output returned too: a function runs only the ops its outputs need, and a
+                # convolution's gradients do not need its output
+                return out, tape.gradient(out, variables + ([x] if input_grad else []), output_gradients=g)
+
+        def forward_pass():
+            with tf.device(self.device):
+                forward(x)
+
+        def forward_backward_pass():
+            with tf.device(self.device):
+                forward_backward(x, g)
+        return forward_pass, forward_backward_pass
+
     def save(self, folder):
         """A TensorFlow checkpoint of the trained weights."""
         self.tf.train.Checkpoint(**{v.name.replace("/", "_").split(":")[0]: v for v in self.variables}).write(
@@ -104,8 +146,8 @@ def network(tf, spec, weights):
     """The fair network as a list of functions of an N x H x W x C tensor, and its variables
     (each layer's weight and bias, in TensorFlow's layouts)."""
     layers, variables = [], []
-    channels, size = spec["input"][0], spec["input"][1]
-    flat = False
+    channels, size = spec["input"][0], (spec["input"][1] if len(spec["input"]) == 3 else None)
+    flat = len(spec["input"]) == 1        # a dense layer's input (one layer timed alone: ops.py)
     for layer in spec["layers"]:
         kind, name = layer["kind"], layer["name"]
         if kind == "conv":

@@ -42,6 +42,51 @@ class Fair(Adapter):
         self.conv_ops = compiled_conv_ops(self.net.train_fn)
         ctx.fair_logits(self.net.logits(self.net.data.probe_x))
 
+    def op_passes(self, spec, weights, x, g, input_grad):
+        """A layer's (or the network's) forward pass, and that forward and backward pass from
+        ``g`` (``ops.py``): two compiled functions, the second returning the output too (a
+        Theano function computes only what its outputs need, and a convolution's gradients
+        do not need its output); the input's gradient where training's takes one."""
+        theano = self.theano
+        T = theano.tensor
+        x_var = (T.tensor4 if x.ndim == 4 else T.matrix)("x")
+        h, params = graph(theano, spec, weights, x_var)
+        g_var = h.type("g")
+        wrt = params + ([x_var] if input_grad else [])
+        gradients = T.grad(None, wrt=wrt, known_grads={h: g_var})
+        forward = theano.function([x_var], h)
+        forward_backward = theano.function([x_var, g_var], [h] + gradients)
+        return (lambda: forward(x)), (lambda: forward_backward(x, g))
+
+
+def graph(theano, spec, weights, x):
+    """The network ``spec`` on the symbolic input ``x``: its output, and its parameters (shared
+    variables holding ``weights``, each layer's weight then bias)."""
+    T = theano.tensor
+    from theano.tensor.nnet import conv2d
+    from theano.tensor.signal.pool import pool_2d
+    h, flat, params = x, x.ndim == 2, []
+    for layer in spec["layers"]:
+        kind, name = layer["kind"], layer["name"]
+        if kind in ("conv", "linear"):
+            w = theano.shared(weights[name + ".weight"], name=name + ".weight")
+            b = theano.shared(weights[name + ".bias"], name=name + ".bias")
+            params += [w, b]
+        if kind == "conv":
+            p = layer["pad"]
+            h = conv2d(h, w, border_mode=(p, p), filter_flip=False) + b.dimshuffle("x", 0, "x", "x")
+        elif kind == "pool":
+            k, s = layer["kernel"], layer["stride"]
+            h = pool_2d(h, ws=(k, k), stride=(s, s), ignore_border=False,
+                        mode="max" if layer["mode"] == "max" else "average_exc_pad")
+        elif kind == "relu":
+            h = T.nnet.relu(h)
+        else:
+            if not flat:
+                h, flat = h.flatten(2), True
+            h = T.dot(h, w.T) + b
+    return h, params
+
 
 class FairNet:
     """The fair network in Theano, with what the default adapter's train(), test(), save()
@@ -55,30 +100,8 @@ class FairNet:
         self.ctx, self.np, self.theano = ctx, np, theano
         self.data = data = ctx.fair_data()
         T = theano.tensor
-        from theano.tensor.nnet import conv2d
-        from theano.tensor.signal.pool import pool_2d
-        weights = ctx.fair_weights()
         x, y = T.tensor4("x"), T.lvector("y")
-        h, flat, self.params = x, False, []
-        for layer in data.network["layers"]:
-            kind, name = layer["kind"], layer["name"]
-            if kind in ("conv", "linear"):
-                w = theano.shared(weights[name + ".weight"], name=name + ".weight")
-                b = theano.shared(weights[name + ".bias"], name=name + ".bias")
-                self.params += [w, b]
-            if kind == "conv":
-                p = layer["pad"]
-                h = conv2d(h, w, border_mode=(p, p), filter_flip=False) + b.dimshuffle("x", 0, "x", "x")
-            elif kind == "pool":
-                k, s = layer["kernel"], layer["stride"]
-                h = pool_2d(h, ws=(k, k), stride=(s, s), ignore_border=False,
-                            mode="max" if layer["mode"] == "max" else "average_exc_pad")
-            elif kind == "relu":
-                h = T.nnet.relu(h)
-            else:
-                if not flat:
-                    h, flat = h.flatten(2), True
-                h = T.dot(h, w.T) + b
+        h, self.params = graph(theano, data.network, ctx.fair_weights(), x)
         # the tutorials' form, which Theano rewrites into its fused C op
         # (CrossentropySoftmaxArgmax1HotWithBias): no indexing left in Python
         loss = -T.mean(T.log(T.nnet.softmax(h))[T.arange(y.shape[0]), y])

@@ -8,6 +8,8 @@
 --   probe   -> `probed`: the logits of the probe images written to config.probe_out
 --   train   -> `step` {step, loss, correct} for every step, then `trained`
 --   test    -> `tested` {loss, correct}: the whole test set, in batches of 1000
+--   op P    -> `timed` {forward, forward_backward}: one layer's passes timed (P: its JSON,
+--              time_op's comment)
 --   save P  -> `saved`: the model (torch.save, its buffers cleared) at P
 --   finish  -> `finish` {param_count, threads, blas, jit}; then th exits
 -- Layouts: nn.SpatialConvolutionMM holds (out, in * kH * kW), the neutral (out, in, kH, kW)
@@ -18,6 +20,8 @@
 require 'torch'
 require 'nn'
 local cjson = require 'cjson'
+package.path = paths.dirname(debug.getinfo(1, 'S').source:sub(2)) .. '/?.lua;' .. package.path
+local blas_files = require 'dlbench_blas'
 
 local config = cjson.decode(io.open(arg[1]):read('*a'))
 torch.setdefaulttensortype('torch.FloatTensor')
@@ -47,32 +51,39 @@ local function write_floats(path, tensor)
 end
 
 -- the network ------------------------------------------------------------------------
-local model, flat = nn.Sequential(), false
-for _, layer in ipairs(config.network.layers) do
-   local module
-   if layer.kind == 'conv' then
-      module = nn.SpatialConvolutionMM(layer['in'], layer.out, layer.kernel, layer.kernel, 1, 1,
-                                       layer.pad, layer.pad)
-   elseif layer.kind == 'pool' then
-      if layer.mode == 'max' then
-         module = nn.SpatialMaxPooling(layer.kernel, layer.kernel, layer.stride, layer.stride):ceil()
+-- `layers` in an nn.Sequential, their weights from `weights` (one layer's entry of
+-- config.weights); `flat`: their input is already N x features
+local function build(layers, weights, flat)
+   local model = nn.Sequential()
+   for _, layer in ipairs(layers) do
+      local module
+      if layer.kind == 'conv' then
+         module = nn.SpatialConvolutionMM(layer['in'], layer.out, layer.kernel, layer.kernel, 1, 1,
+                                          layer.pad, layer.pad)
+      elseif layer.kind == 'pool' then
+         if layer.mode == 'max' then
+            module = nn.SpatialMaxPooling(layer.kernel, layer.kernel, layer.stride, layer.stride):ceil()
+         else
+            module = nn.SpatialAveragePooling(layer.kernel, layer.kernel, layer.stride, layer.stride)
+               :ceil():setCountExcludePad()
+         end
+      elseif layer.kind == 'relu' then
+         module = nn.ReLU()
       else
-         module = nn.SpatialAveragePooling(layer.kernel, layer.kernel, layer.stride, layer.stride)
-            :ceil():setCountExcludePad()
+         if not flat then model:add(nn.View(-1):setNumInputDims(3)); flat = true end
+         module = nn.Linear(layer['in'], layer.out)
       end
-   elseif layer.kind == 'relu' then
-      module = nn.ReLU()
-   else
-      if not flat then model:add(nn.View(-1):setNumInputDims(3)); flat = true end
-      module = nn.Linear(layer['in'], layer.out)
+      if weights[layer.name] then
+         local w = weights[layer.name]
+         module.weight:copy(raw(w.weight, 'Float'):viewAs(module.weight))
+         module.bias:copy(raw(w.bias, 'Float'))
+      end
+      model:add(module)
    end
-   if config.weights[layer.name] then
-      local w = config.weights[layer.name]
-      module.weight:copy(raw(w.weight, 'Float'):viewAs(module.weight))
-      module.bias:copy(raw(w.bias, 'Float'))
-   end
-   model:add(module)
+   return model
 end
+
+local model = build(config.network.layers, config.weights, false)
 local criterion = nn.CrossEntropyCriterion()
 local parameters, gradients = model:getParameters()
 local velocity = gradients:clone():zero()
@@ -124,21 +135,30 @@ local function test()
    emit('tested', {loss = loss_sum / n, correct = right})
 end
 
-local function blas_files()
-   local found, list = {}, {}
-   local maps = io.open('/proc/self/maps')
-   if maps then
-      for line in maps:lines() do
-         local path = line:match('(/%S+)$')
-         if path and (path:find('blas') or path:find('lapack')) and not found[path] then
-            found[path] = true
-            list[#list + 1] = path
-         end
+-- one layer (or the network) timed alone, as ops.py says: `op` holds its layers, whether its
+-- input is flat, the raw input and output gradient, the repeats and the warm-up rounds;
+-- the forward pass in training mode, then the forward and backward pass (nn's backward:
+-- the parameters' gradients and the input's, as the training's model:backward computes)
+local function time_op(op)
+   local module = build(op.layers, config.weights, op.flat)
+   module:training()
+   local x, g = raw(op.x, 'Float'), raw(op.g, 'Float')
+   local times = {forward = {}, forward_backward = {}}
+   local timer = torch.Timer()
+   for round = 1, op.warmup + op.repeats do
+      timer:reset()
+      module:forward(x)
+      local forward = timer:time().real
+      timer:reset()
+      module:forward(x)
+      module:backward(x, g)
+      local forward_backward = timer:time().real
+      if round > op.warmup then
+         table.insert(times.forward, forward)
+         table.insert(times.forward_backward, forward_backward)
       end
-      maps:close()
    end
-   table.sort(list)
-   return list
+   return times
 end
 
 for line in io.stdin:lines() do
@@ -151,6 +171,8 @@ for line in io.stdin:lines() do
       train()
    elseif request == 'test' then
       test()
+   elseif request == 'op' then
+      emit('timed', time_op(cjson.decode(io.open(argument):read('*a'))))
    elseif request == 'save' then
       model:clearState()
       torch.save(argument, model)

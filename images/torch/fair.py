@@ -30,7 +30,7 @@ class Fair(Adapter):
             raise ValueError("the fair profile runs Lua Torch7 on the CPU only here")
         self.work = os.environ.get("DLBENCH_TORCH7_WORK") or _tmpdir()
         self.data = data = ctx.fair_data()
-        arrays = ctx.load_data()
+        arrays = data.arrays
         mnist = ctx.dataset == "mnist"
         shape = (-1,) + tuple(data.network["input"])
         config = {
@@ -86,6 +86,21 @@ class Fair(Adapter):
         self._ask("test")
         scores = self._expect("tested")
         return {"accuracy": scores["correct"] / len(self.data.test_y), "loss": scores["loss"]}
+
+    def op_times(self, spec, weights, x, g, input_grad, repeats, warmup):
+        """A layer's (or the network's) passes timed in ``th`` (``ops.py``; the Lua program's
+        ``time_op``): the initial weights are those the program read at setup, ``weights``'
+        own.  nn's backward computes the input's gradient of every layer, the first's too,
+        as Torch7's training does: ``input_grad`` changes nothing here."""
+        op = {"layers": spec["layers"], "flat": len(spec["input"]) == 1,
+              "x": self._raw("op_x.f32", x, numpy.float32), "g": self._raw("op_g.f32", g, numpy.float32),
+              "repeats": repeats, "warmup": warmup}
+        path = os.path.join(self.work, "op.json")
+        with open(path, "w") as f:
+            json.dump(op, f)
+        self._ask("op " + path)
+        times = self._expect("timed")
+        return times["forward"], times["forward_backward"]
 
     def save(self, folder):
         path = os.path.join(folder, "fair.t7")

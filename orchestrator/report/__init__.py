@@ -30,6 +30,7 @@ def make_report(results: Path, fmt: str | None, html_dir: Path | None, tolerance
     rep.correlations = correlations.table(rep.rows)
     if len(verification.fair_rows(rep.rows)):
         rep.steps = store.load_steps(results, rep.rows["run_id"])
+        rep.ops = store.load_ops(results, rep.rows["run_id"])
     page = None
     if html_dir is not None:
         from . import html     # plotly: imported only for the page

@@ -54,6 +54,7 @@ def charts(rep: compare.Report) -> list[Chart | Missing]:
     found += transfer_charts(rep)
     found += setting_charts(rep)
     found += fair_charts(rep)
+    found += op_charts(rep)
     return found + trace_charts(rep)
 
 
@@ -528,4 +529,66 @@ def _fair_figure(data: pd.DataFrame) -> go.Figure:
     figure.update_yaxes(type="log", row=2, col=1)
     figure.update_xaxes(title_text="step", row=2, col=1)
     figure.update_layout(height=560, margin=dict(t=60, b=40))
+    return figure
+
+
+# the layers' colours in a stacked bar (by kind: convolutions warm, dense layers cool)
+LAYER_COLOURS = {"conv": ["#b2182b", "#d6604d", "#f4a582"], "linear": ["#2166ac", "#4393c3", "#92c5de"],
+                 "pool": ["#1b7837", "#5aae61", "#a6dba0"], "relu": ["#762a83", "#9970ab", "#c2a5cf"]}
+REST_COLOUR = "#bdbdbd"
+
+
+def op_charts(rep: compare.Report) -> list[Chart]:
+    """One stacked bar chart per machine and data set with timed fair runs
+    (report/verification.op_times): per framework, each layer's forward and backward time
+    stacked in the network's order, then the rest of the training's step."""
+    data = verification.op_times(rep.rows, rep.ops)
+    drawn = []
+    for (section, dataset), part in data.groupby(["section", "dataset"], sort=True):
+        where = machine_label(rep, int(section))
+        title = f"Where the fair time goes, {dataset}" + (f" ({where})" if where else "")
+        drawn.append(Chart(f"ops-{int(section)}-{dataset}", title, (
+            "Each layer of the fair network timed alone at its training shape, its forward "
+            "and backward pass stacked in the network's order (the same colour, the backward "
+            "pass hatched); a bar marks the training's mean step, and the grey rest is what the "
+            "step spends outside the layers timed alone (the loss, the update, feeding the "
+            "batch, the framework's own work between layers). A diamond marks the network "
+            "timed as one model."), part.drop(columns="section").reset_index(drop=True), _op_figure(part)))
+    return drawn
+
+
+def _op_figure(data: pd.DataFrame) -> go.Figure:
+    frameworks = list(dict.fromkeys(data["framework"]))
+    layers = (data[data["index"] >= 0].drop_duplicates("layer").sort_values("index", kind="stable"))
+    figure = go.Figure()
+    used = {}
+    for layer in layers.itertuples():
+        shades = LAYER_COLOURS.get(layer.kind, [OTHER])
+        colour_ = shades[used.get(layer.kind, 0) % len(shades)]
+        used[layer.kind] = used.get(layer.kind, 0) + 1
+        rows = data[data["layer"] == layer.layer].set_index("framework").reindex(frameworks)
+        for which, pattern in (("forward", ""), ("backward", "/")):
+            values = rows[f"{which}_s"].clip(lower=0) * 1e3
+            figure.add_trace(go.Bar(
+                x=frameworks, y=values, name=layer.layer, marker_color=colour_,
+                marker_pattern_shape=pattern, legendgroup=layer.layer, showlegend=which == "forward",
+                hovertemplate=f"%{{x}}<br>{layer.layer} ({layer.kind}, {layer.shape}) {which}: "
+                              "%{y:.2f} ms<extra></extra>"))
+    steps = data[data["kind"] == "step"].set_index("framework").reindex(frameworks)["step_s"] * 1e3
+    summed = (data[data["index"] >= 0].groupby("framework")[["forward_s", "backward_s"]].sum()
+              .clip(lower=0).sum(axis=1).reindex(frameworks) * 1e3)
+    figure.add_trace(go.Bar(x=frameworks, y=(steps - summed).clip(lower=0), name="rest of the step",
+                            marker_color=REST_COLOUR,
+                            hovertemplate="%{x}<br>the step less the layers: %{y:.2f} ms<extra></extra>"))
+    network = data[data["kind"] == "network"].set_index("framework").reindex(frameworks)
+    figure.add_trace(go.Scatter(
+        x=frameworks, y=(network["forward_s"] + network["backward_s"]) * 1e3, mode="markers",
+        name="network, as one model", marker=dict(symbol="diamond", size=11, color="black"),
+        hovertemplate="%{x}<br>the network forward and backward: %{y:.2f} ms<extra></extra>"))
+    figure.add_trace(go.Scatter(
+        x=frameworks, y=steps, mode="markers", name="training's step",
+        marker=dict(symbol="line-ew", size=60, line=dict(width=3, color="black")),
+        hovertemplate="%{x}<br>the training's mean step: %{y:.2f} ms<extra></extra>"))
+    figure.update_layout(barmode="stack", height=520, margin=dict(t=40, b=40),
+                         yaxis_title="milliseconds per step", legend=dict(traceorder="normal"))
     return figure

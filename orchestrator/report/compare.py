@@ -162,6 +162,8 @@ class Report:
     # the fair runs' step losses (store.load_steps; report/verification.py reads them with
     # the rows); set by report.make_report, None where no row is of the fair profile
     steps: pd.DataFrame | None = None
+    # the fair runs' layer times (store.load_ops), likewise
+    ops: pd.DataFrame | None = None
 
     def notes(self) -> list[str]:
         """The report's rules, printed with it."""

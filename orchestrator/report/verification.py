@@ -13,6 +13,8 @@ default-settings tables cannot say:
     speed    the training time of the same work in each framework on one machine, its
              ratio to the fastest: a framework-speed comparison, kept apart from the ratio
              table of the default settings (whose frameworks train different models)
+    ops      where that time goes: each layer's forward and backward pass timed alone
+             (``dlbench_runner/ops.py``), the whole network's, and the training's step
 
 A framework outside a tolerance is a finding stated here, never a failed run.
 """
@@ -93,9 +95,36 @@ def curves(rows: pd.DataFrame, steps: pd.DataFrame | None) -> pd.DataFrame:
     return found[FAMILY + ["framework", "run_id"]].merge(steps, on="run_id").drop(columns="run_id")
 
 
-def records(rows: pd.DataFrame, steps: pd.DataFrame | None) -> dict:
-    """The three tables as JSON-ready records."""
+OPS_COLUMNS = ["section", "dataset", "framework", "layer", "index", "kind", "shape", "flops",
+               "forward_s", "backward_s", "step_s"]
+
+
+def op_times(rows: pd.DataFrame, ops: pd.DataFrame | None) -> pd.DataFrame:
+    """Where the first run of each framework of each family spent its time: one row per
+    layer (in the network's order), then ``network`` (the layers as one model) and ``step``
+    (the training's mean step), with the forward and backward seconds (a step's in
+    ``step_s``)."""
+    found = fair_rows(rows).drop_duplicates(FAMILY + ["framework"])
+    if ops is None or not len(ops) or not len(found):
+        return pd.DataFrame(columns=OPS_COLUMNS)
+    timed = found[["section", "dataset", "framework", "run_id"]].merge(ops, on="run_id")
+    if not len(timed):
+        return pd.DataFrame(columns=OPS_COLUMNS)
+    keys = ["section", "dataset", "framework", "layer", "index", "kind", "shape", "flops"]
+    table = (timed.pivot_table(index=keys, columns="pass", values="time_s", aggfunc="first",
+                               dropna=False, sort=False, observed=True)
+             .reindex(columns=["forward", "backward", "step"]).reset_index())
+    table = table.rename(columns={"forward": "forward_s", "backward": "backward_s", "step": "step_s"})
+    table = table.dropna(subset=["forward_s", "backward_s", "step_s"], how="all")
+    # the layers in order, then the network, then the step
+    table["order"] = table["index"].where(table["index"] >= 0, 10_000 + (table["kind"] == "step"))
+    table = table.sort_values(["section", "dataset", "framework", "order"], kind="stable")
+    return table[OPS_COLUMNS].reset_index(drop=True)
+
+
+def records(rows: pd.DataFrame, steps: pd.DataFrame | None, ops: pd.DataFrame | None = None) -> dict:
+    """The four tables as JSON-ready records."""
     def plain(frame: pd.DataFrame) -> list[dict]:
         return json.loads(frame.to_json(orient="records"))
     return {"logits": plain(logits(rows)), "losses": plain(losses(rows, steps)),
-            "speeds": plain(speeds(rows))}
+            "speeds": plain(speeds(rows)), "ops": plain(op_times(rows, ops))}

@@ -294,7 +294,43 @@ def fair_views(rep: compare.Report, section: compare.Section) -> list[View]:
              for r in found.itertuples()], numeric={2, 4, 5, 6, 7}, wrap={1},
             keys=["data", "settings", "threads", "framework", "runs", "train", "images_per_s", "ratio"],
             drop=["settings", "threads", "runs"]))
+    found = verification.op_times(rows, rep.ops)
+    for dataset, part in found.groupby("dataset", sort=False):
+        views.append(op_view(dataset, part))
     return views
+
+
+def op_view(dataset: str, part: pd.DataFrame) -> View:
+    """Where one data set's fair time goes: a row per layer, the sum of the layers, the
+    network timed whole and the training's step; a column per framework, its forward and
+    backward milliseconds together (the JSON and the page have them apart)."""
+    frameworks = list(dict.fromkeys(part["framework"]))
+    by = {(r.framework, r.layer): r for r in part.itertuples()}
+    layers = part[part["index"] >= 0].drop_duplicates("layer").sort_values("index", kind="stable")
+
+    def ms(value) -> str:
+        return "" if value is None or pd.isna(value) else f"{value * 1e3:.1f}"
+
+    def both(r) -> str:
+        return "" if r is None else ms(r.forward_s + r.backward_s)
+
+    cells = [[r.layer, r.shape] + [both(by.get((f, r.layer))) for f in frameworks]
+             for r in layers.itertuples()]
+    sums = []
+    for f in frameworks:
+        own = part[(part["framework"] == f) & (part["index"] >= 0)]
+        sums.append(ms(own["forward_s"].sum() + own["backward_s"].sum()) if len(own) else "")
+    cells.append(["layers", "sum"] + sums)
+    cells.append(["network", "as one"] + [both(by.get((f, "network"))) for f in frameworks])
+    cells.append(["step", "training's"] + [ms(getattr(by.get((f, "step")), "step_s", None))
+                                           for f in frameworks])
+    return View(
+        f"Where the fair time goes, {dataset}: milliseconds of each layer's forward and backward "
+        f"pass, timed alone at its training shape (input with the batch; medians), their sum, the "
+        f"network timed as one model, and the training's mean step (data, loss and update "
+        f"included); the JSON and the page give forward and backward apart",
+        ["layer", "input"] + frameworks, cells, numeric=set(range(2, 2 + len(frameworks))), wrap=set(),
+        keys=["layer", "input"] + frameworks, drop=["input"])
 
 
 def correlation_records(rep: compare.Report) -> list[dict]:

@@ -47,13 +47,14 @@ PROFILES = ("paper", "quick", "fair")
 # LeNet's "inv" policy is left out, as are weight decay and Caffe's doubled bias learning
 # rate); ``steps`` of training (one epoch of MNIST, two of CIFAR-10); the loss of each of the
 # first ``log_steps`` steps is kept; the logits of the first ``probe_images`` test images are
-# taken before the first step.
+# taken before the first step; after the test pass each layer is timed alone ``op_repeats``
+# times (``ops.py``; 0: not timed).
 FAIR_PROFILE = "fair"
 FAIR = {
     "mnist": {"batch_size": 64, "learning_rate": 0.01, "momentum": 0.9, "steps": 937,
-              "log_steps": 200, "probe_images": 64},
+              "log_steps": 200, "probe_images": 64, "op_repeats": 20},
     "cifar10": {"batch_size": 100, "learning_rate": 0.001, "momentum": 0.9, "steps": 1000,
-                "log_steps": 200, "probe_images": 64},
+                "log_steps": 200, "probe_images": 64, "op_repeats": 20},
 }
 FAIR_MODELS = {"mnist": "fair-lenet", "cifar10": "fair-cifar10_quick"}
 # The initial weights a fair job finds beside its spec (the host writes them there).
@@ -104,9 +105,10 @@ MAX_MODEL_BYTES = 48 << 20
 # largest such file; 1,000 CIFAR-10 images take about 4 MB, MNIST ones 0.45 MB.
 TRANSFER_FILE = "transfer.npz"
 MAX_TRANSFER_BYTES = 16 << 20
-# The settings of the checks after training, not of the training itself.
+# The settings of the checks after training, not of the training itself (a fair job's
+# layer timings, ``op_repeats``, among them).
 AFTER_TRAINING = frozenset([key for settings in ROBUSTNESS.values() for key in settings]
-                           + list(MIGRATION))
+                           + list(MIGRATION) + ["op_repeats"])
 # OpenMP's thread count, a setting every model takes: 0 gives the OpenMP runtime the job's
 # thread count, like every other thread variable; N > 0 sets OMP_NUM_THREADS to N, and the
 # frameworks that set their OpenMP threads themselves (Lua Torch7's -threads, PyTorch's

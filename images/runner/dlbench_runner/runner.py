@@ -41,7 +41,8 @@ On the CPU ``synchronize`` does nothing (an adapter defines it so).
 After the last timed span (the test pass) the runner asks the adapter to save the
 trained model (``save``) into a scratch folder of its own, in the temporary
 directory: ``model_size_bytes`` is what the files written there hold, and the
-folder is removed at once.  Then, unless ``robust_images`` is 0, it attacks the
+folder is removed at once.  A fair job then times each layer of its network alone
+(``ops.py``; ``op_repeats`` times, 0: not at all).  Then, unless ``robust_images`` is 0, it attacks the
 trained model with the adapter's own input gradients (``robustness.py``), and keeps
 the FGSM images at ``pgd_epsilon`` as ``/out/transfer.npz`` for transfer attacks.  Then,
 unless ``export_onnx`` is 0, it exports the model to ONNX (``migration.py``):
@@ -384,6 +385,14 @@ def run(spec, framework_dir, data_dir, out_dir):
         emit("phase", phase="save")
         result["model_size_bytes"] = saved_model_bytes(adapter)
         ctx.swallowed.check()
+        if spec["profile"] == FAIR_PROFILE and ctx.hp.get("op_repeats"):
+            from . import ops
+            phase = "ops"
+            emit("phase", phase="ops")
+            t0 = ctx.now()
+            result["ops"] = ops.measure(adapter, ctx, result["train_time_s"] / ctx.hp["steps"])
+            ctx.swallowed.check()
+            result["ops_time_s"] = ctx.now() - t0
         if ctx.hp.get("robust_images"):
             from . import robustness    # numpy, as the data readers: imported where used
             phase = "robustness"
