@@ -330,3 +330,36 @@ def test_every_framework_starts_from_the_same_seed():
     its fair network from the fair profile's, as every other framework does."""
     jobs = planned("--datasets", "mnist")
     assert {j["seed"] for j in jobs} == {1} and len(jobs) == 6
+
+
+FAIR_OPS = Path(__file__).resolve().parent.parent / "docs" / "measurements" / "2026-11-27-fair-ops"
+
+
+def test_the_report_shows_where_the_fair_time_goes_layer_by_layer():
+    """The committed fair run whose jobs timed their layers: a table per data set, a row per
+    layer and a column per framework, the layers' sum adding their cells up; the JSON has
+    forward and backward apart for every layer of both networks in all six frameworks."""
+    text = dlbench("report", "--results", FAIR_OPS, "--format", "md", "--wide", check=True).stdout
+    document = json.loads(dlbench("report", "--results", FAIR_OPS, "--format", "json", check=True).stdout)
+    ops = pd.DataFrame(document["fair"]["ops"])
+    frameworks = sorted(set(ops["framework"]))
+    assert len(frameworks) == 6
+    for dataset, network in networks.NETWORKS.items():
+        names = [layer["name"] for layer in network["layers"]]
+        part = ops[ops["dataset"] == dataset]
+        for framework in frameworks:
+            own = part[part["framework"] == framework]
+            assert own["layer"].tolist() == names + ["network", "step"], (dataset, framework)
+            assert own.iloc[:-1][["forward_s", "backward_s"]].notna().all().all()
+            assert own.iloc[-1]["step_s"] > 0
+        table = text.split(f"### Where the fair time goes, {dataset}")[1].split("###")[0]
+        lines = [line for line in table.splitlines() if line.startswith("|")]
+        header = [cell.strip() for cell in lines[0].strip("|").split("|")]
+        cells = {line.strip("|").split("|")[0].strip(): [c.strip() for c in line.strip("|").split("|")]
+                 for line in lines[2:]}
+        assert [name for name in cells if name in names] == names
+        for column, framework in enumerate(header):
+            if framework not in frameworks:
+                continue
+            summed = sum(float(cells[name][column]) for name in names)
+            assert float(cells["layers"][column]) == pytest.approx(summed, abs=0.06 * len(names))

@@ -26,6 +26,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
 from conftest import REPO, dlbench
+from dlbench_runner import fair as networks
 from orchestrator import catalog, store
 from orchestrator.report import charts, compare, html
 from test_report import records, runner_rows, sample, with_traces
@@ -298,5 +299,41 @@ def test_the_fair_runs_draw_their_loss_curves_and_differences(browser, tmp_path)
     browser.set_window_size(1400, 1400)
     browser.execute_script("document.getElementById('chart-fair-0-mnist').scrollIntoView()")
     shot = Path(os.environ.get("DLBENCH_SCREENSHOTS", tmp_path)) / "fair-chart.png"
+    shot.parent.mkdir(parents=True, exist_ok=True)
+    assert browser.save_screenshot(str(shot)) and shot.stat().st_size > 10_000
+
+
+FAIR_OPS = MEASUREMENTS / "2026-11-27-fair-ops"     # the fair run from a fresh clone, layers timed
+
+
+def test_the_fair_layer_times_draw_a_stacked_bar_per_framework(browser, tmp_path):
+    """The committed fair run whose jobs timed their layers: per data set, one bar per
+    framework stacking each layer's forward and backward time, the rest of the step, the
+    step and the network as one model; its CSV the report's numbers; a screenshot kept."""
+    directory = tmp_path / "results"
+    store.append(directory, records(FAIR_OPS))
+    for side in ("steps", "ops"):
+        shutil.copytree(FAIR_OPS / side, directory / side)
+    out = tmp_path / "page"
+    dlbench("report", "--results", directory, "--html", out, check=True)
+    assert load(browser, out / "index.html") == []
+    plots = {p["id"]: p for p in browser.execute_script(PLOTS)}
+    ops = store.load_ops(FAIR_OPS)
+    for dataset in ("mnist", "cifar10"):
+        layers = len(networks.NETWORKS[dataset]["layers"])
+        chart = plots[f"chart-ops-0-{dataset}"]
+        # a forward and a backward bar per layer, the rest, the network's diamonds, the steps
+        assert chart["traces"] == 2 * layers + 3 and chart["drawn"] == chart["traces"]
+        assert overlapping(chart["ticks"]) == []
+        data = pd.read_csv(io.StringIO(fetched(browser, chart["csv"])))
+        assert sorted(set(data["framework"])) == sorted(catalog.names()[:6])
+        assert len(data) == 6 * (layers + 2)            # the layers, the network, the step
+        drawn = data[data["layer"] == "conv1"].set_index("framework")["forward_s"]
+        stored = ops[(ops["layer"] == "conv1") & (ops["pass"] == "forward")
+                     & (ops["shape"] == data[data["layer"] == "conv1"]["shape"].iloc[0])]
+        assert sorted(drawn.round(12)) == sorted(stored["time_s"].round(12))
+    browser.set_window_size(1400, 1000)
+    browser.execute_script("document.getElementById('chart-ops-0-cifar10').scrollIntoView()")
+    shot = Path(os.environ.get("DLBENCH_SCREENSHOTS", tmp_path)) / "ops-chart.png"
     shot.parent.mkdir(parents=True, exist_ok=True)
     assert browser.save_screenshot(str(shot)) and shot.stat().st_size > 10_000
