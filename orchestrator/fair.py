@@ -23,7 +23,6 @@ import numpy as np
 
 from dlbench_runner import contract, fair as networks
 
-from .errors import UsageError
 
 LOGIT_TOLERANCE = 1e-4             # max |framework - reference| / max |reference|
 LOSS_TOLERANCE = 1e-3              # |a - b| / |b| of two frameworks' loss at one step
@@ -33,15 +32,13 @@ AGREED_STEPS = 10                  # the first steps every framework's losses mu
 # -- the weights file ----------------------------------------------------------------------------
 def job_input_names(job) -> list[str]:
     """The names of the files ``job_inputs`` gives the job (a container mounts each)."""
-    return list(job_inputs(job))
+    return [networks.WEIGHTS_FILE] if job.profile == contract.FAIR_PROFILE else []
 
 
 def job_inputs(job) -> dict[str, bytes]:
     """The files a job finds beside its spec (``jobdir.prepare``): a fair job's initial
     weights, the user's file (``--weights``) or those its seed draws."""
-    if job.profile != contract.FAIR_PROFILE:
-        return {}
-    return {networks.WEIGHTS_FILE: _npz(job.dataset, job.seed, job.weights)}
+    return {name: _npz(job.dataset, job.seed, job.weights) for name in job_input_names(job)}
 
 
 @functools.lru_cache(maxsize=8)
@@ -59,16 +56,13 @@ def job_weights(job_dir: Path) -> dict | None:
 
 
 def user_weights(path: Path, dataset: str) -> dict:
-    """A weights file the user gave (``--weights``), checked: a one-line error naming the
-    layer that does not fit."""
+    """A weights file the user gave (``--weights``), checked against the network: a
+    ``networks.WeightsError`` saying why not (naming the layer that does not fit)."""
     try:
         arrays = load(path)
     except (OSError, ValueError) as exc:
-        raise UsageError(f"--weights {path}: not a NumPy .npz file ({exc})") from None
-    try:
-        networks.check_weights(arrays, dataset)
-    except networks.WeightsError as exc:
-        raise UsageError(f"--weights {path}: {exc}") from None
+        raise networks.WeightsError(f"not a NumPy .npz file ({exc})") from None
+    networks.check_weights(arrays, dataset)
     return arrays
 
 
@@ -107,16 +101,11 @@ def convolution(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, pad: int) -
     return out.transpose(0, 3, 1, 2) + np.asarray(bias, np.float64)[None, :, None, None]
 
 
-def pooled_size(size: int, kernel: int, stride: int) -> int:
-    """Caffe's output size (no padding): ceil((size - kernel) / stride) + 1."""
-    return -(-(size - kernel) // stride) + 1
-
-
 def pooling(x: np.ndarray, mode: str, kernel: int, stride: int) -> np.ndarray:
     """Max or average pooling with Caffe's ceil rule: the last window is cut at the border
     and an average divides by the inputs its window covers."""
     n, c, h, w = x.shape
-    oh, ow = pooled_size(h, kernel, stride), pooled_size(w, kernel, stride)
+    oh, ow = networks.pooled_size(h, kernel, stride), networks.pooled_size(w, kernel, stride)
     out = np.empty((n, c, oh, ow))
     reduce = np.max if mode == "max" else np.mean
     for i in range(oh):

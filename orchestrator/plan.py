@@ -253,9 +253,8 @@ def fair_weights(axes: Axes, datasets: list[str]) -> dict:
     path = Path(axes.weights).expanduser().resolve()
     try:
         arrays = fair.user_weights(path, datasets[0])
-    except UsageError as exc:
-        raise PlanError(str(exc).removeprefix(f"--weights {path}: "), ("weights",),
-                        f"--weights {axes.weights}: " + str(exc).removeprefix(f"--weights {path}: ")) from None
+    except fair.networks.WeightsError as exc:
+        raise PlanError(str(exc), ("weights",), f"--weights {axes.weights}: {exc}") from None
     return {"weights": str(path), "weights_sha256": fair.networks.weights_digest(arrays)}
 
 

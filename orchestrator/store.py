@@ -29,8 +29,8 @@ starting with ``_`` or ``.`` are ignored by Parquet readers.
 
 Traces, robustness, step losses and layer times are a job's side tables (``SideTable``:
 ``TRACE``, ``ROBUSTNESS``, ``STEPS``, ``OPS``), written, read, migrated, compacted and
-rescued alike, each with its own schema version.  A job's ONNX model and its FGSM images are written and rescued as they
-are, never merged.
+rescued alike, each with its own schema version.  A job's ONNX model and its FGSM images
+are written and rescued as they are, never merged.
 
 One file per job keeps every row safe the moment its job ends, but thousands of small
 files are slow to read.  ``compact`` merges the row files into one, and each side
@@ -832,7 +832,7 @@ def _merge(results: Path, paths: list[Path], folder: Path, schema: pa.Schema, re
 
 def counted(counts: tuple[int, ...]) -> str:
     """What ``migrate`` or ``compact`` returned, in words: "3 row files, 2 trace files,
-    0 robustness files and 0 step loss files"."""
+    0 robustness files, 0 step loss files and 0 op time files"."""
     words = [f"{count} {kind} files" for count, kind in
              zip(counts, ["row"] + [side.kind for side in SIDE_TABLES])]
     return ", ".join(words[:-1]) + " and " + words[-1]
@@ -1113,7 +1113,7 @@ def _reason(exc: BaseException) -> str:
 
 
 def recover(results: Path) -> tuple[int, list[str]]:
-    """Store the rows (and their traces, robustness and step rows, ONNX models, FGSM images) kept in
+    """Store the rows (and their rows of the side tables, ONNX models, FGSM images) kept in
     ``RESULTS/_rescued/``; returns how many, and a line for each file that could not be
     (left in place).  Room set aside by a run that still lives is left alone; room left
     empty by a run that was stopped is removed."""

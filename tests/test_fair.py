@@ -78,7 +78,7 @@ def test_the_reference_pooling_follows_caffes_ceil_rule_and_border_windows():
     assert average.shape == (3, 3)
     assert average[0, 0] == (0 + 1 + 5 + 6) / 4 and average[2, 2] == 24     # a window of one
     assert average[0, 2] == (4 + 9) / 2
-    assert [fair.pooled_size(n, 3, 2) for n in (32, 16, 8)] == [16, 8, 4]   # cifar10_quick
+    assert [networks.pooled_size(n, 3, 2) for n in (32, 16, 8)] == [16, 8, 4]   # cifar10_quick
 
 
 def test_the_reference_gives_ten_logits_for_each_image():

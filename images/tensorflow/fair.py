@@ -17,6 +17,7 @@ import os
 import numpy as np
 
 from dlbench_adapter import Adapter, _onednn_enabled
+from dlbench_runner import fair as networks
 
 
 class Fair(Adapter):
@@ -160,7 +161,7 @@ def network(tf, spec, weights):
             channels, size = layer["out"], size + 2 * pad - layer["kernel"] + 1
         elif kind == "pool":
             k, s = layer["kernel"], layer["stride"]
-            caffe = -(-(size - k) // s) + 1
+            caffe = networks.pooled_size(size, k, s)
             same = -(-size // s)
             if caffe != same or ((same - 1) * s + k - size) // 2 != 0:
                 raise ValueError("layer %s: TensorFlow's SAME pooling is not Caffe's ceil rule here" % name)

@@ -65,6 +65,12 @@ def machine_label(rep: compare.Report, section: int) -> str:
     return f"machine {section + 1}" if len(rep.sections) > 1 else ""
 
 
+def on_machine(rep: compare.Report, section, title: str) -> str:
+    """A chart's title, with its machine in brackets where the report has several."""
+    where = machine_label(rep, int(section))
+    return title + (f" ({where})" if where else "")
+
+
 def series_label(rep: compare.Report, g) -> str:
     """One group in a few words: framework, and what sets it apart from the others."""
     parts = [g.framework, g.dataset, g.device, g.profile]
@@ -497,8 +503,7 @@ def fair_charts(rep: compare.Report) -> list[Chart]:
         family = part[verification.FAMILY[2:]].drop_duplicates().iloc[0]   # the first family
         part = part[(part[verification.FAMILY[2:]] == family).all(axis=1)]
         part = part[["framework", "step", "loss"]].reset_index(drop=True)
-        where = machine_label(rep, int(section))
-        title = f"Fair profile, {dataset}: the loss step by step" + (f" ({where})" if where else "")
+        title = on_machine(rep, section, f"Fair profile, {dataset}: the loss step by step")
         drawn.append(Chart(f"fair-{int(section)}-{dataset}", title, (
             "The same network from the same weights on the same batches in every framework: "
             "the batch's loss at each step before its update (top), and its relative "
@@ -545,8 +550,7 @@ def op_charts(rep: compare.Report) -> list[Chart]:
     data = verification.op_times(rep.rows, rep.ops)
     drawn = []
     for (section, dataset), part in data.groupby(["section", "dataset"], sort=True):
-        where = machine_label(rep, int(section))
-        title = f"Where the fair time goes, {dataset}" + (f" ({where})" if where else "")
+        title = on_machine(rep, section, f"Where the fair time goes, {dataset}")
         drawn.append(Chart(f"ops-{int(section)}-{dataset}", title, (
             "Each layer of the fair network timed alone at its training shape, its forward "
             "and backward pass stacked in the network's order (the same colour, the backward "

@@ -89,6 +89,11 @@ CIFAR10_MEANS = (125.3069, 122.9504, 113.8654)
 
 
 
+def pooled_size(size, kernel, stride):
+    """A pooling's output size by Caffe's rule (no padding): ceil((size - kernel) / stride) + 1."""
+    return -(-(size - kernel) // stride) + 1
+
+
 class WeightsError(Exception):
     """A weights file that does not fit the network; the message names the layer."""
 

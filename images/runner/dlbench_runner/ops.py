@@ -39,6 +39,8 @@ import math
 
 import numpy as np
 
+from . import fair
+
 OP_WARMUP = 2
 
 
@@ -51,7 +53,7 @@ def shapes(network, batch_size):
             size = shape[2] + 2 * layer["pad"] - layer["kernel"] + 1
             out = (batch_size, layer["out"], size, size)
         elif kind == "pool":
-            size = -(-(shape[2] - layer["kernel"]) // layer["stride"]) + 1
+            size = fair.pooled_size(shape[2], layer["kernel"], layer["stride"])
             out = (batch_size, shape[1], size, size)
         elif kind == "relu":
             out = shape
@@ -139,7 +141,6 @@ def rows(op, forward, forward_backward):
 
 def measure(adapter, ctx, step_s):
     """The rows of every op of the job's fair network, and the training's step."""
-    from . import fair
     data_network = fair.NETWORKS[ctx.dataset]
     repeats, batch_size = ctx.hp["op_repeats"], ctx.hp["batch_size"]
     weights = ctx.fair_weights()        # the ones the training started from

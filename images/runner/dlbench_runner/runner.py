@@ -42,8 +42,8 @@ After the last timed span (the test pass) the runner asks the adapter to save th
 trained model (``save``) into a scratch folder of its own, in the temporary
 directory: ``model_size_bytes`` is what the files written there hold, and the
 folder is removed at once.  A fair job then times each layer of its network alone
-(``ops.py``; ``op_repeats`` times, 0: not at all).  Then, unless ``robust_images`` is 0, it attacks the
-trained model with the adapter's own input gradients (``robustness.py``), and keeps
+(``ops.py``; ``op_repeats`` times, 0: not at all).  Then, unless ``robust_images`` is 0,
+it attacks the trained model with the adapter's own input gradients (``robustness.py``), and keeps
 the FGSM images at ``pgd_epsilon`` as ``/out/transfer.npz`` for transfer attacks.  Then,
 unless ``export_onnx`` is 0, it exports the model to ONNX (``migration.py``):
 ``/out/model.onnx`` and the framework's own predictions beside it, for the host to run
