@@ -579,8 +579,9 @@ def _op_figure(data: pd.DataFrame) -> go.Figure:
                 hovertemplate=f"%{{x}}<br>{layer.layer} ({layer.kind}, {layer.shape}) {which}: "
                               "%{y:.2f} ms<extra></extra>"))
     steps = data[data["kind"] == "step"].set_index("framework").reindex(frameworks)["step_s"] * 1e3
-    summed = (data[data["index"] >= 0].groupby("framework")[["forward_s", "backward_s"]].sum()
-              .clip(lower=0).sum(axis=1).reindex(frameworks) * 1e3)
+    # the layers as the bars draw them (a pass below 0 as 0), so that with the rest they reach the step
+    summed = (data[data["index"] >= 0][["forward_s", "backward_s"]].clip(lower=0)
+              .groupby(data["framework"]).sum().sum(axis=1).reindex(frameworks) * 1e3)
     figure.add_trace(go.Bar(x=frameworks, y=(steps - summed).clip(lower=0), name="rest of the step",
                             marker_color=REST_COLOUR,
                             hovertemplate="%{x}<br>the step less the layers: %{y:.2f} ms<extra></extra>"))
