@@ -105,7 +105,7 @@ def read_output(job_dir: Path, name: str, limit: int) -> tuple[bytes | None, str
 class Usage(NamedTuple):
     """What a job's out/ holds (as far as it was counted)."""
 
-    bytes: int          # allocated
+    bytes: int          # apparent or allocated, whichever is more, summed
     entries: int        # files, links and directories
     depth: int          # of the deepest directory: 1 for one in out/ itself
 
@@ -145,7 +145,7 @@ def out_usage(job_dir: Path) -> Usage:
                 info = entry.stat(follow_symlinks=False)
             except OSError:
                 continue                    # removed meanwhile
-            used += info.st_blocks * 512
+            used += _size(info)
             if stat.S_ISDIR(info.st_mode):
                 deepest = max(deepest, len(levels))
                 if deepest <= OUT_LIMIT_DEPTH:
@@ -156,6 +156,14 @@ def out_usage(job_dir: Path) -> Usage:
             _close_level(*level)
         os.close(top)
     return Usage(used, entries, deepest)
+
+
+def _size(info: os.stat_result) -> int:
+    """What an entry of out/ counts against its bound: its apparent size or the blocks it
+    holds, whichever is more.  Blocks alone let a sparse file of any apparent size pass
+    (the host reads and copies apparent bytes); the apparent size alone misses blocks
+    allocated past a file's end (``fallocate`` keeping its size)."""
+    return max(info.st_size, info.st_blocks * 512)
 
 
 def _open_level(name: str, dir_fd: int):

@@ -37,6 +37,7 @@ from ..traces import Summary
 LOG_TAIL_LINES = 50
 MAX_LOG_BYTES = 64 << 20     # log.txt keeps this much of a job's output
 MAX_LINE_CHARS = 10_000      # a log-tail line is cut here
+MAX_LINE_BYTES = 1 << 20     # a longer line of a job's output without a newline is split
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,6 +66,23 @@ class Outcome:
     trace: Summary | None = None
     ran_as: str = "container"       # or "process" (the native runtime), for messages
     builds_alongside: int = 0       # image builds of this dlbench that ran at any point beside it
+
+
+def split_lines(chunks, limit: int = MAX_LINE_BYTES):
+    """A job's output, as chunks of bytes in (a container's log stream, a process's pipe),
+    as lines of text out; a line longer than ``limit`` bytes is split, so a job printing
+    gigabytes without a newline never makes the host hold them at once."""
+    buffer = b""
+    for chunk in chunks:
+        buffer += chunk
+        *lines, buffer = buffer.split(b"\n")
+        while len(buffer) > limit:
+            lines.append(buffer[:limit])
+            buffer = buffer[limit:]
+        for line in lines:
+            yield line.decode("utf-8", "replace").rstrip("\r")
+    if buffer:
+        yield buffer.decode("utf-8", "replace")
 
 
 def follow_output(lines, log, display, keep: int = LOG_TAIL_LINES,

@@ -24,7 +24,7 @@ from ..errors import docker_errors
 from ..interrupts import signals_deferred
 from ..plan import Job
 from ..traces import Sampler
-from .base import Outcome, Running, Target, follow_output, gpu_device
+from .base import Outcome, Running, Target, follow_output, gpu_device, split_lines
 
 LABEL = build.LABEL
 NOBODY = 65534
@@ -221,7 +221,7 @@ def run_container(client, job: Job, tag: str, run_id: str, job_id: str, job_dir:
             if timeout:
                 watchdog = threading.Timer(timeout, _kill, (container, timed_out))
                 watchdog.start()
-            tail = follow_output(_lines(container.logs(stream=True, follow=True)), log, display)
+            tail = follow_output(split_lines(container.logs(stream=True, follow=True)), log, display)
             state = container.wait()
             wall = time.perf_counter() - started
             container.reload()
@@ -301,23 +301,3 @@ class OutWatch:
     def _halt(self, reason: str) -> None:
         self.reason = reason
         _kill(self.container, threading.Event())
-
-
-MAX_LINE_BYTES = 1 << 20        # a longer line without a newline is split
-
-
-def _lines(chunks):
-    buffer = b""
-    for chunk in chunks:
-        buffer += chunk
-        *lines, buffer = buffer.split(b"\n")
-        while len(buffer) > MAX_LINE_BYTES:
-            lines.append(buffer[:MAX_LINE_BYTES])
-            buffer = buffer[MAX_LINE_BYTES:]
-        for line in lines:
-            yield line.decode("utf-8", "replace").rstrip("\r")
-    if buffer:
-        yield buffer.decode("utf-8", "replace")
-
-
-

@@ -19,6 +19,7 @@ resident set (``wait4``'s ru_maxrss).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import shutil
@@ -37,10 +38,11 @@ from ..errors import UsageError
 from ..interrupts import signals_deferred
 from ..plan import Job
 from ..traces import summarise
-from .base import Outcome, Running, Target, follow_output, gpu_device
+from .base import Outcome, Running, Target, follow_output, gpu_device, split_lines
 
 SAMPLE_INTERVAL_S = 1.0
 IMPORT_TIMEOUT_S = 300
+CHUNK_BYTES = 1 << 16             # read from the job's output at a time
 
 
 def runner_dir() -> Path:
@@ -116,12 +118,16 @@ def run_process(job: Job, python: str, run_id: str, job_id: str, job_dir: Path,
                 dataset_path: Path, display, device: str | None = None,
                 running: Running | None = None) -> Outcome:
     """Run one job as a child process; what it left behind becomes the row as for a
-    container.  ``running``: where the runtime keeps its running processes, for ``cancel``."""
+    container.  ``running``: where the runtime keeps its running processes, for ``cancel``.
+
+    Every path the runner is handed is absolute: it starts in out/, so a relative one (the
+    default results folder, ``dlbench-results``; a relative ``DLBENCH_FRAMEWORKS_PATH``)
+    would name something inside out/ instead."""
+    job_dir = job_dir.absolute()
     log = jobdir.prepare(job_dir, job.spec(run_id, job_id), inputs=fair.job_inputs(job))
     env = {**_quiet_env(), **job.thread_environment, "PYTHONUNBUFFERED": "1",
            **({"CUDA_VISIBLE_DEVICES": device} if device is not None else {}),
-           "PYTHONPATH": os.pathsep.join([str(runner_dir())] +
-                                         [p for p in [os.environ.get("PYTHONPATH")] if p])}
+           "PYTHONPATH": os.pathsep.join([str(runner_dir())] + _absolute_paths(os.environ.get("PYTHONPATH")))}
     cpus = job.cpu_list
     with log, tempfile.TemporaryDirectory(prefix="dlbench-data-") as data_root:
         # the runner reads DATA/<data set>, as the container's /data/<data set> mount
@@ -132,7 +138,7 @@ def run_process(job: Job, python: str, run_id: str, job_id: str, job_dir: Path,
             with signals_deferred():    # never a started process we do not know of
                 process = subprocess.Popen(
                     [python, "-m", "dlbench_runner", "--framework-dir",
-                     str(catalog.framework_dir(job.framework)), "--data", data_root,
+                     str(catalog.framework_dir(job.framework).absolute()), "--data", data_root,
                      "--spec", str(job_dir / "job.json"), "--out", str(job_dir / jobdir.OUT)],
                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                     env=env, cwd=job_dir / jobdir.OUT, start_new_session=True,
@@ -143,8 +149,9 @@ def run_process(job: Job, python: str, run_id: str, job_id: str, job_dir: Path,
             if job.timeout:
                 watchdog = threading.Timer(job.timeout, _kill_group, (process, timed_out))
                 watchdog.start()
-            tail = follow_output((raw.decode("utf-8", "replace").rstrip("\r\n") for raw in process.stdout),
-                                 log, display)
+            # read in chunks, not lines: a line is as long as the job makes it
+            chunks = iter(functools.partial(process.stdout.read1, CHUNK_BYTES), b"")
+            tail = follow_output(split_lines(chunks), log, display)
             _, status, usage = os.wait4(process.pid, 0)
             process.returncode = os.waitstatus_to_exitcode(status)
             wall = time.perf_counter() - started
@@ -164,10 +171,20 @@ def run_process(job: Job, python: str, run_id: str, job_id: str, job_dir: Path,
     if code < 0:                      # killed by a signal: report it as a shell (and Docker) does
         code = 128 - code
     peak = usage.ru_maxrss * 1024     # KiB on Linux
+    # out/'s bounds, checked as the Docker runtime checks them when a job ends (a process
+    # is not watched while it runs: it can write anywhere the user can, out/ or not)
+    error = (f"the job ran past its time limit of {job.timeout:g} s" if timed_out.is_set()
+             else jobdir.over_limit(job_dir))
     return Outcome(exit_code=code, wall_time_s=wall, log_tail=tail,
-                   timed_out=timed_out.is_set(),
-                   error=f"the job ran past its time limit of {job.timeout:g} s" if timed_out.is_set() else None,
+                   timed_out=timed_out.is_set(), error=error,
                    samples=sampler.samples, trace=sampler.summary(peak), ran_as="process")
+
+
+def _absolute_paths(search_path: str | None) -> list[str]:
+    """The entries of a search path (``PYTHONPATH``) as absolute paths: the job starts in
+    out/, where a relative entry would name something else (an empty one means the
+    current directory: it would be out/ itself)."""
+    return [os.path.abspath(p) for p in (search_path or "").split(os.pathsep) if p]
 
 
 def _kill_group(process: subprocess.Popen, flag: threading.Event) -> None:
