@@ -102,7 +102,7 @@ def _evaluate(job_dir: Path, dataset: str, data_root: Path) -> Migration | None:
 def _arrays(data: bytes, dataset: str) -> tuple[np.ndarray, np.ndarray]:
     """The framework's predictions and its batch of logits, checked."""
     try:
-        arrays = files.read_npz(data, COMPARED, MAX_COMPARED_BYTES, 2)
+        arrays = files.read_npz(data, COMPARED, MAX_COMPARED_BYTES, 2, ("predictions", "logits"))
         predictions, logits = arrays["predictions"], arrays["logits"]
     except files.Refused as exc:
         raise Refused(str(exc)) from None

@@ -267,7 +267,7 @@ class _Loop:
                 # the exported model run with onnxruntime (seconds): before the row, which a
                 # stop signal waits for
                 migration = evaluate_migration(job_dir, job.dataset, dataset.root)
-                kept = transfer.take(job_dir)        # before collect removes out/
+                kept = transfer.take(job_dir, job.dataset)   # before collect removes out/
             # A stop signal waits for the row to be stored (milliseconds): one that came
             # while it was written left a job directory without its row.
             with signals_deferred():

@@ -3,9 +3,9 @@
 The runner keeps the FGSM images it crafted at ``pgd_epsilon`` as ``transfer.npz`` in the
 job's out/ (the runner's ``robustness.py`` says what it holds).  Once the job has ended the
 host takes the file (``take``: a regular file of at most ``MAX_TRANSFER_BYTES``, read as
-any of a job's output) and stores it as it is, beside the job's row, as
-``RESULTS/transfer/<run id>.npz``.  What it holds is checked where it is used (``read``):
-a results directory is as untrusted as a job's out/.  ``accuracy`` runs an ONNX model
+any of a job's output, that ``read`` finds valid) and stores it as it is, beside the job's
+row, as ``RESULTS/transfer/<run id>.npz``.  What it holds is checked again where it is used
+(``read``): a results directory is as untrusted as a job's out/.  ``accuracy`` runs an ONNX model
 (``RESULTS/models/<run id>.onnx``) on such images; the report builds its matrices of them.
 """
 
@@ -33,10 +33,18 @@ class Images(NamedTuple):
     epsilon: float
 
 
-def take(job_dir: Path) -> bytes | None:
+def take(job_dir: Path, dataset: str) -> bytes | None:
     """The FGSM images a job left in its out/, as they are; None where it left none, or a
-    file the host does not take (a link, a FIFO, one past ``MAX_TRANSFER_BYTES``)."""
+    file the host does not take (a link, a FIFO, one past ``MAX_TRANSFER_BYTES``, one that
+    ``read`` refuses: a header that lies about its shape would be stored unread, and
+    break every report of the folder that reads it)."""
     data, _ = jobdir.read_output(job_dir, TRANSFER_FILE, MAX_TRANSFER_BYTES)
+    if data is None:
+        return None
+    try:
+        read(data, dataset)
+    except Refused:
+        return None
     return data
 
 
@@ -71,7 +79,7 @@ def read(data: bytes, dataset: str) -> Images:
     bound = most * int(np.prod(shape)) * 4 + HEADER_BYTES      # float32 images
     try:
         arrays = files.read_npz(data, TRANSFER_FILE, bound + most * 8 + 2 * HEADER_BYTES + 8,
-                                len(MEMBERS) + 1)   # images, int64 labels, epsilon; one more to name
+                                len(MEMBERS) + 1, MEMBERS)  # images, int64 labels, epsilon; one more to name
     except files.Refused as exc:
         raise Refused(str(exc)) from None
     if sorted(arrays) != sorted(MEMBERS):

@@ -181,12 +181,12 @@ def test_the_host_takes_no_link_and_no_file_past_the_cap(tmp_path, monkeypatch):
     secret = tmp_path / "secret"
     secret.write_bytes(npz(**GOOD))
     (out / "transfer.npz").symlink_to(secret)
-    assert transfer.take(tmp_path / "job") is None
+    assert transfer.take(tmp_path / "job", "mnist") is None
     (out / "transfer.npz").unlink()
-    (out / "transfer.npz").write_bytes(b"x" * 100)
-    assert transfer.take(tmp_path / "job") == b"x" * 100
-    monkeypatch.setattr(transfer, "MAX_TRANSFER_BYTES", 99)
-    assert transfer.take(tmp_path / "job") is None
+    (out / "transfer.npz").write_bytes(npz(**GOOD))
+    assert transfer.take(tmp_path / "job", "mnist") == npz(**GOOD)
+    monkeypatch.setattr(transfer, "MAX_TRANSFER_BYTES", len(npz(**GOOD)) - 1)
+    assert transfer.take(tmp_path / "job", "mnist") is None
 
 
 class Linear:

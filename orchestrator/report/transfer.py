@@ -18,12 +18,14 @@ Everything is computed from the stored files at each report, nothing cached: 6 m
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from pathlib import Path
 
 import pandas as pd
 
 from .. import store
 from .. import transfer as kept
+from ..errors import StoreWarning
 from ..migration import Refused
 from . import compare
 
@@ -117,8 +119,9 @@ def _images(results: Path, rep: compare.Report, entry: Entry, dataset: str):
         return None
     try:
         found = kept.load(path, dataset)
-    except Refused as exc:
+    except Refused as exc:          # a stored file the host would not take now: left out, said
         entry.images_reason = str(exc)
+        warnings.warn(f"{path}: left out of the transfer matrices: {exc}", StoreWarning, stacklevel=2)
         return None
     entry.epsilon, entry.images = found.epsilon, len(found.images)
     if mine is not None:
