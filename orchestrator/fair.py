@@ -17,16 +17,20 @@ from __future__ import annotations
 
 import functools
 import io
+import math
 from pathlib import Path
 
 import numpy as np
 
 from dlbench_runner import contract, fair as networks
 
+from . import files
+
 
 LOGIT_TOLERANCE = 1e-4             # max |framework - reference| / max |reference|
 LOSS_TOLERANCE = 1e-3              # |a - b| / |b| of two frameworks' loss at one step
 AGREED_STEPS = 10                  # the first steps every framework's losses must share
+ZIP_RECORDS = 64 << 10             # a weights file's zip records beside its arrays, at most
 
 
 # -- the weights file ----------------------------------------------------------------------------
@@ -43,32 +47,45 @@ def job_inputs(job) -> dict[str, bytes]:
 
 @functools.lru_cache(maxsize=8)
 def _npz(dataset: str, seed: int, path: str | None) -> bytes:
-    weights = load(Path(path)) if path else networks.initial_weights(dataset, seed)
+    weights = load(Path(path), dataset) if path else networks.initial_weights(dataset, seed)
     buffer = io.BytesIO()
     np.savez(buffer, **weights)
     return buffer.getvalue()
 
 
-def job_weights(job_dir: Path) -> dict | None:
-    """The weights a fair job was given (its ``weights.npz``); None: it was given none."""
-    path = Path(job_dir) / networks.WEIGHTS_FILE
-    return load(path) if path.is_file() else None
+def job_weights(job_dir: Path, dataset: str) -> dict | None:
+    """The weights a fair job was given (its ``weights.npz``); None: it was given none, or
+    the file is no longer one the host reads (a native job can replace it)."""
+    try:
+        return load(Path(job_dir) / networks.WEIGHTS_FILE, dataset)
+    except (OSError, files.Refused):
+        return None
 
 
 def user_weights(path: Path, dataset: str) -> dict:
     """A weights file the user gave (``--weights``), checked against the network: a
-    ``networks.WeightsError`` saying why not (naming the layer that does not fit)."""
+    ``networks.WeightsError`` saying why not in one line (naming the layer that does not
+    fit, or why the file was not read)."""
     try:
-        arrays = load(path)
-    except (OSError, ValueError) as exc:
-        raise networks.WeightsError(f"not a NumPy .npz file ({exc})") from None
+        arrays = load(path, dataset)
+    except files.Refused as exc:
+        raise networks.WeightsError(str(exc)) from None
+    except OSError as exc:
+        raise networks.WeightsError(f"cannot be read ({exc.strerror or type(exc).__name__})") from None
     networks.check_weights(arrays, dataset)
     return arrays
 
 
-def load(path: Path) -> dict:
-    with np.load(path, allow_pickle=False) as archive:
-        return {name: archive[name] for name in archive.files}
+def load(path: Path, dataset: str) -> dict:
+    """The arrays of a weights file for the data set's network, read as any file dlbench did
+    not make (``files.read_npz``): a regular file (a FIFO is refused, never waited on),
+    holding no array the network does not name, none larger than the network's, each
+    header checked before any array is read; ``files.Refused`` (or the open's ``OSError``)
+    else.  What it holds is checked against the network by ``networks.check_weights``."""
+    names = [name for name, _ in networks.parameters(dataset)]
+    unpacked = sum(4 * math.prod(shape) + files.NPY_HEADER_BYTES for _, shape in networks.parameters(dataset))
+    data = files.read_regular(path, unpacked + ZIP_RECORDS)
+    return files.read_npz(data, path.name, unpacked, len(names) + 1, names)   # one more to name
 
 
 # -- the reference forward pass ------------------------------------------------------------------
@@ -126,7 +143,7 @@ def checked(fair_result, job_dir: Path, dataset: str, data_root: Path, run_id: s
     """A fair job's row fields (the weights' digest, its logits against the reference) and
     its step-loss rows."""
     fields = {"fair_weights_sha256": fair_result.weights_sha256}
-    weights = job_weights(job_dir)
+    weights = job_weights(job_dir, dataset)
     if weights is not None and fair_result.logits:
         probe = probe_inputs(dataset, str(data_root), len(fair_result.logits))
         fields["fair_logit_error"] = logit_error(fair_result.logits, forward(weights, probe, dataset))

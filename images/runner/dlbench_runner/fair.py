@@ -154,10 +154,7 @@ def check_weights(arrays, dataset):
             raise WeightsError("layer %s: %r is %s, not float32" % (layer, name, array.dtype))
         if not np.isfinite(array).all():
             raise WeightsError("layer %s: %r holds values that are not finite" % (layer, name))
-    extra = sorted(set(arrays) - set(expected))
-    if extra:
-        raise WeightsError("layer %s: the fair %s has no such layer (the file's %r)"
-                           % (extra[0].split(".")[0], network, extra[0]))
+    check_names(arrays, dataset)
 
 
 def _shape(shape):
@@ -165,11 +162,21 @@ def _shape(shape):
 
 
 def load_weights(path, dataset):
-    """A weights file's arrays, checked."""
+    """A weights file's arrays, checked: its names before any array is read (as the host
+    reads a user's file, whose headers it checked before the job was planned)."""
     with np.load(path, allow_pickle=False) as archive:
+        check_names(archive.files, dataset)
         arrays = {name: archive[name] for name in archive.files}
     check_weights(arrays, dataset)
     return arrays
+
+
+def check_names(names, dataset):
+    """A weights file's array names: no layer the network does not have.  Raises WeightsError."""
+    extra = sorted(set(names) - set(name for name, _ in parameters(dataset)))
+    if extra:
+        raise WeightsError("layer %s: the fair %s has no such layer (the file's %r)"
+                           % (extra[0].split(".")[0], NETWORKS[dataset]["name"], extra[0]))
 
 
 def weights_digest(arrays):
