@@ -8,7 +8,9 @@ model that cannot be run).  Once the job has ended, ``evaluate`` reads both
 as hostile input (``jobdir.read_output``: regular files only, size-capped; the arrays
 without pickles), runs the model with onnxruntime's CPU provider on the test images the
 framework predicted (the first ones of the test split, read with the runner's own
-readers and scaled to pixels as the runner scales them), and compares:
+readers and scaled to pixels as the runner scales them) in a child process within the
+host's limits (``untrusted``: a job's model is an untrusted program; nothing stored as
+external data, a wall-clock, CPU and memory limit), and compares:
 
     migrated_accuracy           the fraction of those images the ONNX model classifies right
     migration_mismatches        how many it classifies otherwise than the framework itself
@@ -17,14 +19,15 @@ readers and scaled to pixels as the runner scales them), and compares:
     migration_reason            why they are empty
 
 Whatever onnxruntime makes of the file (it cannot load it, an operator it lacks, a wrong
-shape) is a reason, never a failed job; the file is still stored, so that it can be
-looked at.  ``collect`` puts the figures into an ok row; ``store`` keeps the file as
-``RESULTS/models/<run id>.onnx``.
+shape, a limit it meets) is a reason, never a failed job; the file is still stored, so
+that it can be looked at.  ``collect`` puts the figures into an ok row; ``store`` keeps
+the file as ``RESULTS/models/<run id>.onnx``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import threading
 import time
 from pathlib import Path
 
@@ -32,13 +35,13 @@ import numpy as np
 
 from dlbench_runner.contract import MAX_MODEL_BYTES, TEST_IMAGES, formats
 
-from . import files, jobdir, onnx_layers
+from . import files, jobdir, onnx_layers, untrusted
+from .untrusted import Refused     # why the files cannot be checked: the reason in the row
 
 MODEL = "model.onnx"
 COMPARED = "migration.npz"
 MAX_COMPARED_BYTES = 1 << 20    # 10,000 predictions and a batch of logits: ~90 KB
-CLASSES = 10
-BATCH = 500                     # images per onnxruntime call
+CLASSES = untrusted.CLASSES
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,20 +64,17 @@ class Migration:
                     migration_reason=self.migration_reason, migration_host_time_s=self.seconds)
 
 
-class Refused(Exception):
-    """Why the files cannot be checked: the reason in the row."""
-
-
-def evaluate(job_dir: Path, dataset: str, data_root: Path) -> Migration | None:
+def evaluate(job_dir: Path, dataset: str, data_root: Path,
+             stop: threading.Event | None = None) -> Migration | None:
     """The check of the model a job left in its out/, or None when it left none (the
     runner did not export: the result says why; or the job failed before); its
-    ``seconds``, what it took."""
+    ``seconds``, what it took.  ``stop``: an event that ends the model's run early."""
     started = time.perf_counter()
-    found = _evaluate(job_dir, dataset, data_root)
+    found = _evaluate(job_dir, dataset, data_root, stop)
     return found and dataclasses.replace(found, seconds=time.perf_counter() - started)
 
 
-def _evaluate(job_dir: Path, dataset: str, data_root: Path) -> Migration | None:
+def _evaluate(job_dir: Path, dataset: str, data_root: Path, stop) -> Migration | None:
     compared, problem = jobdir.read_output(job_dir, COMPARED, MAX_COMPARED_BYTES)
     if compared is None and problem == jobdir.absent(COMPARED):
         return None
@@ -88,7 +88,7 @@ def _evaluate(job_dir: Path, dataset: str, data_root: Path) -> Migration | None:
         images, labels = formats.test_split(dataset, str(data_root))
         if model is None:
             model = _from_layers(job_dir, dataset, images.shape[1:])
-        found = run_model(model, images[:len(predictions)], len(own_logits))
+        found = run_model(model, images[:len(predictions)], len(own_logits), stop)
     except Refused as exc:
         return Migration(migration_reason=str(exc), model=model)
     classes, logits = found
@@ -144,36 +144,16 @@ def _from_layers(job_dir: Path, dataset: str, pixels: tuple[int, ...]) -> bytes:
     return model
 
 
-def run_model(model: bytes, images: np.ndarray, first: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """The ONNX model's classes for ``images`` (the data set's bytes, scaled to pixels here
+def run_model(model: bytes, images: np.ndarray, first: int = 0,
+              stop: threading.Event | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The ONNX model's classes for ``images`` (the data set's bytes, scaled to pixels
     as the runner scales them, or pixels already: float32 in [0, 1]) and its outputs for
-    the ``first`` of them; what onnxruntime raises, translated here once (``Refused``)."""
-    import onnxruntime        # loaded by the jobs that exported a model only
-
-    try:
-        options = onnxruntime.SessionOptions()
-        options.log_severity_level = 3          # its warnings would go to dlbench's terminal
-        session = onnxruntime.InferenceSession(model, options, providers=["CPUExecutionProvider"])
-        inputs = session.get_inputs()
-        if len(inputs) != 1:
-            raise Refused(f"the ONNX model takes {len(inputs)} inputs, not the pixels alone")
-        name = inputs[0].name
-        parts = []
-        for start in range(0, len(images), BATCH):
-            pixels = images[start:start + BATCH]
-            if pixels.dtype == np.uint8:    # the runner's pixels: bytes / 255 in float32
-                pixels = pixels.astype(np.float32) / np.float32(255.0)     # (robustness.pixels_of)
-            output = np.asarray(session.run(None, {name: pixels})[0])
-            if output.shape != (len(pixels), CLASSES):
-                raise Refused(f"the ONNX model's output is {'x'.join(map(str, output.shape))}, "
-                               f"not {len(pixels)}x{CLASSES} for {len(pixels)} images")
-            parts.append(output)
-    except Refused:
-        raise
-    except Exception as exc:    # onnxruntime's own errors share no base class but Exception
-        raise Refused(f"onnxruntime: {files.one_line(exc)}") from None
-    outputs = np.concatenate(parts)
-    return outputs.argmax(1), outputs[:first]
+    the ``first`` of them, computed in a child process within the host's limits
+    (``untrusted``); ``Refused`` with the reason where it cannot run the model."""
+    found, = untrusted.classify(model, [images], first, stop)
+    if isinstance(found, Refused):
+        raise found
+    return found
 
 
 def logit_error(found: np.ndarray, expected: np.ndarray) -> float:

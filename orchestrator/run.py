@@ -265,9 +265,13 @@ class _Loop:
                     rescue.release()
                     return None
                 # the exported model run with onnxruntime (seconds): before the row, which a
-                # stop signal waits for
-                migration = evaluate_migration(job_dir, job.dataset, dataset.root)
+                # stop signal waits for; in a child process that the interrupt kills
+                migration = evaluate_migration(job_dir, job.dataset, dataset.root, stop=self.cancelled)
                 kept = transfer.take(job_dir, job.dataset)   # before collect removes out/
+                if self.cancelled.is_set():     # stopped during the check: as during the job
+                    jobdir.remove(job_dir)
+                    rescue.release()
+                    return None
             # A stop signal waits for the row to be stored (milliseconds): one that came
             # while it was written left a job directory without its row.
             with signals_deferred():

@@ -6,7 +6,8 @@ host takes the file (``take``: a regular file of at most ``MAX_TRANSFER_BYTES``,
 any of a job's output, that ``read`` finds valid) and stores it as it is, beside the job's
 row, as ``RESULTS/transfer/<run id>.npz``.  What it holds is checked again where it is used
 (``read``): a results directory is as untrusted as a job's out/.  ``accuracy`` runs an ONNX model
-(``RESULTS/models/<run id>.onnx``) on such images; the report builds its matrices of them.
+(``RESULTS/models/<run id>.onnx``) on such images, as an untrusted program in a child
+process (``untrusted``); the report builds its matrices of them.
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ import numpy as np
 
 from dlbench_runner.contract import IMAGE_SHAPES, MAX_MODEL_BYTES, MAX_TRANSFER_BYTES, TEST_IMAGES, TRANSFER_FILE
 
-from . import files, jobdir
-from .migration import CLASSES, Refused, run_model
+from . import files, jobdir, untrusted
+from .migration import CLASSES, Refused
 
 MEMBERS = ("images", "labels", "epsilon")
 HEADER_BYTES = 1024         # an .npy member's header, at most (numpy writes 128 bytes)
@@ -104,7 +105,17 @@ def read(data: bytes, dataset: str) -> Images:
 
 def accuracy(model: bytes, found: Images) -> float:
     """The fraction of the images the ONNX model classifies as their labels (onnxruntime's
-    CPU provider); ``Refused`` with onnxruntime's reason where it cannot run the model."""
-    classes, _ = run_model(model, found.images)
-    return float(np.mean(classes == found.labels))
+    CPU provider, in a child process within the host's limits: ``untrusted``); ``Refused``
+    with the reason where it cannot run the model."""
+    value, = accuracies(model, [found])
+    if isinstance(value, Refused):
+        raise value
+    return value
 
+
+def accuracies(model: bytes, sets: list[Images]) -> list[float | Refused]:
+    """``accuracy`` on each set of images, the model loaded once in one child process
+    (a report's column of a matrix); a set it cannot run has its ``Refused``."""
+    found = untrusted.classify(model, [images.images for images in sets])
+    return [result if isinstance(result, Refused) else float(np.mean(result[0] == images.labels))
+            for result, images in zip(found, sets)]

@@ -4,15 +4,18 @@ Per machine (section), data set and profile, the groups with an ok run (a framew
 device and settings) are the entries.  Each entry is one run, its latest ok run: its FGSM
 images at its ``pgd_epsilon`` (``RESULTS/transfer/<run id>.npz``) are a row, its exported
 model (``RESULTS/models/<run id>.onnx``) a column; a cell is the accuracy of the column's
-model, run by onnxruntime on the CPU, on the row's images.  The diagonal is a run's own
-model on its own white-box images: about its FGSM accuracy at that epsilon (the rows'
-``own_fgsm``), off by the images on which its ONNX model and the framework disagree.  A
-cell without a number has its reason: the row's images were not kept (no gradient, a
-failed gradient check, no attack asked for, a run before dlbench kept them) or are
-invalid, the column's model was not exported, or onnxruntime cannot run it on them.
+model, run by onnxruntime on the CPU, on the row's images (each model in a child process
+within the host's limits, ``untrusted``: a stored model is a job's untrusted program).
+The diagonal is a run's own model on its own white-box images: about its FGSM accuracy at
+that epsilon (the rows' ``own_fgsm``), off by the images on which its ONNX model and the
+framework disagree.  A cell without a number has its reason: the row's images were not
+kept (no gradient, a failed gradient check, no attack asked for, a run before dlbench kept
+them) or are invalid, the column's model was not exported, or onnxruntime cannot run it on
+them (a limit of the child included).
 
 Everything is computed from the stored files at each report, nothing cached: 6 models on
-1,000 images each take about a second.
+1,000 images each take about a second, and a child process's start (about half a second)
+a column.
 """
 
 from __future__ import annotations
@@ -78,22 +81,29 @@ def matrices(results: Path, rep: compare.Report) -> list[Matrix]:
         loaded = {e.run_id: _images(results, rep, e, dataset) for e in entries}
         models = {e.run_id: _model(results, e, r.migration_reason)
                   for e, r in zip(entries, part.itertuples())}
+        columns = {b.run_id: _column(models[b.run_id], entries, loaded) for b in entries if not b.model_reason}
         accuracy, reasons = [], []
         for a in entries:
             row, why = [], []
             for b in entries:
                 value, reason = None, a.images_reason or b.model_reason
                 if reason is None:
-                    try:
-                        value = kept.accuracy(models[b.run_id], loaded[a.run_id])
-                    except Refused as exc:
-                        reason = str(exc)
+                    value = columns[b.run_id][a.run_id]
+                    if isinstance(value, Refused):
+                        value, reason = None, str(value)
                 row.append(value)
                 why.append(reason)
             accuracy.append(row)
             reasons.append(why)
         found.append(Matrix(int(section), dataset, profile, entries, accuracy, reasons))
     return found
+
+
+def _column(model: bytes, entries: list[Entry], loaded: dict) -> dict:
+    """One model's accuracy (or ``Refused``) on every entry's images that were loaded, by run
+    id: one child process a model (``transfer.accuracies``), not one a cell."""
+    have = [e.run_id for e in entries if loaded[e.run_id] is not None]
+    return dict(zip(have, kept.accuracies(model, [loaded[r] for r in have]) if have else []))
 
 
 def _entry(results: Path, rep: compare.Report, g, row, part: pd.DataFrame) -> Entry:

@@ -1,0 +1,309 @@
+"""A job's ONNX model run on the host as what it is: an untrusted program.
+
+An ONNX file is a program: a ``Loop`` of 10^12 iterations is 492 bytes, a
+``ConstantOfShape`` of a huge shape 350, and a tensor stored as ONNX external data names
+a file that onnxruntime opens, relative to the process's working directory when the
+model is loaded from bytes (a row's ``migration_max_logit_error`` was the first byte of
+a file beside dlbench).  Every host-side use of a job's model (the migration check,
+the transfer matrices of the report; a model built from a job's layer list as well, its
+arrays being the job's) goes through ``classify``, which runs it in a child process:
+
+- The child refuses, before onnxruntime sees the file, any tensor stored as external
+  data, wherever it is: an initializer, a sparse tensor, a ``Constant``'s or any other
+  node's attribute, in a ``Loop``/``If``/``Scan`` body or a function at any depth (the
+  walk visits every message of the file, so a field added to ONNX later is visited too).
+  It then runs in an empty directory of its own, so no name resolves to a file anyway.
+- It limits itself before it reads the model (``resource``, unprivileged): address
+  space ``MEMORY_BYTES``, CPU time ``CPU_SECONDS`` (SIGXCPU, then SIGKILL), no core
+  files, files it writes ``OUTPUT_BYTES``; and an alarm at ``WALL_SECONDS`` plus a
+  margin, so that a child whose dlbench was killed with SIGKILL does not outlive it by
+  long.  (The limits are set by the child on itself rather than in ``preexec_fn``,
+  which is unsafe in a process with threads, as dlbench's lanes are.)
+- dlbench kills it (SIGKILL) after ``WALL_SECONDS``, when a stop signal came (the
+  lane then raises ``Interrupted``: the job's directory is removed as for a container)
+  or when the caller's ``stop`` event is set.  It runs in a session of its own, so a
+  terminal's Ctrl-C reaches dlbench only, which then kills it.
+- What it hands back is files of NumPy arrays (no pickles), read with their sizes
+  bounded, never objects: a child taken over by a model cannot reach into dlbench.
+
+Its failure, whatever it is (killed at a limit, onnxruntime's error, a crash), is a
+``Refused`` whose message is the reason the caller stores: an ok row with
+``migration_reason``, never a hang or a lost row.
+
+How the limits were chosen (``bench/untrusted.py`` measures them, in the child): the
+heaviest real check is the paper profile's CIFAR-10 model, MXNet's ResNet-110, on the 10,000
+test images: 191 s of wall-clock time and 48 s of CPU time on a 2-core VM under a load
+average of 10 (other jobs running), a peak of 265 MiB resident; the stored MNIST models of
+the paper profile (MXNet's, Caffe's) take 6 s, 1.6 s of CPU and 200 MiB on their 10,000.
+Each also passes within 1 GiB of address space (the ResNet on 1,000 images).  So the
+wall-clock limit is 4.7 times the slowest measured, the CPU limit 37 times its CPU time, the
+memory limit 4 times an address space that sufficed; onnxruntime's threads are fixed (``THREADS``) so that neither the CPU
+time nor the address space (a thread's stack and its allocator's arenas) grows with the
+host's cores.  A hostile model then holds its job's row up by 15 minutes at most.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+WALL_SECONDS = 900              # the child's wall-clock time, at most (see above)
+THREADS = 2                     # onnxruntime's threads in the child
+CPU_SECONDS = THREADS * WALL_SECONDS        # its CPU time (all threads), at most
+MEMORY_BYTES = 4 << 30          # its address space, at most
+OUTPUT_BYTES = 64 << 20         # any file it writes, at most
+CLASSES = 10
+BATCH = 500                     # images per onnxruntime call
+POLL_SECONDS = 0.05             # how often the wait looks at the clock and the stop signals
+ALARM_MARGIN = 10               # the child's own alarm, after dlbench's deadline
+REASON_CHARS = 500              # of a reason the child writes
+
+
+last_usage: list[resource.struct_rusage] = []     # the last child's, that ended of itself
+
+
+class Refused(Exception):
+    """Why the model cannot be checked: the reason in the row."""
+
+
+Found = tuple[np.ndarray, np.ndarray]       # classes of every image, outputs of the first ones
+
+
+def classify(model: bytes, image_sets: list[np.ndarray], first: int = 0,
+             stop: threading.Event | None = None) -> list[Found | Refused]:
+    """For each array of images (the data set's bytes, scaled to pixels in the child as the
+    runner scales them, or float32 pixels in [0, 1]), the model's classes and its outputs
+    for the ``first`` images, or the ``Refused`` that says why not; all of them the same
+    ``Refused`` when the child itself failed (a limit, a crash).  ``stop``: an event that
+    ends the check early (its sets then ``Refused``); a stop signal raises ``Interrupted``."""
+    from .interrupts import Interrupted, received
+
+    folder = Path(tempfile.mkdtemp(prefix="dlbench-model-"))
+    try:
+        (folder / "model.onnx").write_bytes(model)
+        for index, images in enumerate(image_sets):
+            np.save(folder / f"images-{index}.npy", np.ascontiguousarray(images), allow_pickle=False)
+        (folder / "work").mkdir()
+        failure = _run_child(folder, len(image_sets), first, stop, received, Interrupted)
+        if failure is not None:
+            return [failure] * len(image_sets)
+        return [_result(folder, index, len(images), first) for index, images in enumerate(image_sets)]
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _run_child(folder: Path, sets: int, first: int, stop, received, interrupted) -> Refused | None:
+    """The child, started, waited for and killed at the deadline or a stop; None when it
+    ended of itself with exit status 0."""
+    root = str(Path(__file__).resolve().parent.parent)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])),
+               OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    if stop is not None and stop.is_set():
+        return Refused("the check was stopped before it ran")
+    with open(folder / "stderr.txt", "wb") as errors:
+        limits = (WALL_SECONDS, CPU_SECONDS, MEMORY_BYTES)      # the child's, as set here now
+        child = subprocess.Popen([sys.executable, "-m", __name__, str(folder), str(sets), str(first),
+                                  *map(str, limits)],
+                                 cwd=folder / "work", env=env, stdin=subprocess.DEVNULL,
+                                 stdout=subprocess.DEVNULL, stderr=errors, start_new_session=True)
+    deadline = time.monotonic() + WALL_SECONDS
+    try:
+        while True:
+            pid, status, usage = os.wait4(child.pid, os.WNOHANG)
+            if pid:
+                child.returncode = os.waitstatus_to_exitcode(status)
+                last_usage[:] = [usage]
+                break
+            if received:            # a stop signal: the main thread cleans up, a lane too
+                raise interrupted(received[0])
+            if stop is not None and stop.is_set():
+                return Refused("the check was stopped")
+            if time.monotonic() > deadline:
+                return Refused(f"the ONNX model ran past the host's limit of {WALL_SECONDS} s "
+                               "and was stopped")
+            time.sleep(POLL_SECONDS)
+    finally:
+        if child.returncode is None:
+            _kill(child)
+    code = child.returncode
+    cpu = usage.ru_utime + usage.ru_stime
+    if code == 0:
+        return None
+    if code < 0 and (-code == signal.SIGXCPU or cpu >= CPU_SECONDS):
+        return Refused(f"the ONNX model used more than the host's limit of {CPU_SECONDS} s of CPU time "
+                       "and was stopped")
+    if code == 3:           # the child's own verdict: the check's reason
+        return Refused(_text(folder / "reason.txt") or "the check gave no reason")
+    why = f"signal {signal.Signals(-code).name}" if code < 0 and -code in signal.valid_signals() else f"exit status {code}"
+    last = _text(folder / "stderr.txt", tail=True).strip().splitlines()
+    return Refused(f"the check of the ONNX model ended with {why} (within the host's limit of "
+                   f"{MEMORY_BYTES >> 30} GiB of memory){': ' + last[-1] if last else ''}")
+
+
+def _kill(child: subprocess.Popen) -> None:
+    """SIGKILL to the child's session, then reaped."""
+    try:
+        os.killpg(child.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    child.wait()
+
+
+def _text(path: Path, tail: bool = False) -> str:
+    """The start (or the end) of a file the child wrote, as text (empty when it wrote none)."""
+    try:
+        with open(path, "rb") as stream:
+            if tail:
+                stream.seek(max(0, os.fstat(stream.fileno()).st_size - REASON_CHARS))
+            return stream.read(REASON_CHARS).decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def _result(folder: Path, index: int, images: int, first: int) -> Found | Refused:
+    """A set's arrays as the child wrote them, checked; or its reason."""
+    reason = folder / f"reason-{index}.txt"
+    if reason.exists():
+        return Refused(_text(reason))
+    try:
+        classes = _array(folder / f"classes-{index}.npy", images * 8 + 1024)
+        outputs = _array(folder / f"outputs-{index}.npy", min(first, images) * CLASSES * 8 + 1024)
+    except (OSError, ValueError) as exc:
+        return Refused(f"the check's results cannot be read: {exc}")
+    if (classes.shape != (images,) or classes.dtype != np.int64
+            or outputs.shape != (min(first, images), CLASSES) or outputs.dtype.kind != "f"):
+        return Refused("the check's results are not what it was asked for")
+    return classes, outputs
+
+
+def _array(path: Path, limit: int) -> np.ndarray:
+    if path.stat().st_size > limit:
+        raise ValueError(f"{path.name} is larger than {limit} bytes")
+    return np.load(path, allow_pickle=False)
+
+
+# -- in the child --------------------------------------------------------------------------
+def stored_outside(model) -> str | None:
+    """Where the first tensor stored as ONNX external data is in a parsed model (an
+    ``onnx.ModelProto``), and the file it names; None when every tensor is in the file.
+    Every message of the model is visited, without recursion, whatever its depth."""
+    from google.protobuf.message import Message
+    from onnx import TensorProto
+
+    pending = [(model, "")]
+    while pending:
+        message, where = pending.pop()
+        if isinstance(message, TensorProto) and (message.data_location == TensorProto.EXTERNAL
+                                                 or len(message.external_data)):
+            location = next((e.value for e in message.external_data if e.key == "location"), "")
+            return f"the tensor {message.name!r} ({where.strip(' /')}) is stored as external data ({location!r})"
+        for field, value in message.ListFields():
+            if field.type != field.TYPE_MESSAGE or field.message_type.GetOptions().map_entry:
+                continue
+            for index, item in enumerate([value] if isinstance(value, Message) else value):
+                name = getattr(item, "name", "")
+                named = f" {name!r}" if isinstance(name, str) and name else (
+                    "" if isinstance(value, Message) else f" {index}")
+                pending.append((item, f"{where} / {field.name}{named}"))
+    return None
+
+
+def _limit_self(wall: int, cpu: int, memory: int) -> None:
+    """This process's limits, before it reads the model."""
+    for kind, value in ((resource.RLIMIT_AS, (memory, memory)), (resource.RLIMIT_CPU, (cpu, cpu + 5)),
+                        (resource.RLIMIT_CORE, (0, 0)), (resource.RLIMIT_FSIZE, (OUTPUT_BYTES, OUTPUT_BYTES))):
+        resource.setrlimit(kind, value)
+    signal.alarm(wall + ALARM_MARGIN)
+
+
+def _session(model: bytes):
+    """onnxruntime's session of the model, once nothing in it is stored outside it."""
+    import onnx
+    import onnxruntime
+
+    try:
+        parsed = onnx.ModelProto.FromString(model)
+    except Exception as exc:        # protobuf's DecodeError, a recursion limit
+        raise Refused(f"the ONNX model cannot be read: {_one_line(exc)}") from None
+    outside = stored_outside(parsed)
+    if outside is not None:
+        raise Refused(f"{outside}: dlbench runs one self-contained ONNX file and reads no other")
+    del parsed
+    options = onnxruntime.SessionOptions()
+    options.log_severity_level = 3              # its warnings would go to dlbench's terminal
+    options.intra_op_num_threads, options.inter_op_num_threads = THREADS, 1
+    try:
+        return onnxruntime.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+    except Exception as exc:        # onnxruntime's own errors share no base class but Exception
+        raise Refused(f"onnxruntime: {_one_line(exc)}") from None
+
+
+def _run(session, images: np.ndarray, first: int) -> Found:
+    """The model's classes for the images and its outputs for the ``first`` of them."""
+    inputs = session.get_inputs()
+    if len(inputs) != 1:
+        raise Refused(f"the ONNX model takes {len(inputs)} inputs, not the pixels alone")
+    name, parts = inputs[0].name, []
+    try:
+        for start in range(0, len(images), BATCH):
+            pixels = images[start:start + BATCH]
+            if pixels.dtype == np.uint8:    # the runner's pixels: bytes / 255 in float32
+                pixels = pixels.astype(np.float32) / np.float32(255.0)     # (robustness.pixels_of)
+            output = np.asarray(session.run(None, {name: pixels})[0])
+            if output.shape != (len(pixels), CLASSES):
+                raise Refused(f"the ONNX model's output is {'x'.join(map(str, output.shape))}, "
+                              f"not {len(pixels)}x{CLASSES} for {len(pixels)} images")
+            parts.append(output)
+    except Refused:
+        raise
+    except Exception as exc:
+        raise Refused(f"onnxruntime: {_one_line(exc)}") from None
+    outputs = np.concatenate(parts)
+    return outputs.argmax(1).astype(np.int64), outputs[:first]
+
+
+def _one_line(exc: BaseException) -> str:
+    """The exception as one line; an allocation that failed says the limit it met."""
+    text = (" ".join(str(exc).split()) or type(exc).__name__)[:REASON_CHARS]
+    if isinstance(exc, MemoryError) or "alloc" in text.lower():
+        text += f" (the host's limit: {MEMORY_BYTES >> 30} GiB of memory)"
+    return text
+
+
+def _child(folder: Path, sets: int, first: int, limits: list[int]) -> int:
+    """The child's work: 0 when every set has its arrays or its reason, 3 with
+    ``reason.txt`` when the model cannot be loaded."""
+    _limit_self(*limits)
+    try:
+        session = _session((folder / "model.onnx").read_bytes())
+    except Refused as exc:
+        (folder / "reason.txt").write_text(str(exc))
+        return 3
+    except MemoryError:
+        (folder / "reason.txt").write_text(f"the ONNX model needs more than the host's limit of "
+                                           f"{MEMORY_BYTES >> 30} GiB of memory")
+        return 3
+    for index in range(sets):
+        images = np.load(folder / f"images-{index}.npy", allow_pickle=False)
+        try:
+            classes, outputs = _run(session, images, first)
+        except Refused as exc:
+            (folder / f"reason-{index}.txt").write_text(str(exc))
+            continue
+        np.save(folder / f"classes-{index}.npy", classes, allow_pickle=False)
+        np.save(folder / f"outputs-{index}.npy", outputs, allow_pickle=False)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_child(Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), [int(a) for a in sys.argv[4:7]]))
