@@ -89,6 +89,12 @@ with its own version:
     1  first version: run_id, attack (``none``: the clean images, ``fgsm``, ``pgd``),
        epsilon (the [0, 1] pixel scale), steps, images, accuracy, time_s, and reason
        (why accuracy is empty: the framework gave no gradient to the input).
+    2  attack_loss (what an attack's direction follows: since 2 the cross entropy's
+       exact output gradient as a vector-Jacobian product; older rows get
+       ``OLD_ATTACK_LOSS``, the framework's float32 cross-entropy gradient, which
+       vanished for confidently classified images) and vanished_gradients (how many
+       attacked images had an input gradient that vanished; empty in older rows,
+       which did not count them).
 
 The losses of a fair job's first steps are a fourth table (``STEPS_SCHEMA``), one Parquet
 file per job under ``RESULTS/steps/``, with its own version:
@@ -118,7 +124,10 @@ from dlbench_runner.contract import SCHEMA_VERSION as RUNNER_SCHEMA_VERSION
 
 SCHEMA_VERSION = 12
 TRACE_SCHEMA_VERSION = 1
-ROBUSTNESS_SCHEMA_VERSION = 1
+ROBUSTNESS_SCHEMA_VERSION = 2
+# What robustness rows before version 2 attacked along (``upgrade_robustness``).
+OLD_ATTACK_LOSS = ("cross entropy summed over the batch, its input gradient by the framework in "
+                   "float32 (vanishes for confidently classified images: gradient-masked)")
 STEPS_SCHEMA_VERSION = 1
 OPS_SCHEMA_VERSION = 1
 MAX_PROBE_LOGITS = 10_000 * 10      # a fair job's probe logits: at most every test image's
@@ -148,6 +157,8 @@ class Robustness(BaseModel):
     accuracy: float | None = Field(None, ge=0.0, le=1.0)
     time_s: float | None = Field(None, ge=0.0)
     reason: str | None = Field(None, max_length=1_000)
+    attack_loss: str | None = Field(None, max_length=1_000)
+    vanished_gradients: int | None = Field(None, ge=0)
 
 
 class GradientCheck(BaseModel):
@@ -408,9 +419,25 @@ ROBUSTNESS_SCHEMA = pa.schema(
     [pa.field("run_id", pa.string()), pa.field("attack", pa.string()),
      pa.field("epsilon", pa.float64()), pa.field("steps", pa.int64()),
      pa.field("images", pa.int64()), pa.field("accuracy", pa.float64()),
-     pa.field("time_s", pa.float64()), pa.field("reason", pa.string())],
+     pa.field("time_s", pa.float64()), pa.field("reason", pa.string()),
+     pa.field("attack_loss", pa.string()), pa.field("vanished_gradients", pa.int64())],
     metadata={b"dlbench.robustness_schema_version": str(ROBUSTNESS_SCHEMA_VERSION).encode()},
 )
+
+
+def upgrade_robustness(table: pa.Table, version: int) -> pa.Table:
+    """Robustness rows of an older version, brought to the current one: version 2 added
+    attack_loss (older attacks' rows: ``OLD_ATTACK_LOSS``; their clean rows and those
+    without an accuracy: empty, as a current runner writes them) and vanished_gradients
+    (empty: not counted)."""
+    if version < 2:
+        attacked = [a != "none" and acc is not None
+                    for a, acc in zip(table["attack"].to_pylist(), table["accuracy"].to_pylist())]
+        table = table.append_column(ROBUSTNESS_SCHEMA.field("attack_loss"), pa.array(
+            [OLD_ATTACK_LOSS if a else None for a in attacked], pa.string()))
+        table = table.append_column(ROBUSTNESS_SCHEMA.field("vanished_gradients"),
+                                    pa.nulls(len(table), pa.int64()))
+    return table
 
 OPS_SCHEMA = pa.schema(
     [pa.field("run_id", pa.string()), pa.field("layer", pa.string()), pa.field("index", pa.int64()),

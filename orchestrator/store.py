@@ -89,7 +89,7 @@ from dlbench_runner import contract
 from . import files, jobdir
 from .errors import StoreError, StoreWarning
 from .schema import (ADDED_IN, ARROW_SCHEMA, OPS_SCHEMA, RENAMED_IN, ROBUSTNESS_SCHEMA, SCHEMA_VERSION, STEPS_SCHEMA,
-                     TRACE_SCHEMA,
+                     TRACE_SCHEMA, upgrade_robustness,
                      RunRecord)
 
 RUNS = "runs"
@@ -139,6 +139,7 @@ class SideTable(NamedTuple):
     old_folder: str | None = None   # where an older layout kept its files
     order: tuple = ("run_id",)  # how ``load_side`` sorts its rows
     integers: bool = False      # whether pandas gets its integer columns as nullable Int64
+    upgrade: Callable[[pa.Table, int], pa.Table] | None = None  # older versions' rows to this one
 
     @property
     def version(self) -> int:
@@ -148,7 +149,8 @@ class SideTable(NamedTuple):
 TRACE = SideTable("trace", "traces", TRACE_SCHEMA, b"dlbench.trace_schema_version",
                   old_folder=OLD_TRACES, order=("run_id", "t_s"))
 ROBUSTNESS = SideTable("robustness", "robustness", ROBUSTNESS_SCHEMA,
-                       b"dlbench.robustness_schema_version", integers=True)
+                       b"dlbench.robustness_schema_version", integers=True,
+                       upgrade=upgrade_robustness)
 STEPS = SideTable("step loss", "steps", STEPS_SCHEMA, b"dlbench.steps_schema_version",
                   order=("run_id", "step"), integers=True)
 OPS = SideTable("op time", "ops", OPS_SCHEMA, b"dlbench.ops_schema_version", integers=True)
@@ -523,6 +525,8 @@ def _side_reader(side: SideTable) -> Callable[[Path], pa.Table]:
             raise StoreError(f"{path}: {side.kind} schema version {version}; this dlbench reads "
                              f"up to {side.version}: upgrade dlbench")
         try:
+            if version < side.version and side.upgrade is not None:
+                table = side.upgrade(table, version)
             return table.select(side.schema.names).cast(side.schema)
         except (pa.ArrowException, KeyError, ValueError) as exc:
             raise _Unreadable(f"{path}: not a dlbench {side.kind} file ({_why(exc)})") from None

@@ -185,6 +185,8 @@ def test_the_runner_attacks_the_trained_model_with_the_adapters_gradient(data_ro
     rows = {(r["attack"], r["epsilon"]): r for r in result["robustness"]}
     assert list(rows) == [("none", 0.0), ("fgsm", 0.02), ("fgsm", 0.05), ("fgsm", 0.1), ("pgd", 0.05)]
     assert all(r["images"] == 300 and r["time_s"] > 0 and r["reason"] is None for r in rows.values())
+    assert all(r["attack_loss"] == robustness.ATTACK_LOSS and r["vanished_gradients"] == 0
+               for key, r in rows.items() if key[0] != "none")
     clean = rows["none", 0.0]["accuracy"]
     fgsm = [rows["fgsm", e]["accuracy"] for e in (0.02, 0.05, 0.1)]
     assert clean > 0.8 and fgsm == sorted(fgsm, reverse=True) and fgsm[-1] < clean - 0.3
@@ -196,6 +198,34 @@ def test_the_runner_attacks_the_trained_model_with_the_adapters_gradient(data_ro
     again = run_runner(data_root, tmp_path / "off", "--profile", "quick", "--set", "robust_images=0")
     off = json.loads((tmp_path / "off" / "result.json").read_text())
     assert again.returncode == 0 and "robustness" not in off and "gradient_check" not in off
+
+
+class OneScore:
+    """A two-class model whose second logit is a function ``f`` of each image's pixels and
+    whose first is 0: at label 0 its soft margin is ``f``, so that a test states the
+    function the gradient check differentiates.  ``df`` gives the gradient its
+    ``input_vjp`` back-propagates (right or wrong, as the test wants)."""
+
+    def f(self, pixels):
+        raise NotImplementedError
+
+    def df(self, pixels):
+        raise NotImplementedError
+
+    def logits(self, pixels):
+        import numpy as np
+        value = np.array([self.f(image) for image in np.asarray(pixels, dtype=np.float64)])
+        return np.stack([np.zeros(len(value)), value], axis=1)
+
+    def input_vjp(self, pixels, output_gradient):
+        import numpy as np
+        g = output_gradient(self.logits(pixels))
+        gradient = np.stack([g[i, 1] * self.df(image) for i, image in enumerate(pixels)])
+        return gradient, np.zeros(len(pixels), int)
+
+    def predict(self, pixels):
+        import numpy as np
+        return np.zeros(len(pixels), int)
 
 
 def test_an_adapter_without_a_gradient_for_its_model_gets_reasons_and_no_check():
@@ -210,13 +240,14 @@ def test_an_adapter_without_a_gradient_for_its_model_gets_reasons_and_no_check()
         def unavailable(self, *args):
             raise robustness.NoInputGradient("no preprocessing")
 
-        input_gradient = predict = loss = unavailable
+        input_vjp = logits = predict = unavailable
 
     images, labels = np.zeros((3, 2, 2), np.uint8), np.zeros(3, int)
     hp = {"robust_images": 3, "epsilons": "0.1", "pgd_epsilon": "0.1"}
     rows = robustness.attack(Unavailable(), images, labels, hp, 1, lambda: 0.0)
     assert [r["attack"] for r in rows] == ["none", "fgsm", "pgd"]
-    assert all(r["accuracy"] is None and r["reason"] == "no preprocessing" for r in rows)
+    assert all(r["accuracy"] is None and r["reason"] == "no preprocessing"
+               and r["attack_loss"] is None and r["vanished_gradients"] is None for r in rows)
     assert robustness.gradient_check(Unavailable(), images, labels) is None
 
 
@@ -227,25 +258,26 @@ def test_a_gradient_that_fails_its_check_attacks_nothing():
 
     from dlbench_runner import robustness
 
-    class Wrong:
-        """The loss is the pixels' sum; the gradient says minus one everywhere."""
-        def input_gradient(self, pixels, labels):
-            return -np.ones_like(pixels), np.zeros(len(pixels), int)
-
-        def predict(self, pixels):
-            return np.zeros(len(pixels), int)
-
-        def loss(self, pixels, labels):
+    class Wrong(OneScore):
+        """The soft margin is the pixels' sum; the gradient says minus one everywhere."""
+        def f(self, pixels):
             return float(np.sum(pixels))
+
+        def df(self, pixels):
+            return -np.ones_like(pixels)
 
     images, labels = np.full((3, 2, 2), 128, np.uint8), np.zeros(3, int)
     check = robustness.gradient_check(Wrong(), images, labels)
     assert check["relative_error"] == pytest.approx(2.0) and check["errors"] == pytest.approx([2.0] * 4)
+    assert check["confident"]["errors"] == pytest.approx([2.0] * 4)
     hp = {"robust_images": 3, "epsilons": "0.1", "pgd_epsilon": "0.1"}
     rows = robustness.attack(Wrong(), images, labels, hp, 1, lambda: 0.0, check)
     assert all(r["accuracy"] is None and r["reason"].startswith(
         "the input gradient failed its finite-difference check (relative error 2") for r in rows)
-    assert robustness.attack(Wrong(), images, labels, hp, 1, lambda: 0.0)[0]["accuracy"] == 1.0
+    unchecked = robustness.attack(Wrong(), images, labels, hp, 1, lambda: 0.0)
+    assert unchecked[0]["accuracy"] == 1.0 and unchecked[0]["attack_loss"] is None
+    assert [r["attack_loss"] for r in unchecked[1:]] == [robustness.ATTACK_LOSS] * 2
+    assert [r["vanished_gradients"] for r in unchecked] == [None, 0, 0]
 
 
 def test_the_gradient_check_of_an_image_of_black_and_white_only_checks_near_it():
@@ -256,18 +288,18 @@ def test_the_gradient_check_of_an_image_of_black_and_white_only_checks_near_it()
 
     from dlbench_runner import robustness
 
-    class Square:
-        """The loss is the sum of the squared pixels; ``sign`` -1 gives a wrong gradient."""
+    class Square(OneScore):
+        """The soft margin is the sum of the squared pixels; ``sign`` -1 gives a wrong gradient."""
         def __init__(self, sign):
             self.sign = sign
             self.seen = []
 
-        def input_gradient(self, pixels, labels):
-            self.seen.append(pixels)
-            return self.sign * 2 * pixels, np.zeros(len(pixels), int)
-
-        def loss(self, pixels, labels):
+        def f(self, pixels):
             return float(np.sum(pixels ** 2))
+
+        def df(self, pixels):
+            self.seen.append(pixels)
+            return self.sign * 2 * pixels
 
     images = np.tile(np.array([[0, 255], [255, 0]], np.uint8), (3, 1, 1))
     labels = np.zeros(3, int)
@@ -275,7 +307,7 @@ def test_the_gradient_check_of_an_image_of_black_and_white_only_checks_near_it()
     check = robustness.gradient_check(right, images, labels)
     assert len(check["pixels"]) == 2 and max(check["errors"]) < 1e-4, check     # the two near 1
     checked = right.seen[-1].reshape(-1)
-    moved = np.abs(checked - images[check["image"]].reshape(-1) / 255.0)
+    moved = np.abs(checked - images[check["confident"]["image"]].reshape(-1) / 255.0)
     assert (moved < robustness.CHECK_JITTER).all() and (moved > 0).all()
     assert ((checked > 0) & (checked < 1)).all()
     assert robustness.gradient_check(Square(-1), images, labels)["relative_error"] > 1
@@ -284,24 +316,24 @@ def test_the_gradient_check_of_an_image_of_black_and_white_only_checks_near_it()
 def test_the_gradient_check_steps_off_the_kinks_of_equal_bytes(monkeypatch):
     """Runs of equal bytes tie the maxima of pooling windows: at the tie a framework's
     gradient is one subgradient, which can lie outside both one-sided derivatives (here
-    dL/dx1 = -1 where both are 0).  Checked at the bytes the right gradient would fail;
+    dM/dx1 = -1 where both are 0).  Checked at the bytes the right gradient would fail;
     the check moves off them and it agrees."""
     import numpy as np
 
     from dlbench_runner import robustness
 
-    class Pooled:
+    class Pooled(OneScore):
         """Per row of three pixels, max(x0, x1) - max(x1, x2), each window's gradient going
         to its first maximum."""
-        def input_gradient(self, pixels, labels):
+        def df(self, pixels):
             rows = pixels.reshape(-1, 3)
             gradient = np.zeros_like(rows)
             index = np.arange(len(rows))
             gradient[index, np.argmax(rows[:, [0, 1]], axis=1)] += 1
             gradient[index, 1 + np.argmax(rows[:, [1, 2]], axis=1)] -= 1
-            return gradient.reshape(pixels.shape), np.zeros(len(pixels), int)
+            return gradient.reshape(pixels.shape)
 
-        def loss(self, pixels, labels):
+        def f(self, pixels):
             rows = np.asarray(pixels, dtype=np.float64).reshape(-1, 3)
             return float(np.sum(np.maximum(rows[:, 0], rows[:, 1]) - np.maximum(rows[:, 1], rows[:, 2])))
 
@@ -311,36 +343,33 @@ def test_the_gradient_check_steps_off_the_kinks_of_equal_bytes(monkeypatch):
     assert robustness.gradient_check(Pooled(), images, labels)["relative_error"] >= 1
 
 
-def test_the_gradient_check_asks_once_for_its_losses_where_the_adapter_gives_them_batched():
-    """An adapter with ``losses`` (Lua Torch7's: every call crosses into th) gets the centre
-    and every moved image in one call; the differences are those of one loss call each."""
+def test_the_gradient_check_asks_for_the_logits_of_its_moved_images_in_batches():
+    """An adapter whose every call crosses a process boundary (Lua Torch7's) is asked for
+    the logits of the centre and every moved image of a checked image in one call: one
+    call to choose the two images, then one per image checked (besides its input_vjp's)."""
     import numpy as np
 
     from dlbench_runner import robustness
 
-    class Cubic:
-        """The loss is the sum of the pixels cubed; ``losses`` counts its calls."""
+    class Cubic(OneScore):
+        """The soft margin is the sum of the pixels cubed; ``logits`` counts its calls."""
         calls = 0
 
-        def input_gradient(self, pixels, labels):
-            return 3 * pixels ** 2, np.zeros(len(pixels), int)
+        def f(self, pixels):
+            return float(np.sum(pixels ** 3))
 
-        def loss(self, pixels, labels):
-            return float(np.sum(np.asarray(pixels, dtype=np.float64) ** 3))
+        def df(self, pixels):
+            return 3 * pixels ** 2
 
-    class Batched(Cubic):
-        def losses(self, pixels, labels):
+        def logits(self, pixels):
             self.calls += 1
-            assert len(pixels) == len(labels) and (np.asarray(labels) == 0).all()
-            return (np.asarray(pixels, dtype=np.float64) ** 3).reshape(len(pixels), -1).sum(1)
+            return super().logits(pixels)
 
     images, labels = np.random.RandomState(3).randint(0, 256, (4, 6, 6)).astype(np.uint8), np.zeros(4, int)
-    one_by_one = robustness.gradient_check(Cubic(), images, labels)
-    batched = Batched()
-    found = robustness.gradient_check(batched, images, labels)
-    assert batched.calls == 1 and found["relative_error"] < 1e-6
-    assert np.allclose(np.array(found["finite_differences"], dtype=float),
-                       np.array(one_by_one["finite_differences"], dtype=float), rtol=1e-6, equal_nan=True)
+    counted = Cubic()
+    found = robustness.gradient_check(counted, images, labels)
+    assert counted.calls == 1 + 2 * 2 and found["relative_error"] < 1e-6
+    assert found["image"] != found["confident"]["image"]
 
 
 def test_pgd_stays_in_its_epsilon_ball_and_in_valid_pixels():
@@ -350,9 +379,9 @@ def test_pgd_stays_in_its_epsilon_ball_and_in_valid_pixels():
 
     class Pushy:
         """A gradient that always points up: every step pushes each pixel up to its bound."""
-        def input_gradient(self, pixels, labels):
+        def input_vjp(self, pixels, output_gradient):
             return np.ones_like(pixels), np.zeros(len(pixels), int)
 
     x = np.array([[[0.0, 0.5, 0.99]]], np.float32)
-    out = robustness.pgd(Pushy(), x, np.zeros(1, int), 0.1, 10, np.random.RandomState(1))
-    assert np.allclose(out, [[[0.1, 0.6, 1.0]]])
+    out, vanished = robustness.pgd(Pushy(), x, np.zeros(1, int), 0.1, 10, np.random.RandomState(1))
+    assert np.allclose(out, [[[0.1, 0.6, 1.0]]]) and not vanished.any()

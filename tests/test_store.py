@@ -906,6 +906,34 @@ def test_a_robustness_file_of_a_newer_version_is_refused(tmp_path):
     results.mkdir()
     path = store.write_side(results, store.ROBUSTNESS, "run1", ROBUST)
     table = pq.read_table(path)
-    pq.write_table(table.replace_schema_metadata({b"dlbench.robustness_schema_version": b"2"}), path)
-    with pytest.raises(StoreError, match="robustness schema version 2; this dlbench reads up to 1"):
+    pq.write_table(table.replace_schema_metadata({b"dlbench.robustness_schema_version": b"3"}), path)
+    with pytest.raises(StoreError, match="robustness schema version 3; this dlbench reads up to 2"):
         store.load_robustness(results)
+
+
+def test_robustness_rows_of_version_1_say_what_they_attacked_along_and_count_nothing(tmp_path):
+    """Version 2 added attack_loss and vanished_gradients: a version 1 file (written with
+    its own columns and version) reads with the old attacks' loss named on its attack
+    rows (never on the clean row, nor on a row without an accuracy) and no count, and
+    ``dlbench upgrade`` rewrites it so."""
+    from conftest import dlbench
+
+    from orchestrator.schema import OLD_ATTACK_LOSS
+    results = tmp_path / "results"
+    (results / "robustness").mkdir(parents=True)
+    old = ROBUST + [{"attack": "fgsm", "epsilon": 0.3, "steps": 1, "images": 1000, "accuracy": None,
+                     "time_s": None, "reason": "no gradient"}]
+    schema = pa.schema([store.ROBUSTNESS.schema.field(name) for name in
+                        ("run_id", "attack", "epsilon", "steps", "images", "accuracy", "time_s", "reason")],
+                       metadata={b"dlbench.robustness_schema_version": b"1"})
+    pq.write_table(pa.Table.from_pylist([dict(row, run_id="run1") for row in old], schema=schema),
+                   results / "robustness" / "run1.parquet")
+    frame = store.load_robustness(results)
+    assert list(frame.columns) == store.ROBUSTNESS.schema.names
+    assert frame["attack_loss"].fillna("").tolist() == ["", OLD_ATTACK_LOSS, OLD_ATTACK_LOSS, ""]
+    assert frame["vanished_gradients"].isna().all()
+    proc = dlbench("upgrade", "--results", results)
+    assert proc.returncode == 0, proc.stderr
+    table = pq.read_table(results / "robustness" / "run1.parquet")
+    assert table.schema.metadata[b"dlbench.robustness_schema_version"] == b"2"
+    assert table["attack_loss"].to_pylist() == [None, OLD_ATTACK_LOSS, OLD_ATTACK_LOSS, None]

@@ -190,18 +190,22 @@ def test_the_host_takes_no_link_and_no_file_past_the_cap(tmp_path, monkeypatch):
 
 
 class Linear:
-    """A linear model of 4 pixels whose loss is its gradient's dot product with them."""
+    """A linear model of 4 pixels with three logits, 0, the pixels' dot product with
+    ``direction`` and 0: the soft margin of labels 0 and 2 grows along ``direction``,
+    that of label 1 against it."""
 
     direction = np.array([[1.0, -1.0], [0.5, -2.0]])
 
-    def input_gradient(self, pixels, labels):
-        return np.broadcast_to(self.direction, pixels.shape).astype(pixels.dtype), np.zeros(len(pixels), int)
+    def logits(self, pixels):
+        score = (np.asarray(pixels, np.float64) * self.direction).reshape(len(pixels), -1).sum(1)
+        return np.stack([np.zeros_like(score), score, np.zeros_like(score)], axis=1)
+
+    def input_vjp(self, pixels, output_gradient):
+        g = output_gradient(self.logits(pixels))
+        return (g[:, 1, None, None] * self.direction).astype(pixels.dtype), np.zeros(len(pixels), int)
 
     def predict(self, pixels):
         return (pixels.reshape(len(pixels), -1).sum(1) > 1.2).astype(int)
-
-    def loss(self, pixels, labels):
-        return float((np.asarray(pixels, np.float64) * self.direction).sum())
 
 
 def test_the_runner_keeps_fgsm_images_from_a_checked_gradient_only(tmp_path):
@@ -214,7 +218,8 @@ def test_the_runner_keeps_fgsm_images_from_a_checked_gradient_only(tmp_path):
     with np.load(path, allow_pickle=False) as arrays:
         x = images / np.float32(255.0)
         assert arrays["images"].dtype == np.float32 and float(arrays["epsilon"]) == 0.1
-        assert np.array_equal(arrays["images"], np.clip(x + np.float32(0.1) * np.sign(Linear.direction).astype(np.float32), 0, 1))
+        along = np.array([1, -1, 1], np.float32)[:, None, None] * np.sign(Linear.direction).astype(np.float32)
+        assert np.array_equal(arrays["images"], np.clip(x + np.float32(0.1) * along, 0, 1))
         assert list(arrays["labels"]) == [0, 1, 2]
     failed = dict(check, relative_error=1.0)
     (tmp_path / "transfer.npz").unlink()

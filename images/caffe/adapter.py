@@ -533,6 +533,16 @@ class Adapter:
         return (net.blobs["pixels"].diff.reshape(pixels.shape).copy(),
                 net.blobs["ip2"].data.argmax(axis=1))
 
+    def input_vjp(self, pixels, output_gradient):
+        """Caffe's own backward from ip2 (the scores) down to the pixels blob, through the
+        transform's layers, with ip2's diff set to ``output_gradient(ip2)``: the scores'
+        vector-Jacobian product; and the classes predicted."""
+        net = self._forward(pixels)
+        scores = net.blobs["ip2"]
+        net.blobs["ip2"].diff[...] = output_gradient(scores.data.copy())
+        net.backward(start="ip2")
+        return (net.blobs["pixels"].diff.reshape(pixels.shape).copy(), scores.data.argmax(axis=1))
+
     def predict(self, pixels):
         return self._forward(pixels).blobs["ip2"].data.argmax(axis=1)
 

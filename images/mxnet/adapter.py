@@ -728,6 +728,20 @@ class Adapter:
         loss.backward(train_mode=train_mode)
         return x.grad.asnumpy(), logits.argmax(axis=1).asnumpy().astype(self.np.int64)
 
+    def input_vjp(self, pixels, output_gradient):
+        """mx.autograd's gradient of the network's logits with respect to the pixels,
+        weighted by ``output_gradient(logits)`` (the head gradient of ``backward``): their
+        vector-Jacobian product, of the network as test() runs it (``_train_mode``); and
+        the classes predicted."""
+        mx, network, train_mode = self.mx, self._network(), self._train_mode()
+        x = self._pixels(pixels)
+        x.attach_grad()
+        with mx.autograd.record(train_mode=train_mode):
+            logits = network(self.model_input(x))
+        g = mx.nd.array(output_gradient(logits.asnumpy()), ctx=self.context, dtype=logits.dtype)
+        logits.backward(out_grad=g, train_mode=train_mode)
+        return x.grad.asnumpy(), logits.argmax(axis=1).asnumpy().astype(self.np.int64)
+
     def predict(self, pixels):
         logits = self._network()(self.model_input(self._pixels(pixels)))
         return logits.argmax(axis=1).asnumpy().astype(self.np.int64)

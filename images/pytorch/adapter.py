@@ -362,6 +362,19 @@ class Adapter:
         gradient, = torch.autograd.grad(loss, x)
         return gradient.cpu().numpy(), output.argmax(1).cpu().numpy()
 
+    def input_vjp(self, pixels, output_gradient):
+        """torch.autograd.grad of the model's outputs (its log-probabilities, whose softmax
+        is its probabilities) with respect to the pixels, weighted by
+        ``output_gradient(outputs)``: their vector-Jacobian product; and the classes
+        predicted."""
+        torch = self.torch
+        self.model.eval()
+        x = self._pixels(pixels, grad=True)
+        output = self.model(self.model_input(x))
+        g = torch.as_tensor(output_gradient(output.detach().cpu().numpy()))
+        gradient, = torch.autograd.grad(output, x, grad_outputs=g.to(output.device, output.dtype))
+        return gradient.cpu().numpy(), output.argmax(1).cpu().numpy()
+
     def predict(self, pixels):
         self.model.eval()
         with self.torch.no_grad():

@@ -1101,6 +1101,20 @@ class Adapter:
             gradient = tape.gradient(loss, x)
             return gradient.numpy(), tf.argmax(logits, 1).numpy()
 
+    def input_vjp(self, pixels, output_gradient):
+        """tf.GradientTape's gradient of the logits test() scores with respect to the pixels,
+        weighted by ``output_gradient(logits)`` (``output_gradients``): their vector-Jacobian
+        product, without dropout; and the classes predicted."""
+        tf = self.tf
+        with tf.device(self.device):
+            x = tf.constant(pixels)
+            with tf.GradientTape() as tape:
+                tape.watch(x)
+                logits = self._logits(x)
+            g = tf.constant(output_gradient(logits.numpy()), dtype=logits.dtype)
+            gradient = tape.gradient(logits, x, output_gradients=g)
+            return gradient.numpy(), tf.argmax(logits, 1).numpy()
+
     def predict(self, pixels):
         tf = self.tf
         with tf.device(self.device):

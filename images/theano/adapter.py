@@ -322,7 +322,7 @@ class Adapter:
     # -- the robustness check: T.grad through the net's preprocessing ----------------------
     def _robust(self):
         """The robustness check's compiled functions (gradient and predictions,
-        predictions, loss), compiled at its first call, after every timed span: the net's
+        predictions, loss, logits, the logits' vector-Jacobian product and predictions), compiled at its first call, after every timed span: the net's
         probabilities with its input replaced by its preprocessing of the pixels
         (theano.clone), the input gradient T.grad of the summed training loss with
         respect to the pixels."""
@@ -333,9 +333,15 @@ class Adapter:
             y = T.ivector("y")
             p_y_given_x = theano.clone(net.p_y_given_x, replace={net.x: model_input})
             loss, predicted = net.summed_loss(p_y_given_x, y), T.argmax(p_y_given_x, axis=1)
+            logits = p_y_given_x.owner.inputs[0]       # softmax's input: the net's logits
+            output_gradient = T.matrix("output_gradient", dtype=logits.dtype)
             self.robust = (theano.function([pixels, y], [T.grad(loss, pixels), predicted]),
                            theano.function([pixels], predicted),
-                           theano.function([pixels, y], loss))
+                           theano.function([pixels, y], loss),
+                           theano.function([pixels], logits),
+                           theano.function([pixels, output_gradient],
+                                           [theano.gradient.Lop(logits, pixels, output_gradient),
+                                            predicted]))
         return self.robust
 
     def _floatx(self, pixels):
@@ -344,8 +350,22 @@ class Adapter:
         return self.np.asarray(pixels, dtype=self.theano.config.floatX)
 
     def input_gradient(self, pixels, labels):
+        """T.grad of the summed loss in floatX (the gradient the attacks followed before:
+        the gradient check still compares it)."""
         gradient, predicted = self._robust()[0](self._floatx(pixels), labels.astype("int32"))
         return gradient, predicted
+
+    def attack_logits(self, pixels):
+        """The net's logits, the softmax's input (``logits`` gives its probabilities, the
+        graph's output), in floatX."""
+        return self._robust()[3](self._floatx(pixels))
+
+    def input_vjp(self, pixels, output_gradient):
+        """theano.gradient.Lop of the logits with respect to the pixels: the vector-Jacobian
+        product of ``output_gradient(logits)``, by Theano's own differentiation."""
+        x = self._floatx(pixels)
+        g = output_gradient(self.attack_logits(x))
+        return self._robust()[4](x, self.np.asarray(g, dtype=self.theano.config.floatX))
 
     def predict(self, pixels):
         return self._robust()[1](self._floatx(pixels))

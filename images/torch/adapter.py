@@ -57,9 +57,10 @@ TAG = b":::DLBENCH-TH "
 # the robustness check's files, in the harness's working directory (named relative to it)
 ROBUST_FILES = {"pixels": "robust-pixels.f64", "labels": "robust-labels.u8",
                 "gradient": "robust-gradient.f64", "losses": "robust-losses.f64",
-                "logits": "robust-logits.f64"}
+                "logits": "robust-logits.f64", "output_gradient": "robust-output-gradient.f64",
+                "vjp": "robust-vjp.f64"}
 ROBUST_ANSWERS = {"predict": "predicted", "loss": "loss", "gradient": "gradient", "losses": "losses",
-                  "logits": "logits"}
+                  "logits": "logits", "vjp": "vjp"}
 # the script's tensor types (the harness's `finish`), as numpy's
 TENSOR_DTYPES = {"torch.FloatTensor": numpy.float32, "torch.DoubleTensor": numpy.float64,
                  "torch.CudaTensor": numpy.float32, "torch.CudaDoubleTensor": numpy.float64}
@@ -239,6 +240,16 @@ class Adapter:
         gradient = numpy.fromfile(os.path.join(self.work, ROBUST_FILES["gradient"]), dtype=numpy.float64)
         return gradient.reshape(pixels.shape).astype(pixels.dtype), _classes(found)
 
+    def input_vjp(self, pixels, output_gradient):
+        """The vector-Jacobian product of the model's LogSoftMax outputs (whose softmax is
+        its probabilities) with ``output_gradient(outputs)``, by updateGradInput of the
+        model and of the preprocessing rebuilt from nn modules: two requests, ``logits``
+        then ``vjp``; and the classes predicted."""
+        g = output_gradient(self.logits(pixels))
+        found = self._ask("vjp", pixels, output_gradient=g)
+        gradient = numpy.fromfile(os.path.join(self.work, ROBUST_FILES["vjp"]), dtype=numpy.float64)
+        return gradient.reshape(pixels.shape).astype(pixels.dtype), _classes(found)
+
     def predict(self, pixels):
         return _classes(self._ask("predict", pixels))
 
@@ -332,15 +343,18 @@ class Adapter:
                 raise NoExport("Lua Torch7's %s has no layer kind in the layer list yet" % kind)
         return layers
 
-    def _ask(self, request, pixels, labels=None):
-        """One robustness request of the harness's: the pixels (float64) and labels (uint8)
-        written as raw files in its working directory, named relative to it; its answer, or
-        NoInputGradient with its reason where it cannot rebuild the script's preprocessing."""
+    def _ask(self, request, pixels, labels=None, output_gradient=None):
+        """One robustness request of the harness's: the pixels (float64) and labels (uint8),
+        or the output gradient (float64), written as raw files in its working directory,
+        named relative to it; its answer, or NoInputGradient with its reason where it cannot
+        rebuild the script's preprocessing."""
         self._finished()
         names = [self._write_raw("pixels", pixels, numpy.float64)]
         if labels is not None:
             names.append(self._write_raw("labels", labels, numpy.uint8))
-        if request in ("gradient", "losses", "logits"):
+        if output_gradient is not None:
+            names.append(self._write_raw("output_gradient", output_gradient, numpy.float64))
+        if request in ("gradient", "losses", "logits", "vjp"):
             names.append(ROBUST_FILES[request])
         line = " ".join([request, str(len(pixels))] + names)
         self.proc.stdin.write(line.encode() + b"\n")

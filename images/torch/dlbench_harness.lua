@@ -24,9 +24,12 @@
 --     losses N PIXELS LABELS LOSSES       -> `losses`, and LOSSES written: each image's loss,
 --                                            raw float64 (the gradient check's 65 images at once)
 --     logits N PIXELS OUT                 -> `logits`, and OUT written: the model's outputs
+--     vjp N PIXELS OUTGRAD GRADIENT       -> `vjp` {predicted}, and GRADIENT written: the
+--                                            outputs' vector-Jacobian product with OUTGRAD
+--                                            (raw float64, N x outputs), by updateGradInput
 --     layers DIR                          -> `layers`: the model's modules for the migration
 --                                            check (see `layers` below)
---   the last four for the robustness check: PIXELS holds N images in [0, 1] as raw float64
+--   the last five for the robustness check: PIXELS holds N images in [0, 1] as raw float64
 --   (MNIST N x 28 x 28, CIFAR-10 N x 3 x 32 x 32), LABELS their classes as raw uint8 (0-9),
 --   GRADIENT gets the loss's gradient with respect to the pixels, raw float64 of their shape
 --   (paths without spaces, absolute or relative to the working directory); `predicted` is
@@ -376,6 +379,12 @@ local function robust(request, n, pixels_path, labels_path, out_path)
    local _, classes = output:double():max(2)
    local predicted = classes:select(2, 1):add(-1):totable()
    if request == 'predict' then return emit('predicted', {predicted = predicted}) end
+   if request == 'vjp' then          -- the outputs' vector-Jacobian product of a given gradient
+      local size = output:size():totable()
+      local gradient = model:updateGradInput(input, raw(labels_path, size, 'Double'):type(model_type))
+      write_doubles(out_path, preprocessing:updateGradInput(pixels, gradient:type(default)))
+      return emit('vjp', {predicted = predicted})
+   end
    local targets = bytes(labels_path, {n}):long():add(1)
    if request == 'losses' then       -- ClassNLLCriterion's terms, one per image
       write_doubles(out_path, output:double():gather(2, targets:view(n, 1)):mul(-1))
@@ -389,7 +398,8 @@ local function robust(request, n, pixels_path, labels_path, out_path)
    emit('gradient', {loss = loss, predicted = predicted})
 end
 
-local ROBUST_REQUESTS = {predict = true, loss = true, gradient = true, losses = true, logits = true}
+local ROBUST_REQUESTS = {predict = true, loss = true, gradient = true, losses = true, logits = true,
+                         vjp = true}
 
 -- `layers DIR`: the migration check's view of the trained model: DIR/layers.json lists the
 -- model's modules in order (their type and sizes) and the preprocessing's constants (MNIST:

@@ -31,7 +31,11 @@ from . import blas, data as formats  # noqa: F401 (blas: the host's too)
 #      process mapped, by name (``blas.loaded``); a job whose spec asks for a BLAS
 #      (``blas``) that is not among them fails.  The spec's ``onednn`` (on, off) sets
 #      the framework's oneDNN switch (models.json's ``onednn.variable``).
-SCHEMA_VERSION = 5
+#   6  each ``robustness`` entry's ``attack_loss`` (what the attack's direction follows: the
+#      cross entropy's exact output gradient, back-propagated as a vector-Jacobian product)
+#      and ``vanished_gradients`` (how many attacked images' input gradients vanished);
+#      ``gradient_check`` checks a second image, the most confidently classified.
+SCHEMA_VERSION = 6
 
 # One machine-readable line on stdout per event, at the start of a fresh line.
 EVENT_TAG = ":::DLBENCH "

@@ -3,22 +3,41 @@
 The attacks work in the [0, 1] pixel scale on the first ``robust_images`` test images, in
 the data set's own layout (MNIST N x 28 x 28, CIFAR-10 N x 3 x 32 x 32), whatever the
 model's own preprocessing; every adversarial image is clipped to valid pixels.  What
-the framework gives, through two methods of its adapter, is its model's view of pixels:
+the framework gives, through methods of its adapter, is its model's view of pixels:
 
-    def input_gradient(self, pixels, labels):
-        # -> (the gradient of the model's loss, summed over the batch, with respect to
-        #     ``pixels``, computed by the framework's own differentiation through the
-        #     model's preprocessing; the classes the model predicts for ``pixels``)
+    def logits(self, pixels):
+        # -> the model's scores for ``pixels``, N x classes: its logits, or its
+        #    log-probabilities (anything whose softmax is the model's probabilities);
+        #    an adapter whose ``logits`` are other outputs (Theano's probabilities) gives
+        #    ``attack_logits`` besides, which the attacks take instead
+    def input_vjp(self, pixels, output_gradient):
+        # -> (d(sum(g * logits)) / d pixels, the vector-Jacobian product of those logits,
+        #     computed by the framework's own backward pass through the model's
+        #     preprocessing, with g = output_gradient(logits as numpy, N x classes), an
+        #     N x classes float32 array; the classes the model predicts for ``pixels``)
     def predict(self, pixels):
         # -> the classes the model predicts
-    def loss(self, pixels, labels):
-        # -> that loss, a float (for ``gradient_check``)
-    def losses(self, pixels, labels):
-        # optional: -> each image's loss, N floats (``gradient_check`` then asks once for
-        #    its 65 images instead of 65 times)
 
-An adapter without ``input_gradient`` (or one that raises ``NoInputGradient`` for its
-model) gets rows with an empty accuracy and the reason, never a number that is wrong.
+The direction the attacks follow is the sign of the input gradient of the cross entropy,
+but not as the framework's float32 loss gives it: for an image the model classifies
+confidently, float32's softmax rounds the true class's probability to 1, its output
+gradient p - onehot loses its main term, and what reaches the pixels is rounding (an
+image with a loss below some 1e-7 gets a gradient of noise, or none: gradient masking,
+which made models look robust).  Instead the runner computes the output gradient itself,
+in float64 and log-space, from the framework's logits z: with y the true class,
+
+    g_j = softmax over the classes other than y of z_j   (j != y),    g_y = -1
+
+which is the cross entropy's output gradient p - onehot divided by 1 - p_y (the sum of
+the other classes' probabilities, written without rounding 1 - p_y), i.e. the gradient
+of the soft margin M = logsumexp_{j != y} z_j - z_y, of which the cross entropy is
+softplus(M).  Each image's g is scaled to max |g| = 1, so nothing underflows in the
+framework's float32 backward pass, and a positive scale per image changes no sign: the
+FGSM and PGD steps are those of the exact cross entropy.  ``ATTACK_LOSS`` names it in
+every row.
+
+An adapter without ``input_vjp`` (or one that raises ``NoInputGradient`` for its model)
+gets rows with an empty accuracy and the reason, never a number that is wrong.
 
 Rows, one per attack and epsilon (``contract.ROBUSTNESS`` has the settings):
     none  epsilon 0: the clean accuracy on the same images
@@ -27,6 +46,12 @@ Rows, one per attack and epsilon (``contract.ROBUSTNESS`` has the settings):
     pgd   BIM from a uniform random start in the eps-ball (numpy's RandomState(seed)),
           ``contract.PGD_STEPS`` steps of ``STEP_FACTOR * eps / steps``, each projected
           onto the eps-ball and the valid pixels, at ``pgd_epsilon``
+An attack's row also holds ``attack_loss`` and ``vanished_gradients``: how many of its
+images had an input gradient that vanished (``vanished``: all zero, or its largest
+|component| at most ``VANISHED`` times the largest of any attacked image's, each image's
+output gradient being of max 1; PGD: at any of its steps).  An attack along a vanished
+gradient is no attack (the sign of zeros is zero), and the report flags a job where more
+than 1% vanished.
 
 The FGSM images at ``pgd_epsilon`` (the middle epsilon of both data sets' defaults) are
 also kept, for the host to try every other framework's model on them (transfer attacks):
@@ -35,11 +60,14 @@ no pickles): ``images`` float32 in the [0, 1] scale and the data set's layout (x
 sign(gradient) is not a byte in general), ``labels`` uint8, ``epsilon`` a float64 scalar.
 About 0.45 MB for 1,000 MNIST images and 4 MB for 1,000 CIFAR-10 ones (the quick profile's
 100: a tenth).  Only from a gradient that passed its check: else no file, and the rows say
-why (an adapter without ``loss`` has no check, and keeps no images).  A file past ``contract.MAX_TRANSFER_BYTES`` (some 4,000 CIFAR-10 images) is not kept
+why.  A file past ``contract.MAX_TRANSFER_BYTES`` (some 4,000 CIFAR-10 images) is not kept
 either, and the log says so.
 
-``gradient_check`` compares the adapter's gradient with central finite differences of
-its loss at a few pixels of one real image: the test of every adapter's gradient.
+``gradient_check`` compares the framework's vector-Jacobian product with central finite
+differences of the soft margin, computed in float64 from the framework's logits, at a few
+pixels of two real images (one the model gets wrong, and the one it classifies most
+confidently, where float32's cross-entropy gradient vanishes): the test of every
+adapter's gradient.
 """
 
 import os
@@ -59,6 +87,14 @@ CHECK_JITTER = 1e-2     # the checked image's random move: 2.55 byte steps at mo
 # The most the check lets a gradient differ from its finite differences: a float32 model
 # differs by a few tenths of a percent at the best step; a wrong gradient by 100% and more.
 GRADIENT_TOLERANCE = 0.05
+# An image's input gradient has vanished where its largest |component| is at most this
+# times the largest of any image attacked with it: float32's resolution (2^-23), below
+# which a float32 backward pass cannot tell the image's gradient from rounding.
+VANISHED = float(np.finfo(np.float32).eps)
+# What every attack's row says its direction follows (the module's docstring has why).
+ATTACK_LOSS = ("cross entropy: its output gradient (softmax - onehot) / (1 - p_true) computed "
+               "exactly from the logits in float64, back-propagated by the framework as a "
+               "vector-Jacobian product")
 
 
 class NoInputGradient(Exception):
@@ -86,8 +122,59 @@ def _batched(fn, x, y=None):
     return tuple(np.concatenate([np.asarray(p[i]) for p in parts]) for i in range(len(parts[0])))
 
 
-def _gradient(adapter, x, y):
-    return _batched(adapter.input_gradient, x, y)
+def _logsumexp(z, axis=1):
+    top = np.max(z, axis=axis, keepdims=True)
+    top = np.where(np.isfinite(top), top, 0.0)
+    return (top + np.log(np.sum(np.exp(z - top), axis=axis, keepdims=True))).squeeze(axis)
+
+
+def _others(logits, labels):
+    """The logits as float64, and those of the classes other than each image's label
+    (the label's set to -inf)."""
+    z = np.asarray(logits, dtype=np.float64).reshape(len(labels), -1)
+    others = z.copy()
+    others[np.arange(len(z)), np.asarray(labels, dtype=np.int64)] = -np.inf
+    return z, others
+
+
+def soft_margin(logits, labels):
+    """Each image's soft margin logsumexp_{j != y} z_j - z_y, float64: the cross entropy
+    is softplus of it, and the gradient the attacks follow is its gradient."""
+    z, others = _others(logits, labels)
+    return _logsumexp(others) - z[np.arange(len(z)), np.asarray(labels, dtype=np.int64)]
+
+
+def cross_entropy(logits, labels):
+    """Each image's cross entropy from its logits, float64 and without rounding a
+    confident image's loss to 0: softplus of the soft margin."""
+    margin = soft_margin(logits, labels)
+    return np.maximum(margin, 0.0) + np.log1p(np.exp(-np.abs(margin)))
+
+
+def output_gradient(logits, labels):
+    """The cross entropy's output gradient (softmax - onehot) of each image divided by
+    1 - p_y, computed without p_y: the softmax of the other classes' logits at j != y and
+    -1 at y; max |g| is 1, float32."""
+    z, others = _others(logits, labels)
+    g = np.exp(others - _logsumexp(others)[:, None])
+    g[np.arange(len(z)), np.asarray(labels, dtype=np.int64)] = -1.0
+    return g.astype(np.float32)
+
+
+def _direction(adapter, x, y):
+    """The input gradient the attacks follow (``output_gradient`` through the adapter's
+    ``input_vjp``), in batches; and which images' gradient vanished (``vanished``)."""
+    def one(pixels, labels):
+        return adapter.input_vjp(pixels, lambda logits: output_gradient(logits, labels))
+    gradient = _batched(one, x, y)[0]
+    return gradient, vanished(gradient)
+
+
+def vanished(gradient):
+    """Which images' gradients vanished: all zero, or their largest |component| at most
+    ``VANISHED`` times the largest of all of them."""
+    largest = np.abs(np.asarray(gradient, dtype=np.float64)).reshape(len(gradient), -1).max(1)
+    return largest <= VANISHED * largest.max() if len(largest) else largest.astype(bool)
 
 
 def _accuracy(adapter, x, y):
@@ -95,9 +182,11 @@ def _accuracy(adapter, x, y):
     return float(np.mean(predicted == y))
 
 
-def _row(attack, epsilon, steps, images, accuracy=None, time_s=None, reason=None):
+def _row(attack, epsilon, steps, images, accuracy=None, time_s=None, reason=None, vanished_count=None):
     return {"attack": attack, "epsilon": float(epsilon), "steps": steps, "images": images,
-            "accuracy": accuracy, "time_s": time_s, "reason": reason}
+            "accuracy": accuracy, "time_s": time_s, "reason": reason,
+            "attack_loss": None if attack == "none" or accuracy is None else ATTACK_LOSS,
+            "vanished_gradients": vanished_count}
 
 
 def attack(adapter, images, labels, hp, seed, now, check=None, transfer=None):
@@ -114,7 +203,7 @@ def attack(adapter, images, labels, hp, seed, now, check=None, transfer=None):
     plan = ([("none", 0.0, 0)] + [("fgsm", e, 1) for e in fgsm_epsilons]
             + [("pgd", pgd_epsilon, contract.PGD_STEPS)])
     try:
-        if not hasattr(adapter, "input_gradient"):
+        if not hasattr(adapter, "input_vjp"):
             raise NoInputGradient("this framework's adapter computes no gradient to the input yet")
         if check is not None and not check["relative_error"] <= GRADIENT_TOLERANCE:
             raise NoInputGradient("the input gradient failed its finite-difference check "
@@ -134,13 +223,15 @@ def _attacks(adapter, x, y, fgsm_epsilons, pgd_epsilon, seed, now, transfer=None
     t0 = now()
     rows.append(_row("none", 0.0, 0, len(x), _accuracy(adapter, x, y), now() - t0))
     t0 = now()
-    direction = np.sign(_gradient(adapter, x, y)[0]).astype(x.dtype)
+    gradient, gone = _direction(adapter, x, y)
+    direction = np.sign(gradient).astype(x.dtype)
     gradient_s = now() - t0
     for eps in fgsm_epsilons:
         t0 = now()
         adversarial = np.clip(x + np.float32(eps) * direction, 0.0, 1.0)
         accuracy = _accuracy(adapter, adversarial, y)
-        rows.append(_row("fgsm", eps, 1, len(x), accuracy, gradient_s + now() - t0))
+        rows.append(_row("fgsm", eps, 1, len(x), accuracy, gradient_s + now() - t0,
+                         vanished_count=int(gone.sum())))
         if eps == pgd_epsilon:
             kept = adversarial
     if transfer is not None:
@@ -148,9 +239,9 @@ def _attacks(adapter, x, y, fgsm_epsilons, pgd_epsilon, seed, now, transfer=None
             kept = np.clip(x + np.float32(pgd_epsilon) * direction, 0.0, 1.0)
         keep_transfer(transfer, kept, y, pgd_epsilon)
     t0 = now()
-    adversarial = pgd(adapter, x, y, pgd_epsilon, contract.PGD_STEPS, np.random.RandomState(seed))
+    adversarial, gone = pgd(adapter, x, y, pgd_epsilon, contract.PGD_STEPS, np.random.RandomState(seed))
     rows.append(_row("pgd", pgd_epsilon, contract.PGD_STEPS, len(x), _accuracy(adapter, adversarial, y),
-                     now() - t0))
+                     now() - t0, vanished_count=int(gone.sum())))
     return rows
 
 
@@ -168,27 +259,24 @@ def keep_transfer(path, images, labels, epsilon):
 
 
 def pgd(adapter, x, y, eps, steps, rng):
-    """BIM from a random start: the adversarial images (the prediction pass is the caller's)."""
+    """BIM from a random start: the adversarial images (the prediction pass is the
+    caller's), and which images' gradient vanished at any step."""
     eps32 = np.float32(eps)
     low, high = np.clip(x - eps32, 0.0, 1.0), np.clip(x + eps32, 0.0, 1.0)
     step = np.float32(STEP_FACTOR * eps / steps)
     adversarial = np.clip(x + rng.uniform(-eps, eps, size=x.shape).astype(x.dtype), low, high)
+    gone = np.zeros(len(x), bool)
     for _ in range(steps):
-        gradient = _gradient(adapter, adversarial, y)[0]
+        gradient, now_gone = _direction(adapter, adversarial, y)
+        gone |= now_gone
         adversarial = np.clip(adversarial + step * np.sign(gradient).astype(x.dtype), low, high)
-    return adversarial
+    return adversarial, gone
 
 
-def _losses(adapter, images, label):
-    """The loss of each of ``images`` (all of class ``label``): the adapter's ``losses`` in
-    batches of ``BATCH`` where it has one (an adapter whose every call crosses a process
-    boundary), else one ``loss`` call per image."""
-    labels = np.full(len(images), label)
-    if hasattr(adapter, "losses"):
-        return np.concatenate([np.asarray(adapter.losses(images[i:i + BATCH], labels[i:i + BATCH]),
-                                          dtype=np.float64).reshape(-1)
-                               for i in range(0, len(images), BATCH)])
-    return np.array([float(adapter.loss(image[None], labels[:1])) for image in images])
+def scores(adapter):
+    """The adapter's scores for the attacks: ``attack_logits`` where it has them, else
+    ``logits``."""
+    return getattr(adapter, "attack_logits", None) or adapter.logits
 
 
 def _jittered(x, rng):
@@ -201,50 +289,74 @@ def _jittered(x, rng):
 
 
 def gradient_check(adapter, images, labels, seed=1, pixels=CHECK_PIXELS, among=BATCH):
-    """The adapter's input gradient against central finite differences of its loss,
-    (loss(x + h e) - loss(x - h e)) / 2h, at ``pixels`` pixels drawn at random
-    (RandomState(seed)) among those of one image whose gradient is at least the image's
-    mean absolute gradient and whose byte is neither 0 nor 255 (where none is, as in an
-    image of black and white only, any of them).  The image: the first of the first
-    ``among`` the model gets wrong (its loss stands well above a float32 forward pass's
-    rounding), else the one with the largest gradient; checked not at its bytes but
-    moved at random by less than ``CHECK_JITTER`` per pixel (``_jittered``), off the
-    kinks that runs of equal bytes put at the very point: a trained MNIST model checked
-    at its bytes failed at 6 of 24 seeds (relative error up to 0.46, the gradient one
-    subgradient of a max-pooling tie, outside both one-sided derivatives), and passed at
-    all 24 when moved (at most 0.0024).  Each pixel is tried at every step h of ``CHECK_STEPS``,
-    three ways, each where it keeps the pixel in [0, 1]: the central difference, and the one-sided ones
-    (loss(x + h e) - loss(x)) / h and (loss(x) - loss(x - h e)) / h; its error is the
-    smallest of |difference - gradient| / max(|difference|, |gradient|).  A step too
-    large for the model's curvature there, or too small for a float32 model's rounding,
-    agrees less than the right one; and where a pixel sits on a kink (a tie in a
-    max-pooling window, frequent where the input holds runs of equal bytes, or a ReLU
-    at 0) the framework's gradient is one of the one-sided derivatives, which the
-    central difference averages (the move takes most such kinks away).  A kink can still leave one pixel out (a local
-    contrast normalisation dividing by a standard deviation at its floor is steep over a
-    far smaller step), so the check's figure, ``relative_error``, is the error of the
-    pixel ranked ``pixels - CHECK_OUTLIERS`` (the largest but one): a wrong gradient is
-    wrong at every pixel.  The adapter's ``loss(pixels, labels)`` gives the loss whose
-    gradient ``input_gradient`` gives.  Returns {"image", "pixels", "steps",
-    "gradient", "finite_differences" (per pixel, per step: [central, forward,
-    backward], each None where its step leaves [0, 1]), "errors", "relative_error"}, or
-    None where the adapter has no ``loss`` or gives no gradient (``NoInputGradient``:
-    ``attack`` has its reason)."""
-    if not hasattr(adapter, "loss") or not hasattr(adapter, "input_gradient"):
+    """The adapter's input gradient (``input_vjp`` of ``output_gradient``) against central
+    finite differences of the soft margin (``soft_margin``, the function whose gradient
+    it is), computed in float64 from the framework's logits, at two images of the first
+    ``among``: the first the model gets wrong (else the one with the largest loss), and
+    the one it classifies most confidently (the smallest cross entropy), where float32's
+    own cross-entropy gradient vanishes and the old check never looked.  Each image is
+    checked as ``check_image`` says; the returned check is the first image's, its
+    ``relative_error`` the larger of the two, with the second's under ``confident``.
+    None where the adapter has no ``input_vjp`` or ``logits``, or gives no gradient
+    (``NoInputGradient``: ``attack`` has its reason)."""
+    if not hasattr(adapter, "input_vjp") or not (hasattr(adapter, "logits")
+                                                  or hasattr(adapter, "attack_logits")):
         return None
     x, y = pixels_of(images[:among]), np.asarray(labels[:among])
     try:
-        first, predicted = adapter.input_gradient(x, y)
+        z = scores(adapter)(x)
     except NoInputGradient:
         return None
-    wrong = np.flatnonzero(np.asarray(predicted) != y)
-    norms = np.abs(np.asarray(first, dtype=np.float64)).reshape(len(x), -1).sum(1)
-    image = int(wrong[0]) if len(wrong) else int(np.argmax(norms))
+    z = np.asarray(z, dtype=np.float64).reshape(len(x), -1)
+    losses = cross_entropy(z, y)
+    wrong = np.flatnonzero(z.argmax(1) != y)
+    first = int(wrong[0]) if len(wrong) else int(np.argmax(losses))
+    right = np.flatnonzero(z.argmax(1) == y)
+    confident = int(right[np.argmin(losses[right])]) if len(right) else int(np.argmin(losses))
     rng = np.random.RandomState(seed)
-    original = x[image].reshape(-1)
+    try:
+        check = check_image(adapter, x[first], y[first], images[first], rng, pixels)
+        other = check_image(adapter, x[confident], y[confident], images[confident], rng, pixels)
+    except NoInputGradient:
+        return None
+    check.update(image=first, confident=dict(other, image=confident),
+                 relative_error=max(check["relative_error"], other["relative_error"]))
+    return check
+
+
+def check_image(adapter, pixels_of_image, label, original, rng, pixels=CHECK_PIXELS):
+    """One image's check, at ``pixels`` pixels drawn at random (``rng``) among those whose
+    gradient is at least the image's mean absolute gradient and whose byte (``original``)
+    is neither 0 nor 255 (where none is, as in an image of black and white only, any of
+    them).  The image is checked not at its bytes but moved at random by less than
+    ``CHECK_JITTER`` per pixel (``_jittered``), off the kinks that runs of equal bytes put
+    at the very point: a trained MNIST model checked at its bytes failed at 6 of 24 seeds
+    (relative error up to 0.46, the gradient one subgradient of a max-pooling tie,
+    outside both one-sided derivatives), and passed at all 24 when moved (at most 0.0024).
+    Each pixel is tried at every step h of ``CHECK_STEPS``, three ways, each where it keeps
+    the pixel in [0, 1]: the central difference (M(x + h e) - M(x - h e)) / 2h and the
+    one-sided ones (M(x + h e) - M(x)) / h and (M(x) - M(x - h e)) / h; its error is the
+    smallest of |difference - gradient| / max(|difference|, |gradient|).  A step too
+    large for the model's curvature there, or too small for a float32 model's rounding,
+    agrees less than the right one; and where a pixel sits on a kink (a tie in a
+    max-pooling window, a ReLU at 0) the framework's gradient is one of the one-sided
+    derivatives, which the central difference averages.  A kink can still leave one
+    pixel out (a local contrast normalisation dividing by a standard deviation at its
+    floor is steep over a far smaller step), so the check's figure, ``relative_error``,
+    is the error of the pixel ranked ``pixels - CHECK_OUTLIERS`` (the largest but one): a
+    wrong gradient is wrong at every pixel.  Where the adapter also has the framework's
+    own float32 cross-entropy gradient (``input_gradient``), its error at the same pixels
+    against the exact one (the soft margin's times 1 - p_y) is kept as
+    ``cross_entropy_errors``: what the attacks followed before, for the record.  Returns
+    {"pixels", "steps", "loss" (the image's cross entropy), "gradient",
+    "finite_differences" (per pixel, per step: [central, forward, backward], each None
+    where its step leaves [0, 1]), "errors", "relative_error"}."""
+    original = np.asarray(original).reshape(-1).astype(np.float64) / 255.0
     inside = (original > 0) & (original < 1)
-    x, y = _jittered(x[image:image + 1], rng), y[image:image + 1]
-    gradient = np.asarray(adapter.input_gradient(x, y)[0], dtype=np.float64).reshape(-1)
+    x = _jittered(pixels_of_image[None], rng)
+    y = np.array([label])
+    gradient = np.asarray(adapter.input_vjp(x, lambda logits: output_gradient(logits, y))[0],
+                          dtype=np.float64).reshape(-1)
     flat = x.reshape(-1)
     magnitude = np.abs(gradient)
     significant = (magnitude >= magnitude.mean()) & (magnitude > 0)
@@ -254,7 +366,7 @@ def gradient_check(adapter, images, labels, seed=1, pixels=CHECK_PIXELS, among=B
             break
     chosen = np.sort(rng.choice(candidates, size=min(pixels, len(candidates)), replace=False))
     # every image the differences need, the centre first, then each pixel moved by +-h
-    # where that keeps it in [0, 1]: one batch of losses where the adapter gives them
+    # where that keeps it in [0, 1]: their logits in batches
     moved, where = [flat], {}
     for index in chosen:
         for h in CHECK_STEPS:
@@ -264,22 +376,44 @@ def gradient_check(adapter, images, labels, seed=1, pixels=CHECK_PIXELS, among=B
                     image_moved[index] += sign * h
                     where[index, h, sign] = len(moved)
                     moved.append(image_moved)
-    losses = _losses(adapter, np.stack(moved).reshape((len(moved),) + x.shape[1:]), y[0])
-    centre = losses[0]
+    logits, = _batched(scores(adapter), np.stack(moved).reshape((len(moved),) + x.shape[1:]))
+    margins = soft_margin(logits, np.full(len(moved), label))
+    centre = margins[0]
     differences, errors = [], []
     for index in chosen:
         expected, found = gradient[index], []
         for h in CHECK_STEPS:
-            above, below = (losses[where[index, h, sign]] if (index, h, sign) in where else None
+            above, below = (margins[where[index, h, sign]] if (index, h, sign) in where else None
                             for sign in (1, -1))
-            found.append([None if above is None or below is None else (above - below) / (2 * h),
-                          None if above is None else (above - centre) / h,
-                          None if below is None else (centre - below) / h])
+            found.append([None if above is None or below is None else float(above - below) / (2 * h),
+                          None if above is None else float(above - centre) / h,
+                          None if below is None else float(centre - below) / h])
         differences.append(found)
-        errors.append(min(abs(d - expected) / max(abs(d), abs(expected), 1e-300)
-                          for three in found for d in three if d is not None))
+        errors.append(_error(found, expected))
     ranked = sorted(errors)
-    figure = ranked[max(0, len(ranked) - 1 - CHECK_OUTLIERS)]
-    return {"image": image, "pixels": [int(i) for i in chosen], "steps": list(CHECK_STEPS),
-            "gradient": gradient[chosen].tolist(), "finite_differences": differences,
-            "errors": errors, "relative_error": float(figure)}
+    found = {"pixels": [int(i) for i in chosen], "steps": list(CHECK_STEPS),
+             "loss": float(cross_entropy(logits[:1], y)[0]),
+             "gradient": gradient[chosen].tolist(), "finite_differences": differences,
+             "errors": errors, "relative_error": float(ranked[max(0, len(ranked) - 1 - CHECK_OUTLIERS)])}
+    if hasattr(adapter, "input_gradient"):
+        found["cross_entropy_errors"] = _cross_entropy_errors(adapter, x, y, centre, gradient, chosen)
+    return found
+
+
+def _error(found, expected):
+    """The smallest relative difference of a pixel's finite differences from ``expected``."""
+    return min(abs(d - expected) / max(abs(d), abs(expected), 1e-300)
+               for three in found for d in three if d is not None)
+
+
+def _cross_entropy_errors(adapter, x, y, margin, gradient, chosen):
+    """The framework's own float32 cross-entropy gradient (``input_gradient``) at the
+    ``chosen`` pixels against the exact one, the soft margin's gradient times
+    d softplus(M) / dM = 1 - p_y; None where the adapter gives none."""
+    try:
+        found = np.asarray(adapter.input_gradient(x, y)[0], dtype=np.float64).reshape(-1)
+    except NoInputGradient:
+        return None
+    scale = np.exp(-np.logaddexp(0.0, -margin))     # sigmoid(M), without overflow
+    exact = scale * gradient
+    return [float(abs(found[i] - exact[i]) / max(abs(found[i]), abs(exact[i]), 1e-300)) for i in chosen]
