@@ -756,15 +756,17 @@ def test_the_json_report_has_its_documented_shape(tmp_path):
 def test_robustness_is_a_table_per_data_set_in_every_format(tmp_path):
     """Each data set with robustness rows gets its table (text, Markdown), a row per group and
     a column per attack and epsilon, and each group its records (JSON): the median accuracy
-    over its ok runs, and why one is empty."""
+    over its ok runs, and why one is empty; a group where more than 1% of the attacked
+    images' gradients vanished in a run is flagged as gradient-masked."""
     results = runner_rows(tmp_path, [dict(framework="pytorch", profile="quick", accuracy=0.97,
                                           train_time_s=t) for t in (10.0, 11.0)]
                           + [dict(framework="caffe", profile="quick", accuracy=0.98, train_time_s=5.0)])
     runs = store.load(results).set_index("framework")
     rows = [("none", 0.0, 0, 0.97), ("fgsm", 0.05, 1, 0.8), ("fgsm", 0.1, 1, 0.6), ("pgd", 0.1, 10, 0.3)]
-    for run_id, shift in zip(runs.loc["pytorch", "run_id"], (0.0, 0.02)):
+    for run_id, shift, gone in zip(runs.loc["pytorch", "run_id"], (0.0, 0.02), (0, 20)):
         store.write_side(results, store.ROBUSTNESS, run_id, [
-            {"attack": a, "epsilon": e, "steps": s, "images": 1000, "accuracy": acc - shift, "time_s": 1.0}
+            {"attack": a, "epsilon": e, "steps": s, "images": 1000, "accuracy": acc - shift, "time_s": 1.0,
+             "attack_loss": None if a == "none" else "exact", "vanished_gradients": None if a == "none" else gone}
             for a, e, s, acc in rows])
     store.write_side(results, store.ROBUSTNESS, runs.loc["caffe", "run_id"], [
         {"attack": "fgsm", "epsilon": 4 / 255, "steps": 1, "images": 1000, "accuracy": None,
@@ -774,12 +776,14 @@ def test_robustness_is_a_table_per_data_set_in_every_format(tmp_path):
     markdown = dlbench("report", "--results", results, "--format", "md", check=True).stdout
     head = ("| framework | device | profile | settings | runs | images | clean % | FGSM 4/255 % "
             "| FGSM 0.05 % | FGSM 0.1 % | PGD 0.1 % | ONNX % | mism. | model MB | grad err | robust s "
-            "| why empty |")
+            "| vanished % | why empty |")
     assert head in markdown, markdown
     # pytorch: the medians of its two runs (PGD: 0.30 and 0.28); caffe's one cell is empty
     assert "| pytorch | cpu | quick | own defaults | 2 | 1000 | 96.00 |  | 79.00 | 59.00 | 29.00 |" in markdown
     assert "| caffe | cpu | quick | own defaults | 1 | 1000 |  | - |  |  |  |" in markdown
     assert markdown.rstrip().count("no input gradient") == 1
+    assert "| 2.00 | gradient masked: not a robustness figure (2.0% of the images' gradients vanished) |" in markdown
+    assert markdown.count("gradient masked: not a robustness figure (") == 1       # caffe counted none
     document = report_json(results)
     found = {(r["framework"], r["attack"], r["epsilon"]): r for r in document["robustness"]}
     pgd = found["pytorch", "pgd", 0.1]
@@ -787,5 +791,8 @@ def test_robustness_is_a_table_per_data_set_in_every_format(tmp_path):
     assert (pgd["accuracy_min"], pgd["accuracy_max"]) == pytest.approx((0.28, 0.3))
     assert found["caffe", "fgsm", 4 / 255]["accuracy_median"] is None
     assert found["caffe", "fgsm", 4 / 255]["reasons"] == ["no input gradient"]
+    assert found["caffe", "fgsm", 4 / 255]["vanished_share_max"] is None
+    assert pgd["vanished_share_max"] == pytest.approx(0.02) and pgd["attack_loss"] == ["exact"]
+    assert found["pytorch", "none", 0.0]["vanished_share_max"] is None
     assert "robustness" not in report_json(runner_rows(tmp_path / "none", [
         dict(framework="caffe", profile="quick", accuracy=0.98)]))

@@ -132,10 +132,44 @@ def _measured(groups: pd.DataFrame, resources: list[str]) -> View:
                 drop=MEASURED_DROP)
 
 
+# The share of attacked images whose input gradient vanished above which a job's attacks are
+# not a robustness figure: an attack along a gradient of zeros or rounding moves nothing, and
+# the model looks robust where its gradient is masked.
+MASKED_SHARE = 0.01
+MASKED = "gradient masked: not a robustness figure"
+
+
+def vanished_share(rows: pd.DataFrame) -> float | None:
+    """The largest share of a job's (or a group's) attacked images whose input gradient
+    vanished, over its attack rows; None where none counted them (rows before robustness
+    schema 2)."""
+    if "vanished_gradients" not in rows:
+        return None
+    counted = rows[rows["vanished_gradients"].notna() & (rows["images"] > 0)]
+    if not len(counted):
+        return None
+    return float((counted["vanished_gradients"].astype(float) / counted["images"].astype(float)).max())
+
+
+def _attack_notes(rows: pd.DataFrame) -> set[str]:
+    """What a group's attack rows say of themselves: masked (``MASKED_SHARE``), or attacked
+    along float32's own cross-entropy gradient (rows before robustness schema 2)."""
+    from ..schema import OLD_ATTACK_LOSS
+    notes = set()
+    share = vanished_share(rows)
+    if share is not None and share > MASKED_SHARE:
+        notes.add(f"{MASKED} ({100 * share:.1f}% of the images' gradients vanished)")
+    if "attack_loss" in rows and (rows["attack_loss"] == OLD_ATTACK_LOSS).any():
+        notes.add("attacked along float32's own cross-entropy gradient (before robustness schema 2): "
+                  "vanished gradients not counted, may be gradient-masked")
+    return notes
+
+
 def robustness_views(rep: compare.Report, section: compare.Section) -> list[View]:
     """A section's accuracy under attack: one table per data set, a row per group that has
     any (a framework, its device, profile and settings), a column per attack and epsilon
-    (the median over the group's ok runs), beside the trained model's size."""
+    (the median over the group's ok runs), beside the trained model's size; the largest
+    share of images whose gradient vanished, and a group above ``MASKED_SHARE`` flagged."""
     found = rep.robustness
     if found is None or not len(found):
         return []
@@ -164,7 +198,8 @@ def robustness_views(rep: compare.Report, section: compare.Section) -> list[View
             error = mine["gradient_error"].dropna() if "gradient_error" in mine else []
             migrated = mine["migrated_accuracy"].dropna() if "migrated_accuracy" in mine else []
             mismatches = mine["migration_mismatches"].dropna() if "migration_mismatches" in mine else []
-            reasons = set(same["reason"].dropna())
+            reasons = set(same["reason"].dropna()) | _attack_notes(same)
+            share = vanished_share(same)
             if "migration_reason" in mine:
                 reasons |= {f"ONNX: {r}" for r in mine["migration_reason"].dropna()}
             cells.append([g.framework, g.device, g.profile, g.settings, str(same["run_id"].nunique()),
@@ -175,17 +210,21 @@ def robustness_views(rep: compare.Report, section: compare.Section) -> list[View
                             f"{size.median() / 1e6:.2f}" if len(size) else "-",
                             f"{error.max():.1e}" if len(error) else "-",
                             _seconds(seconds.median()) if len(seconds) else "-",
+                            "-" if share is None else _pct(100 * share),
                             "; ".join(sorted(reasons))])
         title = (f"Robustness on {dataset}: accuracy under white-box attack (ε in the [0, 1] "
                  "pixel scale), median over the ok runs; the model exported to ONNX, run by "
                  "onnxruntime on the images the job tested (its accuracy, and the most images "
                  "it classified otherwise than the framework over the runs); the trained "
                  "model's size; the input gradient's finite-difference check (its largest "
-                 "error over the runs); the check's and the attacks' seconds")
+                 "error over the runs); the check's and the attacks' seconds; the most "
+                 f"attacked images whose input gradient vanished (above {100 * MASKED_SHARE:g}%: "
+                 f"{MASKED})")
         columns = (["framework", "device", "profile", "settings", "runs", "images"] + heads
-                   + ["ONNX %", "mism.", "model MB", "grad err", "robust s", "why empty"])
+                   + ["ONNX %", "mism.", "model MB", "grad err", "robust s", "vanished %", "why empty"])
         keys = (["framework", "device", "profile", "settings", "runs", "images"]
-                + [a for a, _ in attacks] + ["onnx", "mismatches", "model", "check", "time", "why"])
+                + [a for a, _ in attacks] + ["onnx", "mismatches", "model", "check", "time", "vanished",
+                                             "why"])
         numeric = set(range(4, len(columns) - 1))
         views.append(View(title, columns, cells, numeric=numeric, wrap={3, len(columns) - 1},
                           keys=keys, drop=["why", "settings", "time", "check", "device", "runs", "images",
@@ -381,7 +420,9 @@ def robustness_records(rep: compare.Report) -> list[dict]:
             "accuracy_min": float(accuracy.min()) if len(accuracy) else None,
             "accuracy_max": float(accuracy.max()) if len(accuracy) else None,
             "time_s_median": float(seconds.median()) if len(seconds) else None,
-            "reasons": sorted(set(part["reason"].dropna()))})
+            "attack_loss": sorted(set(part["attack_loss"].dropna())) if "attack_loss" in part else [],
+            "vanished_share_max": vanished_share(part),
+            "reasons": sorted(set(part["reason"].dropna()) | _attack_notes(part))})
     for record in records:
         for key in ("section", "group", "steps"):
             record[key] = int(record[key])
