@@ -169,8 +169,10 @@ def assert_robustness(results: Path, row) -> dict:
     rising with epsilon by more than half a point (one image where there are fewer than
     200), PGD's at most FGSM's at its epsilon, neither above the clean accuracy on the same
     images; the adapter's input gradient within the runner's tolerance of finite differences
-    on 4 pixels of the trained model.  Returns the rows by
-    (attack, epsilon)."""
+    on 8 pixels of the trained model, at an image it gets wrong and at the one it classifies
+    most confidently; every attack along the exact cross entropy's direction
+    (``ATTACK_LOSS``), with at most 1% of its images' gradients vanished.  Returns the rows
+    by (attack, epsilon)."""
     from dlbench_runner import contract
     from orchestrator import store
 
@@ -190,9 +192,16 @@ def assert_robustness(results: Path, row) -> dict:
     assert all(later <= earlier + slack for earlier, later in zip(fgsm, fgsm[1:])), fgsm
     assert max(fgsm) <= clean and found["pgd", pgd].accuracy <= found["fgsm", pgd].accuracy
     assert found["pgd", pgd].steps == contract.PGD_STEPS
+    attacks = [r for key, r in found.items() if key[0] != "none"]
+    assert all(r.attack_loss == robustness.ATTACK_LOSS for r in attacks)
+    assert all(r.vanished_gradients <= 0.01 * images for r in attacks), \
+        [(r.attack, r.epsilon, r.vanished_gradients) for r in attacks]
     check = json.loads((results / "_jobs" / row.run_id / "result.json").read_text())["gradient_check"]
     assert len(check["pixels"]) == robustness.CHECK_PIXELS, check
     assert check["relative_error"] <= robustness.GRADIENT_TOLERANCE, check
+    confident = check["confident"]
+    assert len(confident["pixels"]) == robustness.CHECK_PIXELS and confident["image"] != check["image"]
+    assert max(sorted(confident["errors"])[:-robustness.CHECK_OUTLIERS]) <= robustness.GRADIENT_TOLERANCE
     return found
 
 
