@@ -25,6 +25,7 @@ import numpy as np
 from dlbench_runner import contract, fair as networks
 
 from . import files
+from .errors import UsageError
 
 
 LOGIT_TOLERANCE = 1e-4             # max |framework - reference| / max |reference|
@@ -42,15 +43,31 @@ def job_input_names(job) -> list[str]:
 def job_inputs(job) -> dict[str, bytes]:
     """The files a job finds beside its spec (``jobdir.prepare``): a fair job's initial
     weights, the user's file (``--weights``) or those its seed draws."""
-    return {name: _npz(job.dataset, job.seed, job.weights) for name in job_input_names(job)}
+    return {name: _npz(job.dataset, job.seed, job.weights, job.weights_sha256) for name in job_input_names(job)}
 
 
 @functools.lru_cache(maxsize=8)
-def _npz(dataset: str, seed: int, path: str | None) -> bytes:
-    weights = load(Path(path), dataset) if path else networks.initial_weights(dataset, seed)
+def _npz(dataset: str, seed: int, path: str | None, digest: str | None) -> bytes:
+    weights = _planned_weights(Path(path), dataset, digest) if path else networks.initial_weights(dataset, seed)
     buffer = io.BytesIO()
     np.savez(buffer, **weights)
     return buffer.getvalue()
+
+
+def _planned_weights(path: Path, dataset: str, digest: str | None) -> dict:
+    """The user's weights file read again as a job starts, as the plan found it (its
+    ``digest``); else a ``UsageError``, the job's failed row: the file was replaced since
+    (by a FIFO, which is refused at once, or by other weights)."""
+    try:
+        weights = load(path, dataset)
+    except files.Refused as exc:
+        raise UsageError(f"--weights {path}: {exc}") from None
+    except OSError as exc:
+        raise UsageError(f"--weights {path}: cannot be read ({exc.strerror or type(exc).__name__})") from None
+    if networks.weights_digest(weights) != digest:
+        raise UsageError(f"--weights {path}: the file changed after the run was planned; "
+                         "its jobs would not start from the weights they name")
+    return weights
 
 
 def job_weights(job_dir: Path, dataset: str) -> dict | None:

@@ -30,7 +30,8 @@ import pytest
 
 from conftest import dlbench
 from dlbench_runner import fair as networks
-from orchestrator import files, migration, onnx_layers, store, transfer
+from orchestrator import fair, files, migration, onnx_layers, store, transfer
+from orchestrator.errors import UsageError
 
 FIXTURE = Path(__file__).parent / "fixtures" / "numpy_softmax"
 TERA = 1 << 40
@@ -308,3 +309,27 @@ def test_a_weights_file_past_the_networks_size_is_refused_unread(tmp_path):
     with open(path, "wb") as file:
         file.truncate(64 << 20)         # sparse: 64 MB of nothing
     assert weights_error(path).startswith(f"dlbench: error: --weights {path}: {64 << 20} bytes (limit ")
+
+
+def test_weights_replaced_after_the_plan_fail_their_job_in_one_line(tmp_path):
+    """The user's file is read again as each job starts: replaced by a FIFO (which would hold
+    a plain open for ever) or by other weights, the job fails with one line (``UsageError``:
+    the run loop's failed row), never a hang, a traceback or weights other than its row names."""
+    from conftest import make_plan
+
+    weights = networks.initial_weights("mnist", 1)
+    planned, = make_plan(["pytorch"], ["mnist"], "fair", host_cpus=2).jobs
+
+    def job(path: Path):
+        return planned.model_copy(update={"weights": str(path), "weights_sha256": networks.weights_digest(weights)})
+
+    np.savez(tmp_path / "same.npz", **weights)
+    given = io.BytesIO(fair.job_inputs(job(tmp_path / "same.npz"))[networks.WEIGHTS_FILE])
+    with np.load(given) as arrays:
+        assert networks.weights_digest(dict(arrays)) == networks.weights_digest(weights)
+    os.mkfifo(tmp_path / "fifo.npz")
+    with pytest.raises(UsageError, match=f"^--weights {tmp_path}/fifo.npz: not a regular file \\(a FIFO\\)$"):
+        fair.job_inputs(job(tmp_path / "fifo.npz"))
+    np.savez(tmp_path / "other.npz", **networks.initial_weights("mnist", 2))
+    with pytest.raises(UsageError, match="other.npz: the file changed after the run was planned"):
+        fair.job_inputs(job(tmp_path / "other.npz"))
