@@ -32,7 +32,7 @@ from pydantic import ValidationError
 
 from dlbench_runner import contract
 
-from . import __version__, fair, jobdir
+from . import __version__, fair, hostinfo, jobdir
 from .migration import Migration
 from .plan import Job
 from .runtimes.base import Outcome
@@ -104,6 +104,9 @@ def collect(job: Job, run_id: str, job_id: str, job_dir: Path, outcome: Outcome,
                   builds_alongside=outcome.builds_alongside)
     if outcome.trace is not None:
         fields.update(dataclasses.asdict(outcome.trace))
+    if outcome.host_marks is not None:      # what else the host ran while the job did
+        fields.update(hostinfo.beside(*outcome.host_marks, outcome.cpu_time_s,
+                                      fields.get("host_load_max"), fields.get("host_cpus")))
     if result is not None:
         fields.update(
             setup_time_s=result.setup_time_s, train_time_s=result.train_time_s,

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import platform
 import socket
 import threading
+import time
 from pathlib import Path
 
 from dlbench_runner import contract
@@ -78,8 +80,74 @@ def load_average() -> float | None:
         return None
 
 
+# -- what else ran beside a job ---------------------------------------------------------------
+# The load average of the run's start says little of a job that starts half an hour later, or
+# beside image builds that began after it: each job's row has its own facts, from two marks
+# (``mark``) its runtime takes as the job starts and ends, and the trace's samples between.
+PROC_STAT = Path("/proc/stat")
+# /proc/stat's first line: user nice system idle iowait irq softirq steal guest guest_nice.
+# Busy is what the kernel spent on processes and interrupts; not idle, iowait (idle while
+# waiting for a disk), steal (time the hypervisor gave another machine), nor guest and
+# guest_nice (already counted in user and nice).
+BUSY_FIELDS = (0, 1, 2, 5, 6)
+
+
+def busy_cpu_seconds(stat: Path = PROC_STAT) -> float | None:
+    """CPU seconds every CPU of the host has been busy since boot, all processes together
+    (from ``/proc/stat``, in clock ticks); None where there is no such file (not Linux)."""
+    try:
+        with open(stat) as f:
+            first = f.readline().split()
+        ticks = [int(first[1 + i]) for i in BUSY_FIELDS]
+    except (OSError, ValueError, IndexError):
+        return None
+    if first[0] != "cpu":
+        return None
+    return sum(ticks) / os.sysconf("SC_CLK_TCK")
+
+
+@dataclasses.dataclass(frozen=True)
+class Mark:
+    """The host at one moment of a job: what its noise facts are differences of."""
+
+    clock: float                # time.perf_counter()
+    load: float | None          # the 1-minute load average
+    busy_s: float | None        # busy_cpu_seconds()
+    own_s: float                # this dlbench's own CPU seconds: it follows the job, and is
+                                # not work beside it
+
+
+def mark(stat: Path = PROC_STAT) -> Mark:
+    return Mark(time.perf_counter(), load_average(), busy_cpu_seconds(stat), time.process_time())
+
+
+def beside(start: Mark, end: Mark, job_cpu_s: float | None, load_max: float | None = None,
+           cpus: int | None = None) -> dict:
+    """A job's noise facts as row columns, between the marks its runtime took as it started
+    and ended: the load average at each (``host_load_avg`` is the start's), the highest the
+    trace saw between them (``load_max``), and the CPU seconds other processes used
+    meanwhile: every CPU's busy seconds less the job's own (``job_cpu_s``: its container's
+    cgroup, its process tree's) and dlbench's, as a share of the CPUs' seconds (wall time
+    times ``cpus``, the host's).  The two are measured apart (a cgroup file read up to 50 ms
+    before the end, /proc/stat's ticks of 10 ms), so a quiet host's difference can fall a
+    little below 0, and a busy host's share a little above 1: they are stored as 0 and 1.
+    Unknown where the host or the job's own CPU time does not tell."""
+    loads = [v for v in (start.load, end.load, load_max) if v is not None]
+    facts = {"host_load_avg": start.load, "host_load_end": end.load,
+             "host_load_max": max(loads) if loads else None,
+             "other_cpu_s": None, "other_cpu_share": None}
+    cpus = cpus or os.cpu_count()
+    wall = end.clock - start.clock
+    if start.busy_s is None or end.busy_s is None or job_cpu_s is None or wall <= 0 or not cpus:
+        return facts
+    other = max(end.busy_s - start.busy_s - job_cpu_s - (end.own_s - start.own_s), 0.0)
+    facts.update(other_cpu_s=round(other, 3), other_cpu_share=round(min(other / (wall * cpus), 1.0), 4))
+    return facts
+
+
 def timing_facts(cpu_dir: Path = SYS_CPU) -> dict:
-    """The host facts that make timings unstable, as row columns; unknown ones are None."""
+    """The host facts that make timings unstable, as row columns; unknown ones are None.
+    The load average here is the moment's: each job's row has its own (``beside``)."""
     return {"host_cpu_governor": cpu_governor(cpu_dir), "host_turbo": turbo(cpu_dir),
             "host_load_avg": load_average(), "host_isolated_cpus": isolated_cpus(cpu_dir)}
 

@@ -236,8 +236,11 @@ class _Loop:
         dataset = self.data[job.dataset]
         run_id = uuid.uuid4().hex[:16]
         self.display.job_started(index, job)
+        # the load average is the job's, not the run's (a job that runs has its runtime's
+        # marks of its start and end, ``collect``)
         provenance = dict(self.provenance_host, image=target.name if target else planned_image(job, runtime),
                           image_id=target and target.id, dataset_sha256=dataset.sha256,
+                          host_load_avg=hostinfo.load_average(),
                           **hostinfo.gpu_facts(gpu_device(job, runtime.gpus)))
         reason = job.unsupported or runtime.unsupported(target, job)
         broken = target.error if target is not None and reason is None else None   # never started

@@ -75,6 +75,14 @@ metadata.  History of the row schema:
        ``fair_logit_error`` (its logits of the probe images before training against the
        host's NumPy reference: the largest difference over the largest reference logit).
        Empty in every other row.
+    13 the noise facts of each job, not of the run: ``host_load_avg`` is now the 1-minute load
+       average as the job started (the run's start in older rows; for a job that never
+       started, when its row was made); ``host_load_end`` as it ended; ``host_load_max`` the
+       highest of the two and of the resource trace's samples; ``other_cpu_s``, the CPU
+       seconds the host's other processes used while the job ran (every CPU's busy time
+       from /proc/stat less the job's own, its container's cgroup or its process tree's,
+       and less dlbench's), and ``other_cpu_share``, that over the job's wall time times
+       the host's CPUs.  Empty in every older row and for a job that never started.
 Readers refuse rows newer than they know; older ones are upgraded step by step
 by ``store.upgrade``.
 
@@ -122,7 +130,7 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
 from dlbench_runner.contract import SCHEMA_VERSION as RUNNER_SCHEMA_VERSION
 
-SCHEMA_VERSION = 12
+SCHEMA_VERSION = 13
 TRACE_SCHEMA_VERSION = 1
 ROBUSTNESS_SCHEMA_VERSION = 2
 # What robustness rows before version 2 attacked along (``upgrade_robustness``).
@@ -345,7 +353,11 @@ class RunRecord(BaseModel):
     host_os: str | None = None
     host_cpu_governor: str | None = None    # e.g. performance; None: no cpufreq on this host
     host_turbo: bool | None = None
-    host_load_avg: float | None = None      # 1-minute, when the run started
+    host_load_avg: float | None = None      # 1-minute, when the job started (before 13: the run)
+    host_load_end: float | None = None      # 1-minute, when the job ended
+    host_load_max: float | None = None      # the highest of those and of the trace's samples
+    other_cpu_s: float | None = None        # CPU seconds the host's other processes used meanwhile
+    other_cpu_share: float | None = None    # that over the job's wall time times the host's CPUs
     host_isolated_cpus: str | None = None   # e.g. "2-3"; "" for none
     dataset_sha256: str | None = None
     # where a job of a Slurm campaign ran (empty for local runs)
@@ -402,6 +414,7 @@ ADDED_IN = {
     10: ["migration_host_time_s"],
     11: ["blas", "onednn"],
     12: ["fair_weights_sha256", "fair_logit_error"],
+    13: ["host_load_end", "host_load_max", "other_cpu_s", "other_cpu_share"],
 }
 # Columns a version renamed, old name -> new name.
 RENAMED_IN = {5: {"script_train_time_s": "paper_train_time_s",

@@ -415,10 +415,12 @@ def _to_11(table: pa.Table) -> pa.Table:
 # spans; 6 added the GPU's model, driver and memory; 7 the image builds a job ran beside;
 # 8 the parameters' and the saved model's bytes; 9 the migration check's figures; 10 its
 # time on the host; 11 the compute libraries asked for (blas, onednn), the loaded ones
-# by name (blas_loaded, the old blas); 12 the fair profile's checks.
+# by name (blas_loaded, the old blas); 12 the fair profile's checks; 13 each job's noise
+# facts (load at its end and highest, other processes' CPU time; host_load_avg kept: the
+# run's start, which the older rows measured).
 UPGRADES = {1: _add_empty(2), 2: _add_empty(3), 3: _to_4, 4: _renamed(5), 5: _add_empty(6),
             6: _add_empty(7), 7: _add_empty(8), 8: _add_empty(9), 9: _add_empty(10), 10: _to_11,
-            11: _add_empty(12)}
+            11: _add_empty(12), 12: _add_empty(13)}
 
 
 def upgrade(table: pa.Table, version: int) -> pa.Table:

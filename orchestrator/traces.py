@@ -10,6 +10,8 @@ sends one sample a second) and, for GPU jobs, asks the NVIDIA driver (NVML,
                       included: the number its --memory limit applies to)
     gpu_util          the GPU's utilisation, percent (the whole GPU, not only this job)
     gpu_memory_bytes  memory used on the GPU (the whole GPU)
+    load_avg          the host's 1-minute load average (summarised on the row as the
+                      highest, ``host_load_max``; not kept in the trace table)
 
 A second thread reads the kernel's own peak for the container from the host's
 cgroup files (v2 ``memory.peak``, v1 ``memory.max_usage_in_bytes``) every 50 ms:
@@ -17,7 +19,11 @@ the cgroup is gone as soon as the container exits, so the last value read while
 it lived is kept, and a job killed at its memory limit within its first second
 (before Docker's first stats sample) still has its peak.  The row's
 ``memory_peak_bytes`` is the highest of the samples and of the peak Docker reports
-(v1); ``memory_peak_cgroup_bytes`` is the kernel's, to check it against.
+(v1); ``memory_peak_cgroup_bytes`` is the kernel's, to check it against.  The same thread
+reads the container's CPU time from its cgroup (v2 ``cpu.stat``'s ``usage_usec``, v1
+``cpuacct.usage``): the job's own CPU seconds, which the row's ``other_cpu_s`` leaves out of
+the host's (``hostinfo.beside``); where the host has no such file, the last stats sample's
+cumulative CPU time stands for it.
 """
 
 from __future__ import annotations
@@ -27,10 +33,11 @@ import threading
 import time
 from pathlib import Path
 
-from .hostinfo import gpu_sample
+from .hostinfo import gpu_sample, load_average
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 PEAK_FILES = ("memory.peak", "memory.max_usage_in_bytes")   # cgroup v2, v1
+CPU_FILES = ("cpu.stat", "cpuacct.usage")                   # cgroup v2 (usage_usec), v1 (ns)
 PEAK_INTERVAL_S = 0.05
 STREAM_WAIT_S = 0.05    # for the stats thread at stop; its stream ends at Docker's next tick
 
@@ -45,6 +52,7 @@ class Summary:
     gpu_util_mean: float | None = None
     gpu_memory_peak_bytes: int | None = None
     trace_samples: int = 0
+    host_load_max: float | None = None      # the highest load average of the samples
 
 
 def cpu_percent(stats: dict) -> float | None:
@@ -73,21 +81,55 @@ def cgroup_peak_file(container_id: str, root: Path = CGROUP_ROOT) -> Path | None
 
     Known layouts first (v2 and v1, systemd and cgroupfs drivers), then any folder
     named after the container up to three levels down."""
-    v1 = root / "memory"
+    return _cgroup_file(container_id, root, ("memory",), PEAK_FILES)
+
+
+def cgroup_cpu_file(container_id: str, root: Path = CGROUP_ROOT) -> Path | None:
+    """The file of a running container's cgroup that counts its CPU time, where the host
+    has one: v2's ``cpu.stat``, v1's ``cpuacct.usage`` (its controller mounted alone or
+    with cpu); found as ``cgroup_peak_file`` finds the peak."""
+    return _cgroup_file(container_id, root, ("cpuacct", "cpu,cpuacct", "cpuacct,cpu"), CPU_FILES)
+
+
+def _cgroup_file(container_id: str, root: Path, controllers: tuple[str, ...],
+                 names: tuple[str, ...]) -> Path | None:
+    v1 = [root / c for c in controllers]
 
     def folders():
-        yield from (root / "system.slice" / f"docker-{container_id}.scope",
-                    root / "docker" / container_id,
-                    v1 / "docker" / container_id, v1 / "system.slice" / f"docker-{container_id}.scope")
+        yield from (root / "system.slice" / f"docker-{container_id}.scope", root / "docker" / container_id)
+        for base in v1:
+            yield from (base / "docker" / container_id, base / "system.slice" / f"docker-{container_id}.scope")
         for pattern in ("*", "*/*", "*/*/*"):
-            for base in (root, v1):
+            for base in (root, *v1):
                 yield from base.glob(f"{pattern}/*{container_id}*")
 
     for folder in folders():
-        for name in PEAK_FILES:
+        for name in names:
             if (folder / name).is_file():
                 return folder / name
     return None
+
+
+def read_cpu_seconds(path: Path | None) -> float | None:
+    """The CPU seconds a cgroup's file counts: ``cpu.stat``'s ``usage_usec`` line (v2),
+    ``cpuacct.usage``'s nanoseconds (v1); None where it cannot be read (the cgroup is gone)."""
+    if path is None:
+        return None
+    try:
+        text = path.read_text()
+        if path.name == "cpu.stat":
+            usec = next(int(line.split()[1]) for line in text.splitlines()
+                        if line.startswith("usage_usec "))
+            return usec / 1e6
+        return int(text.split()[0]) / 1e9
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
+
+
+def stats_cpu_seconds(stats: dict) -> float | None:
+    """The container's CPU seconds so far, as a stats sample counts them (nanoseconds)."""
+    total = ((stats.get("cpu_stats") or {}).get("cpu_usage") or {}).get("total_usage")
+    return total / 1e9 if total else None
 
 
 def read_int(path: Path | None) -> int | None:
@@ -109,8 +151,11 @@ class Sampler:
         self.samples: list[dict] = []
         self.docker_peak: int | None = None
         self.cgroup_peak: int | None = None
+        self.cgroup_cpu_s: float | None = None      # the last value read while the cgroup lived
+        self.stats_cpu_s: float | None = None       # the last stats sample's
         self.error: str | None = None
         self._peak_file: Path | None = None
+        self._cpu_file: Path | None = None
         self._stop = threading.Event()
         self._lock = threading.Lock()       # samples are taken by stop() and not added after
         self._thread = threading.Thread(target=self._run, name=f"sampler-{container.short_id}",
@@ -120,11 +165,17 @@ class Sampler:
 
     def start(self) -> "Sampler":
         self._peak_file = cgroup_peak_file(self.container.id, self.cgroup_root)
+        self._cpu_file = cgroup_cpu_file(self.container.id, self.cgroup_root)
         self._read_cgroup()
         self._thread.start()
-        if self._peak_file is not None:
+        if self._peak_file is not None or self._cpu_file is not None:
             self._peak_thread.start()
         return self
+
+    def cpu_seconds(self) -> float | None:
+        """The container's own CPU seconds, once it has exited: its cgroup's count as last
+        read (every 50 ms), else the last stats sample's; None where neither told."""
+        return self.cgroup_cpu_s if self.cgroup_cpu_s is not None else self.stats_cpu_s
 
     def stop(self, timeout: float = 10.0) -> None:
         """After the container has exited: the samples so far are the trace.
@@ -139,10 +190,13 @@ class Sampler:
             self._peak_thread.join(timeout)
 
     def _read_cgroup(self) -> bool:
-        peak = read_int(self._peak_file)
+        """Whether the cgroup is still there: one of its files could be read."""
+        peak, cpu = read_int(self._peak_file), read_cpu_seconds(self._cpu_file)
         if peak is not None:
             self.cgroup_peak = max(peak, self.cgroup_peak or 0)
-        return peak is not None
+        if cpu is not None:
+            self.cgroup_cpu_s = max(cpu, self.cgroup_cpu_s or 0.0)
+        return peak is not None or cpu is not None
 
     def _watch_peak(self) -> None:
         """Until the cgroup is gone (or the job is over)."""
@@ -164,12 +218,14 @@ class Sampler:
             return              # a stopped container's empty sample
         gpu_util, gpu_memory = gpu_sample(self.gpu) if self.gpu is not None else (None, None)
         sample = {"t_s": round(self.clock() - self.started, 3), "cpu_percent": cpu_percent(stats),
-                  "memory_bytes": int(usage), "gpu_util": gpu_util, "gpu_memory_bytes": gpu_memory}
+                  "memory_bytes": int(usage), "gpu_util": gpu_util, "gpu_memory_bytes": gpu_memory,
+                  "load_avg": load_average()}
         with self._lock:
             if self._stop.is_set():
                 return
             if peak:
                 self.docker_peak = max(peak, self.docker_peak or 0)
+            self.stats_cpu_s = stats_cpu_seconds(stats) or self.stats_cpu_s
             self.samples.append(sample)
 
     def summary(self) -> Summary:
@@ -181,12 +237,12 @@ def summarise(samples: list[dict], docker_peak: int | None = None,
     def values(key):
         return [s[key] for s in samples if s.get(key) is not None]
 
-    cpu, memory, util, gpu_memory = (values(k) for k in
-                                     ("cpu_percent", "memory_bytes", "gpu_util", "gpu_memory_bytes"))
+    cpu, memory, util, gpu_memory, load = (values(k) for k in ("cpu_percent", "memory_bytes", "gpu_util",
+                                                               "gpu_memory_bytes", "load_avg"))
     peaks = memory + ([docker_peak] if docker_peak else [])
     return Summary(cpu_percent_mean=sum(cpu) / len(cpu) if cpu else None,
                    memory_peak_bytes=max(peaks) if peaks else None,
                    memory_peak_cgroup_bytes=cgroup_peak,
                    gpu_util_mean=sum(util) / len(util) if util else None,
                    gpu_memory_peak_bytes=max(gpu_memory) if gpu_memory else None,
-                   trace_samples=len(samples))
+                   trace_samples=len(samples), host_load_max=max(load) if load else None)

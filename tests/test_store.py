@@ -833,6 +833,36 @@ def test_rows_of_schema_version_8_get_no_migration_check(tmp_path):
     assert not (results / store.MODELS).exists()
 
 
+def test_rows_of_schema_version_12_keep_the_runs_load_and_get_no_noise_facts_of_their_own(tmp_path):
+    """Golden files written with schema version 12 (two fair rows of one run, which share the
+    run's load average): read with the job's load at its end, the highest, and other
+    processes' CPU time empty, which version 12 did not record, ``host_load_avg`` kept (the
+    run's start: the report's load rule still judges them); ``dlbench upgrade`` rewrites them
+    in place with every value kept."""
+    from conftest import dlbench
+
+    from orchestrator.report import noise
+    from orchestrator.schema import ADDED_IN
+
+    results = copy_fixture("results-v12", tmp_path / "results")
+    files = sorted((results / store.RUNS).iterdir())
+    before = [row for f in files for row in pq.read_table(f).to_pylist()]
+    assert {r["schema_version"] for r in before} == {12} and "other_cpu_share" not in before[0]
+    frame = store.load(results).set_index("run_id")
+    added = ADDED_IN[13]
+    assert frame[added].isna().all().all() and (frame["host_load_avg"] == 1.44).all()
+    assert noise.reasons(frame.assign(host_load_avg=3.0), ["framework"]).str.startswith("load 3.00 at start").all()
+    proc = dlbench("upgrade", "--results", results)
+    assert proc.returncode == 0, proc.stderr
+    rows = {r["run_id"]: r for f in sorted((results / store.RUNS).iterdir()) for r in pq.read_table(f).to_pylist()}
+    assert set(rows) == {r["run_id"] for r in before}
+    for old in before:
+        new = rows[old["run_id"]]
+        assert new["written_schema_version"] == 12 and new["schema_version"] == SCHEMA_VERSION
+        assert all(new[name] is None for name in added)
+        assert {k: v for k, v in old.items() if k != "schema_version"}.items() <= new.items()
+
+
 ROBUST = [{"attack": "none", "epsilon": 0.0, "steps": 0, "images": 1000, "accuracy": 0.97, "time_s": 0.5},
           {"attack": "fgsm", "epsilon": 0.1, "steps": 1, "images": 1000, "accuracy": 0.61, "time_s": 1.5},
           {"attack": "pgd", "epsilon": 0.1, "steps": 10, "images": 1000, "accuracy": 0.2, "time_s": 9.0}]

@@ -5,11 +5,17 @@ an ok run is *disturbed* when
 - builds: image builds of its own ``dlbench run`` ran beside it (``builds_alongside`` > 0:
   a job starts as soon as its image is ready, while other images may still build, and
   shares the CPUs with them); or
-- load: the 1-minute load average when ``dlbench run`` started (``host_load_avg``) is more
-  than the host's CPUs + ``LOAD_MARGIN``: more work than CPUs was running as it started.
-  (Not less: a job that has just ended leaves up to its threads in the load average for a
-  minute or two, so runs started one after another would all count as disturbed.)  Or,
-  among the ok runs of its
+- other work: the host's other processes used more than ``OTHER_SHARE`` of its CPUs while
+  the job ran (``other_cpu_share``: every CPU's busy time less the job's own and dlbench's,
+  over the job's wall time times the CPUs; rows since schema version 13).  The reason
+  shows the load average at the job's start and end and the highest between; or
+- load, for a row without that share (older rows, a host without /proc/stat): the 1-minute
+  load average as it started (``host_load_avg``: the run's start before schema version
+  13) is more than the host's CPUs + ``LOAD_MARGIN``: more work than CPUs was running as it
+  started.  (Not less: a job that has just ended leaves up to its threads in the load
+  average for a minute or two, so runs started one after another would all count as
+  disturbed; the same lingering makes a job's own start load no judge where the CPU time
+  of other processes was measured.)  Or, among the ok runs of its
   group (one job definition on one machine, image and framework version) when the group
   has two or more,
 - CPU use: its mean CPU use (``cpu_percent_mean``) is under ``CPU_SHARE`` of that of the
@@ -25,14 +31,17 @@ from __future__ import annotations
 import pandas as pd
 
 LOAD_MARGIN = 0.5
+OTHER_SHARE = 0.25
 CPU_SHARE = 0.75
 SPREAD = 1.5
 # within a group, rows of another image or framework version are another group
 SPLIT = ["host_name", "host_cpu_model", "image_id", "framework_version"]
 
 RULE = (f"Disturbed runs: an ok run is marked disturbed when image builds of its dlbench run "
-        f"ran beside it (builds), when the load average at the start of "
-        f"dlbench run exceeds the host's CPUs by more than {LOAD_MARGIN:g} (load), or, in a group of two or more ok runs (one job on one machine, "
+        f"ran beside it (builds), when other processes used more than {OTHER_SHARE:.0%} of the "
+        f"host's CPUs while it ran (other work), or, where a row has no such measure (before "
+        f"schema version 13), when the load average at its start exceeds the host's CPUs by more "
+        f"than {LOAD_MARGIN:g} (load), or, in a group of two or more ok runs (one job on one machine, "
         f"image and framework version), when its mean CPU use is under {CPU_SHARE:.0%} of the "
         f"group's fastest run's (CPU use) or its training time is more than {SPREAD:g}× the "
         f"fastest's (spread). --exclude-disturbed leaves them out.")
@@ -44,15 +53,17 @@ def reasons(rows: pd.DataFrame, keys: list[str]) -> pd.Series:
     found = {i: [] for i in rows.index}
     ok = rows[rows["status"] == "ok"]
     # itertuples costs a column access per column: only those read here
-    for row in ok[[c for c in ("builds_alongside", "host_load_avg", "host_cpus")
+    for row in ok[[c for c in ("builds_alongside", "host_load_avg", "host_cpus", "other_cpu_share",
+                               "host_load_end", "host_load_max")
                    if c in ok.columns]].itertuples():
         builds = _number(row, "builds_alongside")
         if builds:
             found[row.Index].append(f"{builds:.0f} image build(s) ran beside it")
-        load, host = _number(row, "host_load_avg"), _number(row, "host_cpus")
-        if load is None or host is None:
-            continue
-        if load > host + LOAD_MARGIN:
+        load, host, other = (_number(row, c) for c in ("host_load_avg", "host_cpus", "other_cpu_share"))
+        if other is not None:
+            if other > OTHER_SHARE:
+                found[row.Index].append(_other_work(row, other, load, host))
+        elif load is not None and host is not None and load > host + LOAD_MARGIN:
             found[row.Index].append(f"load {load:.2f} at start on {host:g} CPUs")
     columns = [k for k in keys + SPLIT if k in rows.columns]
     for _, group in ok.groupby(columns, sort=False, dropna=False):
@@ -70,6 +81,18 @@ def reasons(rows: pd.DataFrame, keys: list[str]) -> pd.Series:
                 found[row.Index].append(f"trained {row.train_time_s / fastest['train_time_s']:.1f}× "
                                         f"as long as the fastest run")
     return pd.Series({i: "; ".join(r) for i, r in found.items()}, dtype=object).reindex(rows.index)
+
+
+def _other_work(row, share: float, load: float | None, host: float | None) -> str:
+    """"other processes used 41% of the 2 CPUs while it ran (load 0.61 at start, 2.30 at
+    end, at most 2.45)"."""
+    cpus = f"the {host:g} CPUs" if host is not None else "the CPUs"
+    loads = [f"{label} {value:.2f}" for label, value in
+             (("load", load), ("at end", _number(row, "host_load_end")), ("at most", _number(row, "host_load_max")))
+             if value is not None]
+    if loads and load is not None:
+        loads[0] += " at start"
+    return f"other processes used {share:.0%} of {cpus} while it ran" + (f" ({', '.join(loads)})" if loads else "")
 
 
 def _number(row, column: str) -> float | None:

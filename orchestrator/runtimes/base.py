@@ -66,6 +66,11 @@ class Outcome:
     trace: Summary | None = None
     ran_as: str = "container"       # or "process" (the native runtime), for messages
     builds_alongside: int = 0       # image builds of this dlbench that ran at any point beside it
+    # the host as the job started and ended (``hostinfo.mark``: load, busy CPU seconds), and
+    # the job's own CPU seconds (its container's cgroup, its process tree's): the row's
+    # noise facts (``hostinfo.beside``)
+    host_marks: tuple | None = None
+    cpu_time_s: float | None = None
 
 
 def split_lines(chunks, limit: int = MAX_LINE_BYTES):

@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-import time
 from pathlib import Path
 
 from .. import build, build_progress, catalog, fair, hostinfo, jobdir, owners, store
@@ -206,7 +205,8 @@ def run_container(client, job: Job, tag: str, run_id: str, job_id: str, job_dir:
     runtime keeps its running containers, for ``cancel``."""
     kwargs = container_options(job, tag, run_id, job_id, job_dir, dataset_path, owner, device)
     timeout = job.timeout
-    started = time.perf_counter()
+    begun = hostinfo.mark()             # the host as the job starts: its noise facts
+    started = begun.clock
     container, watchdog, sampler, timed_out = None, None, None, threading.Event()
     out_watch = None
     log = prepare_job_dir(job_dir, job.spec(run_id, job_id), fair.job_inputs(job))
@@ -223,7 +223,8 @@ def run_container(client, job: Job, tag: str, run_id: str, job_id: str, job_dir:
                 watchdog.start()
             tail = follow_output(split_lines(container.logs(stream=True, follow=True)), log, display)
             state = container.wait()
-            wall = time.perf_counter() - started
+            ended = hostinfo.mark()
+            wall = ended.clock - started
             container.reload()
             oom = bool(container.attrs["State"].get("OOMKilled"))
         sampler.stop()
@@ -232,7 +233,8 @@ def run_container(client, job: Job, tag: str, run_id: str, job_id: str, job_dir:
                  else out_watch.verdict())
         return Outcome(exit_code=state.get("StatusCode"), wall_time_s=wall,
                        log_tail=tail, oom_killed=oom, timed_out=timed_out.is_set(), error=error,
-                       samples=sampler.samples, trace=sampler.summary())
+                       samples=sampler.samples, trace=sampler.summary(), host_marks=(begun, ended),
+                       cpu_time_s=sampler.cpu_seconds())
     finally:
         log.close()
         if watchdog is not None:

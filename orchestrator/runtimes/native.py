@@ -132,7 +132,8 @@ def run_process(job: Job, python: str, run_id: str, job_id: str, job_dir: Path,
     with log, tempfile.TemporaryDirectory(prefix="dlbench-data-") as data_root:
         # the runner reads DATA/<data set>, as the container's /data/<data set> mount
         os.symlink(dataset_path.resolve(), Path(data_root) / job.dataset)
-        started = time.perf_counter()
+        begun = hostinfo.mark()         # the host as the job starts: its noise facts
+        started = begun.clock
         process, sampler, watchdog, timed_out = None, None, None, threading.Event()
         try:
             with signals_deferred():    # never a started process we do not know of
@@ -154,7 +155,8 @@ def run_process(job: Job, python: str, run_id: str, job_id: str, job_dir: Path,
             tail = follow_output(split_lines(chunks), log, display)
             _, status, usage = os.wait4(process.pid, 0)
             process.returncode = os.waitstatus_to_exitcode(status)
-            wall = time.perf_counter() - started
+            ended = hostinfo.mark()
+            wall = ended.clock - started
         except BaseException:
             if process is not None:
                 _kill_group(process, threading.Event())
@@ -177,7 +179,9 @@ def run_process(job: Job, python: str, run_id: str, job_id: str, job_dir: Path,
              else jobdir.over_limit(job_dir))
     return Outcome(exit_code=code, wall_time_s=wall, log_tail=tail,
                    timed_out=timed_out.is_set(), error=error,
-                   samples=sampler.samples, trace=sampler.summary(peak), ran_as="process")
+                   samples=sampler.samples, trace=sampler.summary(peak), ran_as="process",
+                   # the process and the descendants it waited for
+                   host_marks=(begun, ended), cpu_time_s=usage.ru_utime + usage.ru_stime)
 
 
 def _absolute_paths(search_path: str | None) -> list[str]:
@@ -242,7 +246,7 @@ class ProcessSampler:
             gpu_util, gpu_memory = hostinfo.gpu_sample(self.gpu) if self.gpu is not None else (None, None)
             self.samples.append({"t_s": round(now - self.started, 3), "cpu_percent": percent,
                                  "memory_bytes": rss, "gpu_util": gpu_util,
-                                 "gpu_memory_bytes": gpu_memory})
+                                 "gpu_memory_bytes": gpu_memory, "load_avg": hostinfo.load_average()})
 
     def summary(self, kernel_peak: int | None = None):
         return summarise(self.samples, kernel_peak, kernel_peak)
