@@ -322,7 +322,8 @@ class Adapter:
     # -- the robustness check: T.grad through the net's preprocessing ----------------------
     def _robust(self):
         """The robustness check's compiled functions (gradient and predictions,
-        predictions, loss, logits, the logits' vector-Jacobian product and predictions), compiled at its first call, after every timed span: the net's
+        predictions, loss, logits, the logits' vector-Jacobian product and predictions),
+        compiled at its first call, after every timed span: the net's
         probabilities with its input replaced by its preprocessing of the pixels
         (theano.clone), the input gradient T.grad of the summed training loss with
         respect to the pixels."""
