@@ -11,6 +11,9 @@ nobody holds its lock.  A container whose lock file is not here (started from
 another machine sharing the Docker daemon, or by another user) is never
 touched.  Neither host names nor process ids are trusted: both repeat across
 machines and PID namespaces.
+
+``Hold`` is the same kernel lock on a file named for what it guards (a tune study), held
+by one process at a time: another finds it taken and is told who holds it.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import fcntl
 import os
 import re
 import secrets
+import socket
 from pathlib import Path
 
 from . import cache
@@ -113,3 +117,55 @@ def sweep_lock_files(keep=(), root: Path | None = None) -> int:
             lapsed.close()
             removed += 1
     return removed
+
+
+class Held(Exception):
+    """``Hold``: another process holds the lock; ``holder`` is what it wrote in the file
+    (its process id and host name, for a message only), "" when it had not written it yet."""
+
+    def __init__(self, holder: str):
+        super().__init__(holder)
+        self.holder = holder
+
+
+class Hold:
+    """An exclusive ``flock`` on the file ``path`` (created if missing), held until
+    ``release`` or the process's end, however it ends; ``Held`` when another process holds
+    it.  The file says who holds it and is never removed: a process waiting on a removed
+    file's lock and one on its new file would both hold "the same" lock."""
+
+    def __init__(self, path: Path):
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 256, 0).decode("utf-8", "replace").strip()
+            os.close(fd)
+            raise Held(holder) from None
+        except BaseException:
+            os.close(fd)
+            raise
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()} {socket.gethostname()}\n".encode(), 0)
+        self.path, self._fd = path, fd
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.release()
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def gone(token: str, root: Path | None = None) -> bool:
+    """Whether the owner of ``token`` is known to be gone: its lock file is on this machine
+    and nobody holds it.  An owner whose file is not here may be alive elsewhere."""
+    lapsed = Lapsed.claim(token, root)
+    if lapsed is None:
+        return False
+    lapsed.close(unlink=False)          # the sweep removes it once its containers are gone
+    return True

@@ -18,19 +18,28 @@ time and runs them as one plan (with ``--scheduler slurm``, one job array).  The
 the rows, ``RESULTS/tune/<study>.journal``, or in a database (``--storage``).  A study
 stopped by Ctrl-C keeps its finished trials; the one that was running is marked failed
 and not counted, and ``--resume`` asks for the rest.
+
+One process at a time owns a study: it holds a lock while it runs trials (beside the
+journal, ``RESULTS/tune/<study>.owner``; for a database, on this machine), and another
+``dlbench tune`` on the same study is one line naming the process that has it, changing
+nothing.  Each trial records its owner (``owners``): a trial found still running is failed
+only when its owner is gone.  The journal is read through before Optuna reads it, so that a
+damaged one (cut short, overwritten) is one line saying what to do, not a traceback.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import math
 import os
 from pathlib import Path
 
-from . import catalog, execute
+from . import catalog, execute, owners
 from . import store
 from .campaign import Campaign, joined
-from .errors import UsageError
+from .errors import DlbenchError, StoreError, UsageError
 from .options import Axes, PlanError, RunOptions, check_name
 from .plan import expand, scaled
 
@@ -42,6 +51,7 @@ BATCH_FACTORS = (0.25, 0.5, 1.0, 2.0, 4.0)
 LENGTH_FRACTIONS = (0.25, 0.5, 0.75, 1.0)
 LEARNING_RATE_FACTOR = 10.0
 JOURNAL_DIR = "tune"
+MAX_JOURNAL_LINE = 16 << 20     # bytes: an entry of Optuna's journal is a short JSON object
 TOP = 5
 
 
@@ -204,9 +214,75 @@ def storage_of(request: TuneRequest, results: Path, name: str):
 
     if request.storage:
         return request.storage, _without_password(request.storage)
-    path = results / JOURNAL_DIR / f"{name}.journal"
+    path = journal_path(results, name)
     path.parent.mkdir(parents=True, exist_ok=True)
     return optuna.storages.JournalStorage(JournalFileBackend(str(path))), str(path)
+
+
+def journal_path(results: Path, name: str) -> Path:
+    return results / JOURNAL_DIR / f"{name}.journal"
+
+
+def own_study(request: TuneRequest, results: Path, name: str) -> owners.Hold:
+    """This process's claim on the study, held while it makes, resumes and runs it; a
+    second process on the same study is one line naming the process that has it, before
+    anything is read or written.  A journal's lock is beside it; a database's is in this
+    machine's owners folder, named by the database and the study (processes on other
+    machines sharing a database are Optuna's to keep apart)."""
+    if request.storage:
+        key = hashlib.sha256(f"{request.storage}\0{name}".encode()).hexdigest()[:32]
+        folder, where = owners.owners_dir(), _without_password(request.storage)
+        path = folder / f"study-{key}.owner"
+    else:
+        folder = results / JOURNAL_DIR
+        path, where = folder / f"{name}.owner", str(journal_path(results, name))
+    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        return owners.Hold(path)
+    except owners.Held as exc:
+        pid, _, host = exc.holder.partition(" ")
+        who = f"process {pid} on {host}" if pid.isdigit() and host else "another process"
+        raise DlbenchError(f"study {name} ({where}) is in use by {who}: wait for it to end or stop "
+                           "it (nothing was changed), or --study NAME starts another") from None
+
+
+def check_journal(path: Path) -> None:
+    """A ``StoreError`` (one line, what to do) where the journal is not one Optuna can
+    read: not a regular file, a line that is not an entry (binary, overwritten), or a last
+    entry cut short.  Optuna would raise on the first, and on the last skip the cut entry
+    and append its next one to it, damaging the journal for good."""
+    import stat
+    try:
+        info = path.stat()
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise StoreError(f"{path}: cannot be read ({exc.strerror})") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise StoreError(_damaged(path, "it is not a regular file"))
+    with open(path, "rb") as journal:
+        number = 0
+        while line := journal.readline(MAX_JOURNAL_LINE + 1):
+            number += 1
+            if not line.endswith(b"\n"):
+                if len(line) > MAX_JOURNAL_LINE:
+                    raise StoreError(_damaged(path, f"line {number} is longer than any entry"))
+                raise StoreError(f"{path}: its last line ({number}) is an entry cut short (a process "
+                                 "stopped while writing it): remove that line to resume from the "
+                                 "entries before it")
+            try:
+                entry = json.loads(line)
+            except UnicodeDecodeError:
+                raise StoreError(_damaged(path, f"line {number} is not text")) from None
+            except ValueError:
+                raise StoreError(_damaged(path, f"line {number} is not JSON")) from None
+            if not isinstance(entry, dict) or "op_code" not in entry:
+                raise StoreError(_damaged(path, f"line {number} is not an entry of Optuna's journal"))
+
+
+def _damaged(path: Path, why: str) -> str:
+    return (f"{path}: not a study journal Optuna can read ({why}): move it away to start the "
+            "study again (its trials' rows stay in the results), or --study NAME starts another")
 
 
 def _without_password(url: str) -> str:
@@ -231,8 +307,26 @@ def tune(request: TuneRequest, display=None, say=print, host_cpus: int | None = 
     except PlanError as exc:
         raise UsageError(exc.on_command_line) from None
     results = store.results_dir(request.run.results)
-    storage, where = storage_of(request, results, name)
-    existing = optuna.get_all_study_names(storage)
+    with own_study(request, results, name):
+        return _study(request, space, name, results, host_cpus, display, say)
+
+
+def _study(request: TuneRequest, space: dict, name: str, results: Path, host_cpus: int,
+           display, say) -> Outcome:
+    """The study, once this process owns it: made or resumed, and run to its trials."""
+    import optuna
+
+    campaign = f"tune:{name}"
+    if not request.storage:
+        check_journal(journal_path(results, name))
+    try:
+        storage, where = storage_of(request, results, name)
+        existing = optuna.get_all_study_names(storage)
+    except (KeyError, TypeError, ValueError) as exc:
+        if request.storage:
+            raise
+        raise StoreError(_damaged(journal_path(results, name),
+                                  f"Optuna could not replay it: {type(exc).__name__}")) from None
     if name in existing and not request.resume:
         raise UsageError(f"study {name} exists ({where}): --resume continues it, --study NAME "
                          "starts another")
@@ -248,7 +342,7 @@ def tune(request: TuneRequest, display=None, say=print, host_cpus: int | None = 
                                              n_startup_trials=min(5, max(1, request.trials // 3)))
     study = optuna.create_study(study_name=name, storage=storage, sampler=sampler,
                                 direction="minimize", load_if_exists=True)
-    _fail_stale(study)
+    _fail_stale(study, sole=not request.storage)
     if not study.trials:
         study.set_user_attr("space", sorted(space))
         study.enqueue_trial(default_point(request, space, host_cpus), user_attrs={"default": True})
@@ -257,6 +351,8 @@ def tune(request: TuneRequest, display=None, say=print, host_cpus: int | None = 
                          f"not {', '.join(sorted(space))}")
     while (left := request.trials - _counted(study)) > 0:
         asked = [study.ask() for _ in range(min(request.parallel, left))]
+        for trial in asked:             # whose it is: failed by another process only once it is gone
+            trial.set_user_attr("owner", owners.current().token)
         try:
             points = [_suggest(trial, space) for trial in asked]
             jobs = [expand(axes_of(request, point, campaign, host_cpus), host_cpus) for point in points]
@@ -344,10 +440,16 @@ def _plain(value):
     return value.item() if hasattr(value, "item") else value
 
 
-def _fail_stale(study) -> None:
-    """A trial left running by a process killed outright: failed, not counted."""
+def _fail_stale(study, sole: bool) -> None:
+    """A trial left running by a process killed outright: failed, not counted.  ``sole``:
+    this process holds the study's lock (its journal's), so no trial still running has a
+    live owner; otherwise (a database that machines share) only those whose owner is known
+    to be gone are failed, or that name none (asked before trials recorded their owner)."""
     import optuna
     for trial in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+        token = trial.user_attrs.get("owner")
+        if not sole and token is not None and not owners.gone(token):
+            continue                    # its process may still be running it
         _mark_interrupted(study, trial.number)
         study.tell(trial.number, state=optuna.trial.TrialState.FAIL)
 
