@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import re
 import threading
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (BarColumn, DownloadColumn, Progress, ProgressColumn, SpinnerColumn,
                            TextColumn, TimeElapsedColumn, TransferSpeedColumn)
 from rich.text import Text
@@ -51,7 +53,7 @@ class RichDisplay:
         if self.verbose:
             self.console.print(text, markup=False, highlight=False)
         elif text.endswith(("building", "up to date")) or text.startswith(SHOWN) or ": built in " in text:
-            self.console.print(f"[dim]{text}[/dim]", highlight=False)
+            self.console.print(f"[dim]{escape(text)}[/dim]", highlight=False)
 
     def build_step(self, tag, progress):
         """One line per image being built: a bar over its Dockerfile steps, then the step,
@@ -92,7 +94,7 @@ class RichDisplay:
         if self.current is not None:
             self.progress.remove_task(self.current)
         self.epochs = job.hyperparameters.get("epochs") or 1
-        self.current = self.progress.add_task(f"[{index}] {describe(job)}", total=float(self.epochs),
+        self.current = self.progress.add_task(f"[{index}] {escape(describe(job))}", total=float(self.epochs),
                                               detail="starting")
 
     def event(self, event):
@@ -121,15 +123,25 @@ class RichDisplay:
         if record.status == "ok":
             peak = (f", peak memory {record.memory_peak_bytes / 2**20:.0f} MiB"
                     if record.memory_peak_bytes else "")
-            self.console.print(f"[green]ok[/green] {record.framework}/{record.dataset}/{record.profile}: "
+            self.console.print(f"[green]ok[/green] {shown(record.framework)}/{record.dataset}/{record.profile}: "
                                f"accuracy {100 * record.accuracy:.2f}%, train {record.train_time_s:.1f} s, "
                                f"test {record.test_time_s:.2f} s{peak}", highlight=False)
         else:
-            self.console.print(f"[red]{record.status}[/red] {record.framework}/{record.dataset}/"
-                               f"{record.profile}: {record.error}", highlight=False)
+            self.console.print(f"[red]{record.status}[/red] {shown(record.framework)}/{record.dataset}/"
+                               f"{record.profile}: {shown(record.error)}", highlight=False)
 
     def stop(self):
         self.progress.stop()
+
+
+CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def shown(text) -> str:
+    """A job's words (its error, its log) as the terminal shows them, never as markup: rich's
+    ``[link=...]`` would be a live link, and a control character (an escape sequence) would
+    drive the terminal."""
+    return escape(CONTROL.sub("?", str(text)))
 
 
 def describe(job) -> str:

@@ -5,6 +5,7 @@ downloaded never differ.  Frameworks are the legend's entries: clicking one hide
 from __future__ import annotations
 
 import dataclasses
+import html
 
 import numpy as np
 import pandas as pd
@@ -55,7 +56,50 @@ def charts(rep: compare.Report) -> list[Chart | Missing]:
     found += setting_charts(rep)
     found += fair_charts(rep)
     found += op_charts(rep)
-    return found + trace_charts(rep)
+    found += trace_charts(rep)
+    for chart in found:
+        if isinstance(chart, Chart):
+            chart.figure = inert(chart.figure)
+    return found
+
+
+# --- text drawn as text ---
+
+OUR_TAGS = ("<br>", "<extra>", "</extra>")      # the only markup the charts' own strings use
+
+
+def inert(figure: go.Figure) -> go.Figure:
+    """The figure with every string of its traces and layout drawn as the text it is.
+    Plotly reads a little HTML in names, tick labels, hover text and titles: ``<a href>``
+    becomes a live link, and a framework's, a setting's or a layer's name comes from rows a
+    job wrote.  ``<``, ``>`` and ``&`` become entities (Plotly shows them as the
+    characters), but for the tags of ``OUR_TAGS``; the template is Plotly's own."""
+    found = figure.to_dict()
+    layout = found.get("layout", {})
+    template = layout.pop("template", None)
+    layout = _inert(layout)
+    if template is not None:
+        layout["template"] = template
+    return go.Figure(data=[_inert(trace) for trace in found.get("data", [])], layout=layout)
+
+
+def _inert(value):
+    if isinstance(value, str):
+        return _inert_text(value)
+    if isinstance(value, dict):
+        return {key: _inert(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_inert(item) for item in value]
+    if isinstance(value, np.ndarray) and value.dtype == object:
+        return np.array([_inert(item) for item in value.ravel()], dtype=object).reshape(value.shape)
+    return value
+
+
+def _inert_text(text: str) -> str:
+    escaped = html.escape(text, quote=False)
+    for tag in OUR_TAGS:
+        escaped = escaped.replace(html.escape(tag, quote=False), tag)
+    return escaped
 
 
 # --- the series: what a point or a bar is called ---

@@ -19,6 +19,7 @@ from .. import __version__
 from ..errors import DlbenchError
 from . import compare, reference_rows
 from .charts import Chart, Missing, charts, machine_label
+from .text import csv_text
 from .views import View, correlation_views, fair_views, reference_lines, section_views
 
 PAGE = "index.html"
@@ -206,8 +207,9 @@ def _figure(chart: Chart) -> str:
 
 
 def csv_uri(data: pd.DataFrame) -> str:
-    """The table as a CSV file in a data: URI (a link that downloads it, offline)."""
-    return "data:text/csv;charset=utf-8," + urllib.parse.quote(data.to_csv(index=False))
+    """The table as a CSV file in a data: URI (a link that downloads it, offline), its text
+    cells neutralised for spreadsheets as the CSV formats' are."""
+    return "data:text/csv;charset=utf-8," + urllib.parse.quote(csv_text(data))
 
 
 # --- the report's tables ---

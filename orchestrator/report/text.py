@@ -25,6 +25,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from ..display import shown
 from ..errors import UsageError
 from . import ab, compare, reference_rows, verification
 from .views import (COMPARISON_KEYS, REPORT_KEYS, View, comparison_view, correlation_records,
@@ -34,12 +35,46 @@ from .views import (COMPARISON_KEYS, REPORT_KEYS, View, comparison_view, correla
 GAP = 2     # the space between two columns of a table
 
 
+# A spreadsheet reads a cell that begins with one of these as a formula (OWASP's list).
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+# Markdown shows these as they are, never as HTML.
+MD_ESCAPES = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;"})
+
+
+def csv_text(frame: pd.DataFrame) -> str:
+    """The frame as CSV, every text cell that a spreadsheet would take for a formula
+    prefixed with a single quote (a job writes framework_version, device_name, its log's
+    tail).  Numbers stay numbers: only strings are touched, so -0.5 in a numeric column is
+    -0.5."""
+    text = [name for name in frame.columns if not _numbers_or_times(frame[name])]
+    return frame.assign(**{name: frame[name].map(_inert_cell) for name in text}).to_csv(index=False)
+
+
+def _numbers_or_times(column: pd.Series) -> bool:
+    types = pd.api.types
+    return (types.is_numeric_dtype(column) or types.is_bool_dtype(column)
+            or types.is_datetime64_any_dtype(column) or types.is_timedelta64_dtype(column))
+
+
+def _inert_cell(value):
+    return "'" + value if isinstance(value, str) and value.startswith(FORMULA_STARTS) else value
+
+
+def md_text(text) -> str:
+    """Text of the rows as Markdown shows it, never as markup: ``<``, ``>`` and ``&`` as
+    entities (MkDocs would pass raw HTML, a ``<script>`` too, through to the page), and
+    no live link: a link's ``](``, a URL's ``://`` and ``www.`` broken with an entity
+    (shown as the character; ``[a, b]`` alone is no link and stays as it is)."""
+    return (str(text).translate(MD_ESCAPES).replace("](", "]&#40;").replace("://", "&#58;//")
+            .replace("www.", "www&#46;"))
+
+
 def results_text(frame: pd.DataFrame, fmt: str, width: int | None = 80,
                  color_system: str | None = None, columns: list[str] | None = None,
                  wide: bool = False) -> str:
     """The stored runs as a table (fmt 'table'), CSV or JSON (every stored column, as stored)."""
     if fmt == "csv":
-        return frame.to_csv(index=False)
+        return csv_text(frame)
     if fmt == "json":
         return frame.to_json(orient="records", date_format="iso", indent=1)
     if columns is not None:
@@ -130,7 +165,7 @@ def _table(view: View, widths: list[int]) -> Table:
                          width=width)
     for row in view.rows:
         table.add_row(*(_coloured(row[i]) if i in view.verdicts else
-                        _status(row[i]) if view.keys[i:i + 1] == ["status"] else escape(row[i])
+                        _status(row[i]) if view.keys[i:i + 1] == ["status"] else shown(row[i])
                         for i in range(len(row))))
     return table
 
@@ -180,23 +215,23 @@ def report_markdown(rep: compare.Report) -> str:
     lines = ["# dlbench report", "",
              f"{len(rep.rows)} stored run(s) on {len(rep.sections)} machine(s) / schema version(s).", ""]
     for section in rep.sections:
-        lines += [f"## Rows from {section.title}", ""]
+        lines += [f"## Rows from {md_text(section.title)}", ""]
         for view in (section_views(rep, section) + robustness_views(rep, section)
                      + transfer_views(rep, section) + correlation_views(rep, section)
                      + fair_views(rep, section)):
-            lines += [f"### {view.title}", "", _md_row(view.columns),
+            lines += [f"### {md_text(view.title)}", "", _md_row(view.columns),
                       "|" + "|".join("---:" if i in view.numeric else "---"
                                      for i in range(len(view.columns))) + "|"]
             lines += [_md_row(row) for row in view.rows] + [""]
         heading, found = reference_lines(rep, section)
         if found:
-            lines += [f"### {heading}", ""] + [f"- {line}" for line in found] + [""]
-    lines += ["## Notes", ""] + [f"- {note}" for note in rep.notes()]
+            lines += [f"### {md_text(heading)}", ""] + [f"- {md_text(line)}" for line in found] + [""]
+    lines += ["## Notes", ""] + [f"- {md_text(note)}" for note in rep.notes()]
     return "\n".join(lines) + "\n"
 
 
 def _md_row(cells) -> str:
-    return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
+    return "| " + " | ".join(md_text(c).replace("|", "\\|") for c in cells) + " |"
 
 
 CSV_DROP = ["settings_kind"]
@@ -301,7 +336,7 @@ def _csv(rep: compare.Report) -> str:
     if judgement is not None:
         frame = frame.merge(judgement.groups[["group", *REFERENCE_COLUMNS]].rename(
             columns=REFERENCE_COLUMNS), on="group", how="left")
-    return frame.to_csv(index=False)
+    return csv_text(frame)
 
 
 def render_report(rep: compare.Report, fmt: str, width: int | None = 80,
@@ -324,7 +359,7 @@ def render_comparison(cmp: ab.Comparison, fmt: str, width: int | None = 80,
                       wide: bool = False) -> str:
     """The comparison as a terminal table (fmt 'table'), Markdown, CSV or JSON text."""
     if fmt == "csv":
-        return comparison_frame(cmp).to_csv(index=False)
+        return csv_text(comparison_frame(cmp))
     if fmt == "json":
         return json.dumps({"format_version": 1, "metric": cmp.metric, "a": cmp.a.label,
                            "b": cmp.b.label, "alpha": ab.ALPHA, "confidence": ab.CONFIDENCE,
@@ -334,11 +369,11 @@ def render_comparison(cmp: ab.Comparison, fmt: str, width: int | None = 80,
                                orient="records", double_precision=15))}, indent=1, ensure_ascii=False)
     view = comparison_view(cmp)
     if fmt == "md":
-        lines = [f"# dlbench compare", "", f"### {view.title}", "", _md_row(view.columns),
+        lines = [f"# dlbench compare", "", f"### {md_text(view.title)}", "", _md_row(view.columns),
                  "|" + "|".join("---:" if i in view.numeric else "---"
                                 for i in range(len(view.columns))) + "|"]
         lines += [_md_row(row) for row in view.rows] + ["", "## Notes", ""]
-        return "\n".join(lines + [f"- {note}" for note in cmp.notes()]) + "\n"
+        return "\n".join(lines + [f"- {md_text(note)}" for note in cmp.notes()]) + "\n"
     if columns is not None:
         check_columns(columns, COMPARISON_KEYS)
         view = view.only(columns)
