@@ -32,14 +32,16 @@ Its failure, whatever it is (killed at a limit, onnxruntime's error, a crash), i
 
 How the limits were chosen (``bench/untrusted.py`` measures them, in the child): the
 heaviest real check is the paper profile's CIFAR-10 model, MXNet's ResNet-110, on the 10,000
-test images: 191 s of wall-clock time and 48 s of CPU time on a 2-core VM under a load
-average of 10 (other jobs running), a peak of 265 MiB resident; the stored MNIST models of
-the paper profile (MXNet's, Caffe's) take 6 s, 1.6 s of CPU and 200 MiB on their 10,000.
-Each also passes within 1 GiB of address space (the ResNet on 1,000 images).  So the
-wall-clock limit is 4.7 times the slowest measured, the CPU limit 37 times its CPU time, the
-memory limit 4 times an address space that sufficed; onnxruntime's threads are fixed (``THREADS``) so that neither the CPU
-time nor the address space (a thread's stack and its allocator's arenas) grows with the
-host's cores.  A hostile model then holds its job's row up by 15 minutes at most.
+test images: 191 s and 227 s of wall-clock time in two runs, 48 s of CPU time, on a 2-core VM
+under a load average of 10 and 12 (other jobs running), a peak of 265 MiB resident; the
+stored MNIST models of the paper profile (MXNet's, Caffe's) take 5 to 9 s, 1.6 to 1.9 s of
+CPU and 200 MiB on their 10,000.  Each also passes within 1 GiB of address space (the
+ResNet on 1,000 images).  So the wall-clock limit is 4 times the slowest measured, the CPU
+limit 37 times its CPU time, the memory limit 4 times an address space that sufficed;
+onnxruntime's threads are fixed (``THREADS``) so that neither the CPU time nor the address
+space (a thread's stack and its allocator's arenas) grows with the host's cores.  A hostile
+model then holds its job's row up by 15 minutes at most.  The child's start (Python, numpy,
+onnx, onnxruntime) takes 1.3 s under that load.
 """
 
 from __future__ import annotations

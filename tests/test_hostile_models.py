@@ -315,9 +315,9 @@ def frameworks(tmp_path_factory) -> Path:
     return top
 
 
-def run_args(frameworks_list: str, data_root: Path, results: Path, *options) -> list[str]:
+def run_args(frameworks_list: str, data_root: Path, results: Path, *options, attack: bool = False) -> list[str]:
     return ["run", "--runtime", "native", "--python", sys.executable, "--frameworks", frameworks_list,
-            "--datasets", "mnist", "--profile", "quick", "--cpus", "1", "--set", "robust_images=0",
+            "--datasets", "mnist", "--profile", "quick", "--cpus", "1", *([] if attack else ["--set", "robust_images=0"]),
             "--results", str(results), "--data-dir", str(data_root), *options]
 
 
@@ -353,14 +353,15 @@ def test_dlbench_run_stores_a_reason_for_a_model_past_the_memory_limit(framework
     assert row.status == "ok" and row.migration_reason.endswith("(the host's limit: 4 GiB of memory)")
 
 
-def wait_for_check(process: subprocess.Popen, limit_s: float = 300) -> None:
-    """Until ``process`` runs a model's check (a child ``orchestrator.untrusted``)."""
+def wait_for_check(process: subprocess.Popen, limit_s: float = 300, after=lambda: True) -> None:
+    """Until ``process`` runs a model's check (a child ``orchestrator.untrusted``) once
+    ``after()`` holds."""
     import psutil
     deadline = time.monotonic() + limit_s
     while time.monotonic() < deadline:
         assert process.poll() is None, process.communicate()
         try:
-            if any("orchestrator.untrusted" in p.cmdline() for p in psutil.Process(process.pid).children(True)):
+            if after() and any("orchestrator.untrusted" in p.cmdline() for p in psutil.Process(process.pid).children(True)):
                 return
         except psutil.NoSuchProcess:
             pass
@@ -380,7 +381,7 @@ def test_dlbench_run_stops_within_5_s_of_a_signal_during_a_check(frameworks, dat
                                 *run_args("softmax,hostile", data_root, results)],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
-        wait_for_check(process)
+        wait_for_check(process, after=lambda: any((results / "runs").glob("*.parquet")))   # the second job's
         checks = [p for p in psutil.Process(process.pid).children(True) if "orchestrator.untrusted" in p.cmdline()]
         time.sleep(1.0)             # well inside the Loop
         sent = time.monotonic()
@@ -396,3 +397,54 @@ def test_dlbench_run_stops_within_5_s_of_a_signal_during_a_check(frameworks, dat
     rows = store.load(results)
     assert list(rows.framework) == ["softmax"] and rows.status.tolist() == ["ok"]
     assert [p.name for p in (results / "_jobs").iterdir()] == list(rows.run_id)     # the first job's only
+
+
+# -- dlbench report: a stored model is the job's too (the transfer matrices run it) ---------
+@pytest.fixture(scope="module")
+def attacked(frameworks, data_root, tmp_path_factory) -> Path:
+    """A results directory of one run that kept its FGSM images and its model (read only)."""
+    results = tmp_path_factory.mktemp("attacked") / "results"
+    dlbench(*run_args("hostile", data_root, results, "--set", 'hostile="none"', attack=True), check=True,
+            env=run_env(frameworks, results))
+    return results
+
+
+def with_stored_model(attacked: Path, tmp_path: Path, model: bytes) -> Path:
+    """A copy of ``attacked`` whose stored model is ``model``."""
+    results = tmp_path / "results"
+    shutil.copytree(attacked, results)
+    run_id, = store.load(results).run_id
+    assert store.transfer_path(results, run_id).exists()
+    store.model_path(results, run_id).write_bytes(model)
+    return results
+
+
+def test_dlbench_report_reads_no_host_file_a_stored_model_names(attacked, beside_secret, tmp_path):
+    results = with_stored_model(attacked, tmp_path, secret_initializer("secret.txt"))
+    document = json.loads(dlbench("report", "--results", results, "--format", "json", check=True).stdout)
+    cell, = document["transfer"]
+    assert cell["accuracy"] is None and "is stored as external data ('secret.txt')" in cell["reason"]
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_dlbench_report_stops_within_5_s_of_a_signal_during_a_model(attacked, tmp_path, signum):
+    """The stored model loops: `dlbench report` ignored SIGTERM for 10 minutes; now the
+    signal ends it within 5 s, the child killed."""
+    import psutil
+    results = with_stored_model(attacked, tmp_path, endless_loop())
+    process = subprocess.Popen([sys.executable, "-m", "orchestrator", "report", "--results", str(results)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for_check(process, 120)
+        checks = [p for p in psutil.Process(process.pid).children(True) if "orchestrator.untrusted" in p.cmdline()]
+        time.sleep(1.0)
+        sent = time.monotonic()
+        process.send_signal(signum)
+        _, stderr = process.communicate(timeout=30)
+        assert time.monotonic() - sent < 5
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 128 + signum, stderr
+    assert "Traceback" not in stderr
+    assert not [p for p in checks if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
