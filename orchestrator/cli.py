@@ -22,7 +22,8 @@ from .errors import DatasetError, DeprecatedName, DlbenchError, StoreWarning, Us
 
 EXIT_CODES = ("Exit status: 0 ok; 1 an error (one line on stderr); 2 a usage error; 3 some jobs "
               "not ok (their rows are stored); 4 dlbench compare --fail-on-slowdown: a group "
-              "significantly slower; 128 + the signal's number when stopped by one: 130 "
+              "slower past it; 5 dlbench compare --fail-on-slowdown: a group it could not judge "
+              "(too few runs, one side only); 128 + the signal's number when stopped by one: 130 "
               "Ctrl-C (SIGINT), 143 SIGTERM, 129 SIGHUP (the rows stored so far are kept).")
 app = typer.Typer(add_completion=False, invoke_without_command=True, pretty_exceptions_enable=False,
                   help="Benchmark deep-learning frameworks in containers, as GTDLBench did.",
@@ -528,13 +529,24 @@ class Metric(str, enum.Enum):
 @app.command("compare")
 def compare_(a: Annotated[str, typer.Argument(
                  help="A: a results directory, a condition on the rows of --results "
-                      "(framework_version=1.9.1) or a campaign's name there.")],
+                      "(framework_version=1.9.1), with --by a value of that setting, or a "
+                      "campaign's name there.")],
              b: Annotated[str, typer.Argument(help="B, the same way.")],
              results: ResultsOpt = None,
              metric: Annotated[Metric, typer.Option(help="What to compare.")] = Metric.train_time_s,
              fail_on_slowdown: Annotated[Optional[str], typer.Option(
-                 help="Exit with status 4 where a group of B is significantly slower than A's by "
-                      "more than this, e.g. 5%.")] = None,
+                 help="Exit with status 4 where a group of B is significantly slower than A's and "
+                      "the interval's lower end is above this, e.g. 5%; else with status 5 where a "
+                      "group cannot be judged (too few runs, one side only).")] = None,
+             allow_inconclusive: Annotated[bool, typer.Option(
+                 "--allow-inconclusive", help="With --fail-on-slowdown, let the groups that "
+                                              "cannot be judged pass.")] = False,
+             by: Annotated[Optional[str], typer.Option(
+                 "--by", metavar="KEY", help="Compare across this setting (blas, onednn or a "
+                 "hyper-parameter): A and B may be its values, e.g. --by blas blis openblas.")] = None,
+             ignore: Annotated[list[str], typer.Option(
+                 "--ignore", metavar="KEY", help="Pair groups that differ in this setting "
+                                                 "(repeatable).")] = [],
              format: Annotated[Optional[ReportFormat], typer.Option(
                  "--format", help="table (default), md, csv or json.")] = None,
              where: WhereOpt = [], framework: FrameworkFilter = None, dataset: DatasetFilter = None,
@@ -544,13 +556,13 @@ def compare_(a: Annotated[str, typer.Argument(
     from .report import ab, select, text
 
     chosen, slowdown = select.conditions(where, framework, dataset), ab.threshold(fail_on_slowdown)
-    target = store.results_dir(results)
-    cmp = ab.build(ab.side(a, target, chosen), ab.side(b, target, chosen), metric.value,
-                   exclude_disturbed, slowdown)
+    first, second, across = ab.sides(a, b, store.results_dir(results), chosen, by, ignore)
+    cmp = ab.build(first, second, metric.value, exclude_disturbed, slowdown, across,
+                   allow_inconclusive)
     _write(text.render_comparison(cmp, format.value if format else "table", _screen(),
                                   out.color_system, _names(columns), wide))
-    if len(cmp.slowdowns):
-        raise typer.Exit(ab.EXIT_SLOWER)
+    if cmp.exit_status:
+        raise typer.Exit(cmp.exit_status)
 
 
 @datasets_app.command("verify")

@@ -361,9 +361,13 @@ def render_comparison(cmp: ab.Comparison, fmt: str, width: int | None = 80,
     if fmt == "csv":
         return csv_text(comparison_frame(cmp))
     if fmt == "json":
-        return json.dumps({"format_version": 1, "metric": cmp.metric, "a": cmp.a.label,
+        return json.dumps({"format_version": 2, "metric": cmp.metric, "a": cmp.a.label,
                            "b": cmp.b.label, "alpha": ab.ALPHA, "confidence": ab.CONFIDENCE,
+                           "min_runs": ab.MIN_RUNS, "across": cmp.across,
                            "fail_on_slowdown": cmp.fail_on_slowdown,
+                           "allow_inconclusive": cmp.allow_inconclusive,
+                           "exit_status": cmp.exit_status, "tally": cmp.tally(),
+                           "warnings": cmp.warnings(),
                            "exclude_disturbed": cmp.exclude_disturbed, "notes": cmp.notes(),
                            "groups": json.loads(comparison_frame(cmp).to_json(
                                orient="records", double_precision=15))}, indent=1, ensure_ascii=False)
@@ -389,6 +393,6 @@ def comparison_frame(cmp: ab.Comparison) -> pd.DataFrame:
     frame = cmp.groups.copy()
     for name in ("a", "b"):
         splits = frame.pop(f"{name}_split")
-        for key in ab.SPLIT:
+        for key in cmp.split:
             frame[f"{name}_{key}"] = [s.get(key) if isinstance(s, dict) else None for s in splits]
     return frame

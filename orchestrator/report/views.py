@@ -601,7 +601,8 @@ def comparison_view(cmp) -> View:
     rows = []
     for g in cmp.groups.itertuples():
         threads = _pair_of(g.a_split, g.b_split, "threads")
-        group = f"{g.framework} {g.dataset} {g.device} {g.profile}, {g.settings}, " + (
+        across = "".join(f"; {k} {_pair_of(g.a_split, g.b_split, k)}" for k in cmp.across)
+        group = f"{g.framework} {g.dataset} {g.device} {g.profile}, {g.settings}{across}, " + (
             f"threads {threads}" if "/" in threads else f"{threads} threads")
         ratio = "-" if not compare.present(g.ratio) else _ratio(g.ratio) + (
             f" [{_ratio(g.ratio_low)}–{_ratio(g.ratio_high)}]" if compare.present(g.ratio_low) else "")
