@@ -29,13 +29,14 @@ Rules, stated once here and printed with every comparison (``Comparison.notes``)
 
 Why these: a CI gate must not pass what it could not judge (the default is one run, never
 enough); a point estimate above the threshold is not a slowdown above it, the interval's
-lower end is; twelve groups of unchanged runs, each tested at 0.05, give a false verdict
-somewhere in 46% of comparisons (1 - 0.95**12).  Holm's step-down correction keeps that
-chance within 0.05 and is never less powerful than Bonferroni's; it takes six lines here: scipy has only
-Benjamini-Hochberg (``false_discovery_control``, which bounds the share of false findings,
-not the chance of one), and statsmodels, whose ``multipletests`` has Holm, is no dependency.
-The interval is ``scipy.stats.bootstrap``'s percentile method: its default, BCa, gives no
-interval (NaN, with a warning) where a side's runs are all equal, as seeded runs' accuracy is.
+lower end is; twelve independent groups of unchanged runs, each tested at 0.05, give a false
+verdict somewhere in 46% of comparisons (1 - 0.95**12).  Holm's step-down correction keeps
+that chance within 0.05 and is never less powerful than Bonferroni's.  It takes six lines
+here: scipy has only Benjamini-Hochberg (``false_discovery_control``, which bounds the share
+of false findings, not the chance of one), and statsmodels, whose ``multipletests`` has Holm,
+is no dependency.  The interval is ``scipy.stats.bootstrap``'s percentile method: its
+default, BCa, gives no interval (NaN, with a warning) where a side's runs are all equal, as
+seeded runs' accuracy is.
 """
 
 from __future__ import annotations
