@@ -28,15 +28,17 @@ import signal
 from pathlib import Path
 from typing import NamedTuple
 
+import pyarrow as pa
 from pydantic import ValidationError
 
 from dlbench_runner import contract
 
-from . import __version__, fair, hostinfo, jobdir
+from . import __version__, fair, hostinfo, jobdir, rowcheck
 from .migration import Migration
 from .plan import Job
 from .runtimes.base import Outcome
-from .schema import MAX_RESULT_BYTES, RunnerResult, RunRecord, dumps
+from .schema import (ARROW_SCHEMA, MAX_RESULT_BYTES, OPS_SCHEMA, ROBUSTNESS_SCHEMA, RunnerResult,
+                     RunRecord, dumps)
 
 
 def read_result(job_dir: Path) -> tuple[RunnerResult | None, str | None]:
@@ -97,6 +99,8 @@ def collect(job: Job, run_id: str, job_id: str, job_dir: Path, outcome: Outcome,
     the job exported; ``transfer``: the images it kept (``transfer.take``); ``data_root``:
     where the data sets are (a fair job's logits are checked on its test images)."""
     result, problem = read_result(job_dir)
+    if result is not None and (untrue := _untrue(result)) is not None:
+        result, problem = None, f"result.json is invalid: {untrue}"
     status, error = _status(outcome, result, problem)
     fields = _job_fields(job, run_id, job_id, provenance)
     fields.update(status=status, error=error, exit_code=outcome.exit_code,
@@ -108,29 +112,7 @@ def collect(job: Job, run_id: str, job_id: str, job_dir: Path, outcome: Outcome,
         fields.update(hostinfo.beside(*outcome.host_marks, outcome.cpu_time_s,
                                       fields.get("host_load_max"), fields.get("host_cpus")))
     if result is not None:
-        fields.update(
-            setup_time_s=result.setup_time_s, train_time_s=result.train_time_s,
-            test_time_s=result.test_time_s, total_time_s=result.total_time_s,
-            paper_train_time_s=result.paper_train_time_s,
-            paper_test_time_s=result.paper_test_time_s,
-            accuracy=result.accuracy, test_loss=result.test_loss,
-            train_images_per_s=result.train_images_per_s,
-            test_images_per_s=result.test_images_per_s,
-            train_samples=result.train_samples, test_samples=result.test_samples,
-            param_count=result.param_count, param_bytes=result.param_bytes,
-            model_size_bytes=result.model_size_bytes,
-            robustness_time_s=result.robustness_time_s,
-            gradient_error=result.gradient_check.relative_error if result.gradient_check else None,
-            epoch_loss=[e.loss for e in result.epochs],
-            epoch_accuracy=[e.accuracy for e in result.epochs],
-            epoch_time_s=[e.time_s or 0.0 for e in result.epochs],
-            framework_version=result.framework_version, python_version=result.python_version,
-            device_name=result.device_name,
-            blas_loaded=";".join(contract.blas.loaded(result.blas)) or None,
-            threads_env=dumps(result.threads.get("env")),
-            threads_framework=dumps(result.threads.get("framework")),
-            libraries=dumps(result.libraries),
-            started_at=result.started_at, finished_at=result.finished_at)
+        fields.update(_measured(result))
     if result is None or status != "ok":
         return Collected(RunRecord(**fields))
     sides = {"robustness": [r.model_dump() for r in result.robustness],
@@ -144,6 +126,53 @@ def collect(job: Job, run_id: str, job_id: str, job_dir: Path, outcome: Outcome,
                                                          else len(found.model)),
                   migration_time_s=result.migration_time_s)
     return Collected(RunRecord(**fields), sides, found.model, transfer)
+
+
+def _measured(result: RunnerResult) -> dict:
+    """The row's fields the runner measured and saw."""
+    return dict(
+        setup_time_s=result.setup_time_s, train_time_s=result.train_time_s,
+        test_time_s=result.test_time_s, total_time_s=result.total_time_s,
+        paper_train_time_s=result.paper_train_time_s,
+        paper_test_time_s=result.paper_test_time_s,
+        accuracy=result.accuracy, test_loss=result.test_loss,
+        train_images_per_s=result.train_images_per_s,
+        test_images_per_s=result.test_images_per_s,
+        train_samples=result.train_samples, test_samples=result.test_samples,
+        param_count=result.param_count, param_bytes=result.param_bytes,
+        model_size_bytes=result.model_size_bytes,
+        robustness_time_s=result.robustness_time_s,
+        gradient_error=result.gradient_check.relative_error if result.gradient_check else None,
+        epoch_loss=[e.loss for e in result.epochs],
+        epoch_accuracy=[e.accuracy for e in result.epochs],
+        epoch_time_s=[e.time_s or 0.0 for e in result.epochs],
+        framework_version=result.framework_version, python_version=result.python_version,
+        device_name=result.device_name,
+        blas_loaded=";".join(contract.blas.loaded(result.blas)) or None,
+        threads_env=dumps(result.threads.get("env")),
+        threads_framework=dumps(result.threads.get("framework")),
+        libraries=dumps(result.libraries),
+        started_at=result.started_at, finished_at=result.finished_at)
+
+
+def _untrue(result: RunnerResult) -> str | None:
+    """Why a valid result cannot be true, by the rules every stored row keeps
+    (``rowcheck``: a time of -inf or NaN, an epoch accuracy of 150 %, a negative count, a
+    string past the cap), in the row and in its robustness and layer-time rows; None when
+    it keeps them."""
+    for rows, schema, rules, where in (
+            ([_measured(result)], ARROW_SCHEMA, rowcheck.ROWS, ""),
+            ([r.model_dump() for r in result.robustness], ROBUSTNESS_SCHEMA, rowcheck.ROBUSTNESS,
+             "robustness: "),
+            ([r.model_dump(by_alias=True) for r in result.ops], OPS_SCHEMA, rowcheck.OPS, "ops: ")):
+        if not rows:
+            continue
+        table = pa.Table.from_pylist(rows, schema=pa.schema([field for field in schema
+                                                             if field.name in rows[0]]))
+        found = rowcheck.problems(table, rules)
+        if found:
+            return where + found[min(found)]
+    return None
 
 
 def _migrated(result: RunnerResult, migration: Migration | None) -> Migration:
