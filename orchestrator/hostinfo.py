@@ -85,23 +85,23 @@ def load_average() -> float | None:
 # beside image builds that began after it: each job's row has its own facts, from two marks
 # (``mark``) its runtime takes as the job starts and ends, and the trace's samples between.
 PROC_STAT = Path("/proc/stat")
-# /proc/stat's first line: user nice system idle iowait irq softirq steal guest guest_nice.
-# Busy is what the kernel spent on processes and interrupts; not idle, iowait (idle while
-# waiting for a disk), steal (time the hypervisor gave another machine), nor guest and
-# guest_nice (already counted in user and nice).
+# /proc/stat's "cpu" line (every CPU) and "cpuN" lines (one each): user nice system idle
+# iowait irq softirq steal guest guest_nice.  Busy is what the kernel spent on processes and
+# interrupts; not idle, iowait (idle while waiting for a disk), steal (time the hypervisor
+# gave another machine), nor guest and guest_nice (already counted in user and nice).
 BUSY_FIELDS = (0, 1, 2, 5, 6)
 
 
-def busy_cpu_seconds(stat: Path = PROC_STAT) -> float | None:
-    """CPU seconds every CPU of the host has been busy since boot, all processes together
-    (from ``/proc/stat``, in clock ticks); None where there is no such file (not Linux)."""
+def busy_cpu_seconds(stat: Path = PROC_STAT, cpus: list[int] | None = None) -> float | None:
+    """CPU seconds the host's CPUs (or only ``cpus``, by number) have been busy since boot,
+    all processes together (from ``/proc/stat``, in clock ticks); None where there is no
+    such file (not Linux) or it lacks one of them."""
+    names = ["cpu"] if cpus is None else [f"cpu{n}" for n in cpus]
     try:
         with open(stat) as f:
-            first = f.readline().split()
-        ticks = [int(first[1 + i]) for i in BUSY_FIELDS]
-    except (OSError, ValueError, IndexError):
-        return None
-    if first[0] != "cpu":
+            lines = {fields[0]: fields[1:] for fields in map(str.split, f) if fields}
+        ticks = [int(lines[name][i]) for name in names for i in BUSY_FIELDS]
+    except (OSError, ValueError, IndexError, KeyError):
         return None
     return sum(ticks) / os.sysconf("SC_CLK_TCK")
 
@@ -112,13 +112,17 @@ class Mark:
 
     clock: float                # time.perf_counter()
     load: float | None          # the 1-minute load average
-    busy_s: float | None        # busy_cpu_seconds()
+    busy_s: float | None        # busy_cpu_seconds() of the CPUs the job may run on
     own_s: float                # this dlbench's own CPU seconds: it follows the job, and is
                                 # not work beside it
+    cpus: int | None = None     # how many CPUs busy_s counts: the job's pinned ones; None: all
 
 
-def mark(stat: Path = PROC_STAT) -> Mark:
-    return Mark(time.perf_counter(), load_average(), busy_cpu_seconds(stat), time.process_time())
+def mark(cpus: list[int] | None = None, stat: Path = PROC_STAT) -> Mark:
+    """The host now, its busy time counted on ``cpus`` (a job pinned to them: work on the
+    others does not take its CPUs) or on every CPU."""
+    return Mark(time.perf_counter(), load_average(), busy_cpu_seconds(stat, cpus), time.process_time(),
+                len(cpus) if cpus else None)
 
 
 def beside(start: Mark, end: Mark, job_cpu_s: float | None, load_max: float | None = None,
@@ -126,9 +130,10 @@ def beside(start: Mark, end: Mark, job_cpu_s: float | None, load_max: float | No
     """A job's noise facts as row columns, between the marks its runtime took as it started
     and ended: the load average at each (``host_load_avg`` is the start's), the highest the
     trace saw between them (``load_max``), and the CPU seconds other processes used
-    meanwhile: every CPU's busy seconds less the job's own (``job_cpu_s``: its container's
-    cgroup, its process tree's) and dlbench's, as a share of the CPUs' seconds (wall time
-    times ``cpus``, the host's).  The two are measured apart (a cgroup file read up to 50 ms
+    meanwhile: the busy seconds of the CPUs the job may run on less the job's own
+    (``job_cpu_s``: its container's cgroup, its process tree's) and, where those are every
+    CPU, dlbench's (it runs anywhere), as a share of those CPUs' seconds (wall time times
+    their number: the pinned ones', else ``cpus``, the host's).  The two are measured apart (a cgroup file read up to 50 ms
     before the end, /proc/stat's ticks of 10 ms), so a quiet host's difference can fall a
     little below 0, and a busy host's share a little above 1: they are stored as 0 and 1.
     Unknown where the host or the job's own CPU time does not tell."""
@@ -136,11 +141,12 @@ def beside(start: Mark, end: Mark, job_cpu_s: float | None, load_max: float | No
     facts = {"host_load_avg": start.load, "host_load_end": end.load,
              "host_load_max": max(loads) if loads else None,
              "other_cpu_s": None, "other_cpu_share": None}
-    cpus = cpus or os.cpu_count()
+    cpus = start.cpus or cpus or os.cpu_count()
     wall = end.clock - start.clock
     if start.busy_s is None or end.busy_s is None or job_cpu_s is None or wall <= 0 or not cpus:
         return facts
-    other = max(end.busy_s - start.busy_s - job_cpu_s - (end.own_s - start.own_s), 0.0)
+    own = end.own_s - start.own_s if start.cpus is None else 0.0
+    other = max(end.busy_s - start.busy_s - job_cpu_s - own, 0.0)
     facts.update(other_cpu_s=round(other, 3), other_cpu_share=round(min(other / (wall * cpus), 1.0), 4))
     return facts
 

@@ -79,10 +79,11 @@ metadata.  History of the row schema:
        average as the job started (the run's start in older rows; for a job that never
        started, when its row was made); ``host_load_end`` as it ended; ``host_load_max`` the
        highest of the two and of the resource trace's samples; ``other_cpu_s``, the CPU
-       seconds the host's other processes used while the job ran (every CPU's busy time
-       from /proc/stat less the job's own, its container's cgroup or its process tree's,
-       and less dlbench's), and ``other_cpu_share``, that over the job's wall time times
-       the host's CPUs.  Empty in every older row and for a job that never started.
+       seconds the host's other processes used while the job ran (the busy time from
+       /proc/stat of the CPUs it may run on, its pinned ones or all, less the job's own,
+       its container's cgroup or its process tree's, and less dlbench's), and
+       ``other_cpu_share``, that over the job's wall time times those CPUs.  Empty in
+       every older row and for a job that never started.
 Readers refuse rows newer than they know; older ones are upgraded step by step
 by ``store.upgrade``.
 
@@ -357,7 +358,7 @@ class RunRecord(BaseModel):
     host_load_end: float | None = None      # 1-minute, when the job ended
     host_load_max: float | None = None      # the highest of those and of the trace's samples
     other_cpu_s: float | None = None        # CPU seconds the host's other processes used meanwhile
-    other_cpu_share: float | None = None    # that over the job's wall time times the host's CPUs
+    other_cpu_share: float | None = None    # that over the job's wall time times its CPUs
     host_isolated_cpus: str | None = None   # e.g. "2-3"; "" for none
     dataset_sha256: str | None = None
     # where a job of a Slurm campaign ran (empty for local runs)

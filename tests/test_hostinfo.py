@@ -80,37 +80,51 @@ def test_doctor_warns_of_what_makes_timings_unstable():
 
 
 # -- what else ran beside a job: each job's own load and other processes' CPU time -------------
-def proc_stat(path: Path, user: int, nice: int, system: int, idle: int, iowait: int, irq: int,
-              softirq: int, steal: int) -> Path:
-    """A /proc/stat as the kernel writes it (clock ticks), guest times 0."""
-    path.write_text(f"cpu  {user} {nice} {system} {idle} {iowait} {irq} {softirq} {steal} 0 0\n"
-                    f"cpu0 {user} {nice} {system} {idle} {iowait} {irq} {softirq} {steal} 0 0\n"
-                    "intr 123 0 0\nctxt 4567\nbtime 1764290000\nprocesses 890\n")
+def proc_stat(path: Path, *cpus: tuple[int, ...]) -> Path:
+    """A /proc/stat as the kernel writes it (clock ticks): each CPU's user, nice, system,
+    idle, iowait, irq, softirq and steal (guest times 0), and their sums first."""
+    total = [sum(column) for column in zip(*cpus)]
+    lines = [f"cpu  {' '.join(map(str, total))} 0 0"] + [f"cpu{n} {' '.join(map(str, c))} 0 0"
+                                                        for n, c in enumerate(cpus)]
+    path.write_text("\n".join(lines) + "\nintr 123 0 0\nctxt 4567\nbtime 1764290000\nprocesses 890\n")
     return path
 
 
 def test_busy_cpu_seconds_count_processes_and_interrupts_not_idle_iowait_or_steal(tmp_path):
     tick = os.sysconf("SC_CLK_TCK")
-    stat = proc_stat(tmp_path / "stat", user=1000, nice=50, system=300, idle=90_000, iowait=700,
-                     irq=20, softirq=30, steal=400)
-    assert hostinfo.busy_cpu_seconds(stat) == pytest.approx(1400 / tick)
+    #                                user nice system idle   iowait irq softirq steal
+    stat = proc_stat(tmp_path / "stat", (1000, 50, 300, 90_000, 700, 20, 30, 400),
+                     (200, 0, 100, 95_000, 10, 5, 5, 400))
+    assert hostinfo.busy_cpu_seconds(stat) == pytest.approx((1400 + 310) / tick)
+    assert hostinfo.busy_cpu_seconds(stat, [1]) == pytest.approx(310 / tick)      # a job pinned to CPU 1
+    assert hostinfo.busy_cpu_seconds(stat, [0, 1]) == hostinfo.busy_cpu_seconds(stat)
+    assert hostinfo.busy_cpu_seconds(stat, [2]) is None                           # no such CPU
     (tmp_path / "odd").write_text("intr 1 2 3\n")
     assert hostinfo.busy_cpu_seconds(tmp_path / "odd") is None
     assert hostinfo.busy_cpu_seconds(tmp_path / "missing") is None
 
 
 def test_the_hosts_busy_time_counts_this_process_spinning():
-    """The real /proc/stat: the host's busy seconds grow at least by the CPU time this
-    process spends (less a tick either end), whatever else runs."""
-    before, own = hostinfo.busy_cpu_seconds(), time.process_time()
-    while time.process_time() - own < 0.5:
-        pass
-    spent = time.process_time() - own
-    assert hostinfo.busy_cpu_seconds() - before >= spent - 2 / os.sysconf("SC_CLK_TCK")
+    """The real /proc/stat: the busy seconds of every CPU, and of the one CPU this process is
+    pinned to, grow at least by the CPU time it spends (less a tick either end), whatever
+    else runs."""
+    allowed = os.sched_getaffinity(0)
+    cpu = min(allowed)
+    os.sched_setaffinity(0, {cpu})
+    try:
+        before, on_it, own = hostinfo.busy_cpu_seconds(), hostinfo.busy_cpu_seconds(cpus=[cpu]), time.process_time()
+        while time.process_time() - own < 0.5:
+            pass
+        spent = time.process_time() - own
+        tick = 1 / os.sysconf("SC_CLK_TCK")
+        assert hostinfo.busy_cpu_seconds(cpus=[cpu]) - on_it >= spent - 2 * tick
+        assert hostinfo.busy_cpu_seconds() - before >= spent - 2 * tick
+    finally:
+        os.sched_setaffinity(0, allowed)
 
 
-def mark(clock, load, busy, own=0.0) -> hostinfo.Mark:
-    return hostinfo.Mark(clock=clock, load=load, busy_s=busy, own_s=own)
+def mark(clock, load, busy, own=0.0, cpus=None) -> hostinfo.Mark:
+    return hostinfo.Mark(clock=clock, load=load, busy_s=busy, own_s=own, cpus=cpus)
 
 
 def test_a_jobs_noise_facts_are_differences_of_its_two_marks():
@@ -126,6 +140,11 @@ def test_a_jobs_noise_facts_are_differences_of_its_two_marks():
     assert hostinfo.beside(mark(0.0, 2.0, 10.0), mark(1.0, 2.0, 12.01), 0.0, cpus=2)["other_cpu_share"] == 1.0
     # the load's highest is the marks' where the trace saw less, or nothing
     assert hostinfo.beside(start, end, 9.5, load_max=None, cpus=4)["host_load_max"] == 3.1
+    # a job pinned to 2 of the 4 CPUs: their busy time, over their seconds; dlbench's own is
+    # not taken from it (it runs on any CPU)
+    pinned = hostinfo.beside(mark(100.0, 0.6, 700.0, own=2.0, cpus=2), mark(110.0, 3.1, 712.0, own=2.5),
+                             job_cpu_s=9.5, cpus=4)
+    assert (pinned["other_cpu_s"], pinned["other_cpu_share"]) == (2.5, 0.125)
     # unknown where the job's own CPU time or the host's busy time is
     for unknown in (hostinfo.beside(start, end, None, cpus=4),
                     hostinfo.beside(mark(100.0, 0.6, None), mark(110.0, 3.1, None), 9.5, cpus=4)):
@@ -182,7 +201,9 @@ def test_other_processes_cpu_time_marks_a_run_disturbed_with_its_loads():
     assert why[1] == ""
     # rows before schema version 13 measured no share: their load at the run's start decides
     assert why[2] == "load 6.30 at start on 2 CPUs" and why[3] == ""
-    assert f"more than {noise.OTHER_SHARE:.0%} of the host's CPUs" in noise.RULE
+    assert f"more than {noise.OTHER_SHARE:.0%} of the CPUs it could run on" in noise.RULE
+    pinned = noise.reasons(noise_rows(other_cpu_share=[0.3], cpus=[1.0]), ["framework"]).tolist()
+    assert pinned == ["other processes used 30% of the 1 CPU it was pinned to while it ran"]
 
 
 @pytest.mark.training

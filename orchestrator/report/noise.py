@@ -5,9 +5,10 @@ an ok run is *disturbed* when
 - builds: image builds of its own ``dlbench run`` ran beside it (``builds_alongside`` > 0:
   a job starts as soon as its image is ready, while other images may still build, and
   shares the CPUs with them); or
-- other work: the host's other processes used more than ``OTHER_SHARE`` of its CPUs while
-  the job ran (``other_cpu_share``: every CPU's busy time less the job's own and dlbench's,
-  over the job's wall time times the CPUs; rows since schema version 13).  The reason
+- other work: the host's other processes used more than ``OTHER_SHARE`` of the CPUs the
+  job may run on while it ran (``other_cpu_share``: those CPUs' busy time less the job's
+  own and dlbench's, over the job's wall time times their number: its pinned ones, else the
+  host's; rows since schema version 13).  The reason
   shows the load average at the job's start and end and the highest between; or
 - load, for a row without that share (older rows, a host without /proc/stat): the 1-minute
   load average as it started (``host_load_avg``: the run's start before schema version
@@ -39,7 +40,7 @@ SPLIT = ["host_name", "host_cpu_model", "image_id", "framework_version"]
 
 RULE = (f"Disturbed runs: an ok run is marked disturbed when image builds of its dlbench run "
         f"ran beside it (builds), when other processes used more than {OTHER_SHARE:.0%} of the "
-        f"host's CPUs while it ran (other work), or, where a row has no such measure (before "
+        f"CPUs it could run on while it ran (other work), or, where a row has no such measure (before "
         f"schema version 13), when the load average at its start exceeds the host's CPUs by more "
         f"than {LOAD_MARGIN:g} (load), or, in a group of two or more ok runs (one job on one machine, "
         f"image and framework version), when its mean CPU use is under {CPU_SHARE:.0%} of the "
@@ -54,7 +55,7 @@ def reasons(rows: pd.DataFrame, keys: list[str]) -> pd.Series:
     ok = rows[rows["status"] == "ok"]
     # itertuples costs a column access per column: only those read here
     for row in ok[[c for c in ("builds_alongside", "host_load_avg", "host_cpus", "other_cpu_share",
-                               "host_load_end", "host_load_max")
+                               "host_load_end", "host_load_max", "cpus")
                    if c in ok.columns]].itertuples():
         builds = _number(row, "builds_alongside")
         if builds:
@@ -84,9 +85,11 @@ def reasons(rows: pd.DataFrame, keys: list[str]) -> pd.Series:
 
 
 def _other_work(row, share: float, load: float | None, host: float | None) -> str:
-    """"other processes used 41% of the 2 CPUs while it ran (load 0.61 at start, 2.30 at
-    end, at most 2.45)"."""
-    cpus = f"the {host:g} CPUs" if host is not None else "the CPUs"
+    """"other processes used 41% of the 2 CPUs while it ran (load 0.61 at start, at end
+    2.30, at most 2.45)"; of a pinned job's: "of the 1 CPU it was pinned to"."""
+    pinned = _number(row, "cpus")
+    cpus = (f"the {pinned:g} CPU{'s' if pinned != 1 else ''} it was pinned to" if pinned
+            else f"the {host:g} CPUs" if host is not None else "the CPUs")
     loads = [f"{label} {value:.2f}" for label, value in
              (("load", load), ("at end", _number(row, "host_load_end")), ("at most", _number(row, "host_load_max")))
              if value is not None]

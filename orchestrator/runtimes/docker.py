@@ -205,7 +205,7 @@ def run_container(client, job: Job, tag: str, run_id: str, job_id: str, job_dir:
     runtime keeps its running containers, for ``cancel``."""
     kwargs = container_options(job, tag, run_id, job_id, job_dir, dataset_path, owner, device)
     timeout = job.timeout
-    begun = hostinfo.mark()             # the host as the job starts: its noise facts
+    begun = hostinfo.mark(job.cpu_list)     # the host as the job starts: its noise facts
     started = begun.clock
     container, watchdog, sampler, timed_out = None, None, None, threading.Event()
     out_watch = None
@@ -223,7 +223,7 @@ def run_container(client, job: Job, tag: str, run_id: str, job_id: str, job_dir:
                 watchdog.start()
             tail = follow_output(split_lines(container.logs(stream=True, follow=True)), log, display)
             state = container.wait()
-            ended = hostinfo.mark()
+            ended = hostinfo.mark(job.cpu_list)
             wall = ended.clock - started
             container.reload()
             oom = bool(container.attrs["State"].get("OOMKilled"))

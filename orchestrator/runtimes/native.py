@@ -132,7 +132,7 @@ def run_process(job: Job, python: str, run_id: str, job_id: str, job_dir: Path,
     with log, tempfile.TemporaryDirectory(prefix="dlbench-data-") as data_root:
         # the runner reads DATA/<data set>, as the container's /data/<data set> mount
         os.symlink(dataset_path.resolve(), Path(data_root) / job.dataset)
-        begun = hostinfo.mark()         # the host as the job starts: its noise facts
+        begun = hostinfo.mark(cpus)     # the host as the job starts: its noise facts
         started = begun.clock
         process, sampler, watchdog, timed_out = None, None, None, threading.Event()
         try:
@@ -155,7 +155,7 @@ def run_process(job: Job, python: str, run_id: str, job_id: str, job_dir: Path,
             tail = follow_output(split_lines(chunks), log, display)
             _, status, usage = os.wait4(process.pid, 0)
             process.returncode = os.waitstatus_to_exitcode(status)
-            ended = hostinfo.mark()
+            ended = hostinfo.mark(cpus)
             wall = ended.clock - started
         except BaseException:
             if process is not None:
