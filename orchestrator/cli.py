@@ -506,14 +506,18 @@ def report_(results: ResultsOpt = None,
                 help="Accuracy within this many percentage points of the paper counts as "
                      "reproduced (default: the report's, 1 point).")] = None,
             where: WhereOpt = [], framework: FrameworkFilter = None, dataset: DatasetFilter = None,
-            columns: ColumnsOpt = None, wide: WideOpt = False, exclude_disturbed: DisturbedOpt = False):
+            columns: ColumnsOpt = None, wide: WideOpt = False, exclude_disturbed: DisturbedOpt = False,
+            data_dir: Annotated[Optional[Path], typer.Option(
+                "--data-dir", help="Local copy of the data sets, for the fair runs' reference "
+                                   "training (default: $DLBENCH_DATA_DIR, else the user cache; "
+                                   "never downloaded).")] = None):
     """Compare the stored runs with the published GTDLBench numbers: statistics, verdicts, plots."""
     from . import report
 
     text, page = report.make_report(
         store.results_dir(results), format and format.value, html, tolerance, _screen(),
         out.color_system, report.select.conditions(where, framework, dataset), _names(columns),
-        wide, exclude_disturbed)
+        wide, exclude_disturbed, data_dir=data_dir)
     if text is not None:
         _write(text)
     if page is not None:

@@ -8,6 +8,10 @@
     reference   the fair network's forward pass in NumPy, float64, from the weights file:
                 each framework's logits of the probe images before training are checked
                 against it (``logit_error``)
+    training    the fair training's first steps in NumPy, float64, under either max-pooling
+                tie rule (``Layers``, ``reference_losses``): each framework's stored step
+                losses are held to its own rule's (``TIE_RULES``, ``reference_curve``; the
+                report computes it, report/verification.py)
     losses      each framework's step losses against the others' (``parting``)
 
 A framework outside tolerance is a finding the report states, never a failed job.
@@ -16,15 +20,18 @@ A framework outside tolerance is a finding the report states, never a failed job
 from __future__ import annotations
 
 import functools
+import hashlib
 import io
+import json
 import math
+import os
 from pathlib import Path
 
 import numpy as np
 
 from dlbench_runner import contract, fair as networks
 
-from . import files
+from . import cache, files
 from .errors import UsageError
 
 
@@ -128,25 +135,49 @@ def forward(weights: dict, x: np.ndarray, dataset: str) -> np.ndarray:
 
 def convolution(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, pad: int) -> np.ndarray:
     """Cross-correlation, stride 1, ``pad`` zeros on every side: N x C x H x W by O x C x K x K."""
+    n, _, h, w = x.shape
     k = weight.shape[-1]
+    out = np.asarray(weight, x.dtype).reshape(len(weight), -1) @ columns(x, k, pad)
+    out = out.reshape(len(weight), n, h + 2 * pad - k + 1, w + 2 * pad - k + 1).transpose(1, 0, 2, 3)
+    return out + np.asarray(bias, x.dtype)[None, :, None, None]
+
+
+def columns(x: np.ndarray, k: int, pad: int) -> np.ndarray:
+    """im2col: the (C * K * K) x (N * Ho * Wo) matrix of every K x K window of ``x`` (padded),
+    filled one kernel offset at a time (a plain copy each, where a strided view of all the
+    windows would be gathered element by element)."""
+    n, c, h, w = x.shape
     padded = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
-    windows = np.lib.stride_tricks.sliding_window_view(padded, (k, k), axis=(2, 3))  # N C Ho Wo K K
-    out = np.tensordot(windows, np.asarray(weight, np.float64), axes=([1, 4, 5], [1, 2, 3]))
-    return out.transpose(0, 3, 1, 2) + np.asarray(bias, np.float64)[None, :, None, None]
+    oh, ow = h + 2 * pad - k + 1, w + 2 * pad - k + 1
+    found = np.empty((c, k, k, n, oh, ow), x.dtype)
+    for i in range(k):
+        for j in range(k):
+            found[:, i, j] = padded[:, :, i:i + oh, j:j + ow].transpose(1, 0, 2, 3)
+    return found.reshape(c * k * k, n * oh * ow)
 
 
 def pooling(x: np.ndarray, mode: str, kernel: int, stride: int) -> np.ndarray:
     """Max or average pooling with Caffe's ceil rule: the last window is cut at the border
     and an average divides by the inputs its window covers."""
+    windows, counts = pooling_windows(x, mode, kernel, stride)
+    if mode == "max":
+        return windows.max(axis=(4, 5))
+    return windows.sum(axis=(4, 5)) / counts
+
+
+def pooling_windows(x: np.ndarray, mode: str, kernel: int, stride: int) -> tuple[np.ndarray, np.ndarray]:
+    """Every pooling window of ``x`` as a view, N x C x Ho x Wo x K x K, the input padded
+    after its last row and column to whole windows (with -inf for a maximum, 0 for an
+    average), and the count of real inputs in each window (Ho x Wo)."""
     n, c, h, w = x.shape
     oh, ow = networks.pooled_size(h, kernel, stride), networks.pooled_size(w, kernel, stride)
-    out = np.empty((n, c, oh, ow))
-    reduce = np.max if mode == "max" else np.mean
-    for i in range(oh):
-        for j in range(ow):
-            window = x[:, :, i * stride:min(i * stride + kernel, h), j * stride:min(j * stride + kernel, w)]
-            out[:, :, i, j] = reduce(window, axis=(2, 3))
-    return out
+    extra = ((oh - 1) * stride + kernel - h, (ow - 1) * stride + kernel - w)
+    fill = -np.inf if mode == "max" else 0
+    padded = np.pad(x, ((0, 0), (0, 0), (0, extra[0]), (0, extra[1])), constant_values=fill)
+    windows = np.lib.stride_tricks.sliding_window_view(padded, (kernel, kernel), axis=(2, 3))
+    covered = np.pad(np.ones((h, w)), ((0, extra[0]), (0, extra[1])))
+    counts = np.lib.stride_tricks.sliding_window_view(covered, (kernel, kernel))[::stride, ::stride]
+    return windows[:, :, ::stride, ::stride], counts.sum(axis=(2, 3)).astype(x.dtype)
 
 
 @functools.lru_cache(maxsize=4)
@@ -166,6 +197,192 @@ def checked(fair_result, job_dir: Path, dataset: str, data_root: Path, run_id: s
         fields["fair_logit_error"] = logit_error(fair_result.logits, forward(weights, probe, dataset))
     steps = [{"run_id": run_id, "step": step, "loss": loss} for step, loss in enumerate(fair_result.losses)]
     return fields, steps
+
+
+# -- the reference training ----------------------------------------------------------------------
+# Which input of a max-pooling window with a tied maximum takes the window's gradient, by
+# framework: "first", the first maximum in the window's row-major order (Caffe's, Torch7's and
+# PyTorch's loops keep a maximum only where a later input is larger; TensorFlow and MXNet
+# agree with them to float32 rounding on the committed rows); "every", each input equal to the
+# maximum takes the whole gradient (Theano's MaxPoolGrad compares every input with the
+# window's output).  The fair LeNet's pool1 sees many ties (the digits' blank background), so
+# the two rules train apart from the first update on.
+TIE_RULES = {"caffe": "first", "tensorflow": "first", "torch": "first", "pytorch": "first",
+             "mxnet": "first", "theano": "every"}
+REFERENCE_STEPS = 10               # the first steps each framework is held to its rule's reference
+REFERENCE_VERSION = 1              # of the reference training: a cached curve of another is not read
+# |framework - reference| / |reference| of a step's loss over the first REFERENCE_STEPS steps,
+# by data set, derived from float32 rounding (docs/fair.md): the reference computed in float32
+# parts from the float64 one by at most 8.1e-8 on MNIST and 1.1e-4 on CIFAR-10 (whose tiny
+# first weights make its float32 sums cancel, and whose differences grow tenfold a step at
+# first); the tolerance is 12 and 5 times that, and on CIFAR-10 still below the 9e-4 the two
+# tie rules' references part by, so that it tells them apart
+REFERENCE_TOLERANCE = {"mnist": 1e-6, "cifar10": 6e-4}
+
+
+class Layers:
+    """The fair network's forward pass that keeps what its backward pass needs, and that
+    backward pass, in ``dtype`` (float64 for the reference; float32 to see what rounding
+    does).  ``ties`` is a TIE_RULES rule."""
+
+    def __init__(self, dataset: str, ties: str, dtype=np.float64):
+        if ties not in ("first", "every"):
+            raise ValueError(f"unknown tie rule {ties!r}")
+        self.layers, self.ties, self.dtype = networks.NETWORKS[dataset]["layers"], ties, dtype
+        self.columns = {}       # each convolution's im2col matrix, from its forward pass
+
+    def loss(self, weights: dict, x: np.ndarray, labels: np.ndarray) -> tuple[float, dict]:
+        """The batch's mean softmax cross-entropy and its gradient for every parameter."""
+        saved, h = [], np.asarray(x, self.dtype)
+        for layer in self.layers:
+            saved.append(h)
+            h = self._forward(layer, weights, h)
+        shifted = h - h.max(axis=1, keepdims=True)
+        log_p = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+        rows = np.arange(len(labels))
+        loss = -log_p[rows, labels].mean()
+        g = np.exp(log_p)
+        g[rows, labels] -= 1
+        g /= len(labels)
+        gradients = {}
+        for index in reversed(range(len(self.layers))):
+            # the first layer's input gradient is not needed (nor computed in training)
+            g = self._backward(self.layers[index], weights, saved[index], g, gradients, index > 0)
+        return float(loss), gradients
+
+    def _forward(self, layer: dict, weights: dict, h: np.ndarray) -> np.ndarray:
+        kind, name = layer["kind"], layer["name"]
+        if kind == "conv":
+            weight, (n, _, height, width) = weights[f"{name}.weight"], h.shape
+            k, pad = weight.shape[-1], layer["pad"]
+            self.columns[name] = found = columns(h, k, pad)        # for the weight's gradient
+            out = (weight.reshape(len(weight), -1) @ found).reshape(
+                len(weight), n, height + 2 * pad - k + 1, width + 2 * pad - k + 1)
+            return out.transpose(1, 0, 2, 3) + weights[f"{name}.bias"][None, :, None, None]
+        if kind == "pool":
+            return pooling(h, layer["mode"], layer["kernel"], layer["stride"])
+        if kind == "relu":
+            return np.maximum(h, 0)
+        return h.reshape(len(h), -1) @ weights[f"{name}.weight"].T + weights[f"{name}.bias"]
+
+    def _backward(self, layer: dict, weights: dict, h: np.ndarray, g: np.ndarray, gradients: dict,
+                  input_gradient: bool = True):
+        """The gradient of the layer's input from its output's, ``g`` (None where not
+        ``input_gradient``); a parameter's into ``gradients``."""
+        kind, name = layer["kind"], layer["name"]
+        if kind == "relu":
+            return g * (h > 0)
+        if kind == "pool":
+            return pooling_gradient(h, g, layer["mode"], layer["kernel"], layer["stride"], self.ties)
+        weight = weights[f"{name}.weight"]
+        if kind == "linear":
+            flat = h.reshape(len(h), -1)
+            gradients[f"{name}.weight"], gradients[f"{name}.bias"] = g.T @ flat, g.sum(axis=0)
+            return (g @ weight).reshape(h.shape)
+        n, c, height, width = h.shape
+        k, pad = weight.shape[-1], layer["pad"]
+        out = g.transpose(1, 0, 2, 3).reshape(len(weight), -1)                 # O x (N Ho Wo)
+        gradients[f"{name}.weight"] = (out @ self.columns.pop(name).T).reshape(weight.shape)
+        gradients[f"{name}.bias"] = out.sum(axis=1)
+        if not input_gradient:
+            return None
+        # col2im: each window's share of the input gradient added back where it came from
+        shares = (weight.reshape(len(weight), -1).T @ out).reshape(c, k, k, n, g.shape[2], g.shape[3])
+        padded = np.zeros((n, c, height + 2 * pad, width + 2 * pad), h.dtype)
+        for i in range(k):
+            for j in range(k):
+                padded[:, :, i:i + g.shape[2], j:j + g.shape[3]] += shares[:, i, j].transpose(1, 0, 2, 3)
+        return padded[:, :, pad:pad + height, pad:pad + width]
+
+
+def pooling_gradient(x: np.ndarray, g: np.ndarray, mode: str, kernel: int, stride: int, ties: str) -> np.ndarray:
+    """The gradient of ``pooling``'s input from its output's ``g``: an average's to each
+    input its window covers, over their count; a maximum's by the tie rule ``ties``."""
+    n, c, h, w = x.shape
+    windows, counts = pooling_windows(x, mode, kernel, stride)
+    oh, ow = counts.shape
+    if mode == "avg":
+        shares = np.broadcast_to((g / counts)[..., None, None], windows.shape)
+    elif ties == "every":
+        shares = g[..., None, None] * (windows == windows.max(axis=(4, 5), keepdims=True))
+    else:
+        flat = windows.reshape(n, c, oh, ow, kernel * kernel)
+        first = np.arange(kernel * kernel) == flat.argmax(axis=4)[..., None]
+        shares = (g[..., None] * first).reshape(windows.shape)
+    # each window's shares added back where its inputs came from, one kernel offset at a time
+    out = np.zeros((n, c, (oh - 1) * stride + kernel, (ow - 1) * stride + kernel), x.dtype)
+    for i in range(kernel):
+        for j in range(kernel):
+            out[:, :, i:i + (oh - 1) * stride + 1:stride, j:j + (ow - 1) * stride + 1:stride] += shares[..., i, j]
+    return out[:, :, :h, :w]
+
+
+def reference_losses(weights: dict, data: networks.FairData, steps: int, ties: str,
+                     dtype=np.float64) -> np.ndarray:
+    """The fair training's first ``steps`` losses (each before its step's update) from
+    ``weights`` on ``data``'s batches, under the tie rule ``ties``: the fair step, ``v =
+    momentum * v + gradient; w = w - learning_rate * v``, constant learning rate, no weight
+    decay (the fair profile's; Caffe's ``v = momentum * v + lr * gradient; w = w - v`` is
+    the same rule)."""
+    layers = Layers(data.dataset, ties, dtype)
+    current = {name: np.asarray(array, dtype) for name, array in weights.items()}
+    velocity = {name: np.zeros_like(array) for name, array in current.items()}
+    rate, momentum = dtype(data.learning_rate), dtype(data.momentum)
+    losses = []
+    for step in range(steps):
+        x, y = data.batch(step)
+        loss, gradients = layers.loss(current, x, y)
+        losses.append(loss)
+        if step + 1 < steps:
+            for name, gradient in gradients.items():
+                velocity[name] = momentum * velocity[name] + gradient
+                current[name] = current[name] - rate * velocity[name]
+    return np.asarray(losses)
+
+
+class ReferenceUnavailable(Exception):
+    """A run whose reference training cannot be computed here; the message says why."""
+
+
+def reference_curve(row, ties: str, data_root: Path, steps: int = REFERENCE_STEPS) -> np.ndarray:
+    """The reference's first ``steps`` losses for a stored fair row (its data set, seed,
+    settings and initial weights), under the tie rule ``ties``.  The job's weights file is
+    removed once its row is made, so the weights are the seed's, drawn again, and must have
+    the row's digest (a run from the user's own ``--weights`` cannot be checked afterwards).
+    ``ReferenceUnavailable`` says why not."""
+    weights = networks.initial_weights(row.dataset, int(row.seed))
+    if networks.weights_digest(weights) != row.fair_weights_sha256:
+        raise ReferenceUnavailable("its initial weights are not its seed's (a --weights file, gone)")
+    hp = json.loads(row.hyperparameters)
+    settings = (hp["batch_size"], hp["learning_rate"], hp["momentum"])
+    return _reference_curve(row.dataset, int(row.seed), row.fair_weights_sha256, settings, ties,
+                            str(data_root), steps)
+
+
+@functools.lru_cache(maxsize=16)
+def _reference_curve(dataset: str, seed: int, digest: str, settings: tuple, ties: str,
+                     data_root: str, steps: int) -> np.ndarray:
+    """The reference training of ``reference_curve``, kept in the user cache (a CIFAR-10
+    reference takes about a minute on two CPUs; its losses are 80 bytes)."""
+    key = json.dumps([REFERENCE_VERSION, dataset, seed, digest, settings, ties, steps])
+    path = cache.folder("fair-reference") / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.json"
+    try:
+        return np.asarray(json.loads(path.read_text())["losses"], np.float64)
+    except (OSError, ValueError, KeyError):
+        pass
+    try:
+        arrays = contract.formats.load(dataset, data_root)
+    except (OSError, contract.formats.DataError) as exc:
+        raise ReferenceUnavailable(f"no {dataset} data set at {data_root} (--data-dir): {exc}") from None
+    batch_size, learning_rate, momentum = settings
+    hp = dict(contract.fair_hyperparameters(dataset), batch_size=batch_size,
+              learning_rate=learning_rate, momentum=momentum, steps=steps)
+    data = networks.FairData(arrays, dataset, hp, seed)
+    losses = reference_losses(networks.initial_weights(dataset, seed), data, steps, ties)
+    written = path.with_name(f"{path.name}.{os.getpid()}")
+    written.write_text(json.dumps({"key": json.loads(key), "losses": losses.tolist()}))
+    os.replace(written, path)
+    return losses
 
 
 # -- the checks ----------------------------------------------------------------------------------

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .. import store
+from .. import datasets, store
 from ..errors import StoreError, UsageError
 from . import compare, correlations, reference_rows, select, text, transfer, verification
 
@@ -14,10 +14,12 @@ def make_report(results: Path, fmt: str | None, html_dir: Path | None, tolerance
                 width: int | None = 80, color_system: str | None = None,
                 where: list[select.Condition] = (), columns: list[str] | None = None,
                 wide: bool = False, exclude_disturbed: bool = False,
-                reference: Path | None = None) -> tuple[str | None, Path | None]:
+                reference: Path | None = None, data_dir: Path | None = None) -> tuple[str | None, Path | None]:
     """The whole `dlbench report`: load, choose, compare, render; returns (text, page written).
     ``width`` None draws for a file or a pipe (tables whole, nothing wrapped).  Quick groups
-    are held against the reference rows (``reference_rows.LOCATION`` unless ``reference``)."""
+    are held against the reference rows (``reference_rows.LOCATION`` unless ``reference``).
+    Fair runs' step losses are held against a reference training on the data sets of
+    ``data_dir`` (``datasets.default_root``; never downloaded here)."""
     tolerance = compare.TOLERANCE_POINTS if tolerance is None else tolerance
     if not 0 <= tolerance <= 100:
         raise UsageError(f"--tolerance {tolerance:g}: a tolerance is 0 points or more, at most 100")
@@ -31,6 +33,7 @@ def make_report(results: Path, fmt: str | None, html_dir: Path | None, tolerance
     if len(verification.fair_rows(rep.rows)):
         rep.steps = store.load_steps(results, rep.rows["run_id"])
         rep.ops = store.load_ops(results, rep.rows["run_id"])
+        rep.fair_reference = verification.references(rep.rows, rep.steps, datasets.default_root(data_dir)[0])
     page = None
     if html_dir is not None:
         from . import html     # plotly: imported only for the page

@@ -164,6 +164,9 @@ class Report:
     steps: pd.DataFrame | None = None
     # the fair runs' layer times (store.load_ops), likewise
     ops: pd.DataFrame | None = None
+    # the fair runs' first step losses against the NumPy reference training
+    # (verification.references), likewise
+    fair_reference: pd.DataFrame | None = None
 
     def notes(self) -> list[str]:
         """The report's rules, printed with it."""

@@ -267,7 +267,9 @@ LISTS = ["framework_versions", "accuracy_caveats", "ratio_caveats"]   # "; "-joi
 #      framework, other, steps, first_difference, parts_at) and "speeds" (section, dataset,
 #      device, settings, threads, framework, runs, train_time_s, images_per_s, ratio);
 #      and, added later, "ops" (section, dataset, framework, layer, index, kind, shape,
-#      flops, forward_s, backward_s, step_s: report/verification.op_times).
+#      flops, forward_s, backward_s, step_s: report/verification.op_times); and "reference"
+#      (section, dataset, framework, ties, runs, steps, difference, tolerance, within, reason:
+#      report/verification.references).
 JSON_FORMAT_VERSION = 3
 # the quick groups' columns against the reference rows, as the CSV and JSON name them
 REFERENCE_COLUMNS = {"verdict": "reference_verdict", "reference_accuracy_pct": "reference_accuracy_pct",
@@ -311,7 +313,7 @@ def report_json(rep: compare.Report) -> str:
     if found:
         document["correlations"] = found
     if len(verification.fair_rows(rep.rows)):
-        document["fair"] = verification.records(rep.rows, rep.steps, rep.ops)
+        document["fair"] = verification.records(rep.rows, rep.steps, rep.ops, rep.fair_reference)
     judgement = rep.against_reference
     if judgement is not None and len(judgement.groups):
         quick = judgement.groups.assign(section=judgement.groups["group"].map(

@@ -7,6 +7,10 @@ default-settings tables cannot say:
     logits   each framework's logits of the probe images before training against the
              host's NumPy reference (``orchestrator.fair``): the largest difference over
              the largest reference logit, within LOGIT_TOLERANCE or not
+    training each framework's first REFERENCE_STEPS step losses against the host's NumPy
+             reference training (float64) under the framework's max-pooling tie rule
+             (``fair.TIE_RULES``): the largest relative difference, within the data
+             set's REFERENCE_TOLERANCE or not
     losses   two frameworks' step losses (the same data set, weights and settings, the
              first run of each): how far apart over the first AGREED_STEPS steps, and the
              first step where they part by more than LOSS_TOLERANCE
@@ -16,7 +20,8 @@ default-settings tables cannot say:
     ops      where that time goes: each layer's forward and backward pass timed alone
              (``dlbench_runner/ops.py``), the whole network's, and the training's step
 
-A framework outside a tolerance is a finding stated here, never a failed run.
+A framework outside a tolerance is a finding stated here (a "NO" in its table's ``within``),
+never a failed run.
 """
 
 from __future__ import annotations
@@ -74,6 +79,49 @@ def losses(rows: pd.DataFrame, steps: pd.DataFrame | None) -> pd.DataFrame:
     return pd.DataFrame(cells, columns=columns)
 
 
+REFERENCE_COLUMNS = ["section", "dataset", "framework", "ties", "runs", "steps", "difference",
+                     "tolerance", "within", "reason"]
+
+
+def references(rows: pd.DataFrame, steps: pd.DataFrame | None, data_root) -> pd.DataFrame:
+    """One row per section, data set and framework: its runs' first REFERENCE_STEPS losses
+    against the NumPy reference training under the framework's tie rule (``fair.TIE_RULES``):
+    the largest relative difference over its runs, within the data set's tolerance or not;
+    ``reason`` where no run could be checked (``within`` then empty)."""
+    found = fair_rows(rows)
+    if steps is None or not len(steps) or not len(found):
+        return pd.DataFrame(columns=REFERENCE_COLUMNS)
+    curves = {run: part.sort_values("step")["loss"].to_numpy(float)
+              for run, part in steps.groupby("run_id", sort=False)}
+    cells = []
+    for (section, dataset, framework), part in found.groupby(["section", "dataset", "framework"], sort=False):
+        ties = fair.TIE_RULES.get(framework)
+        differences, counted, reasons = [], [], []
+        for row in part.itertuples():
+            curve = curves.get(row.run_id)
+            if curve is None or not len(curve):
+                reasons.append("no stored step losses")
+                continue
+            if ties is None:
+                reasons.append("no tie rule stated for it (orchestrator/fair.py TIE_RULES)")
+                continue
+            n = min(len(curve), fair.REFERENCE_STEPS)
+            try:
+                reference = fair.reference_curve(row, ties, data_root)[:n]
+            except fair.ReferenceUnavailable as exc:
+                reasons.append(str(exc))
+                continue
+            differences.append(float(np.max(np.abs(curve[:n] - reference) / np.abs(reference))))
+            counted.append(n)
+        tolerance = fair.REFERENCE_TOLERANCE[dataset]
+        difference = max(differences) if differences else None
+        cells.append([section, dataset, framework, ties or "", len(differences),
+                      min(counted) if counted else 0, difference, tolerance,
+                      None if difference is None else difference <= tolerance,
+                      "" if differences else reasons[0]])
+    return pd.DataFrame(cells, columns=REFERENCE_COLUMNS)
+
+
 def speeds(rows: pd.DataFrame) -> pd.DataFrame:
     """One row per family and framework: runs, the median training time, images per second,
     and the median's ratio to the family's fastest."""
@@ -122,9 +170,14 @@ def op_times(rows: pd.DataFrame, ops: pd.DataFrame | None) -> pd.DataFrame:
     return table[OPS_COLUMNS].reset_index(drop=True)
 
 
-def records(rows: pd.DataFrame, steps: pd.DataFrame | None, ops: pd.DataFrame | None = None) -> dict:
-    """The four tables as JSON-ready records."""
+def records(rows: pd.DataFrame, steps: pd.DataFrame | None, ops: pd.DataFrame | None = None,
+            reference: pd.DataFrame | None = None) -> dict:
+    """The five tables as JSON-ready records (``reference``: ``references``' table, made
+    once by the report)."""
     def plain(frame: pd.DataFrame) -> list[dict]:
         return json.loads(frame.to_json(orient="records"))
-    return {"logits": plain(logits(rows)), "losses": plain(losses(rows, steps)),
-            "speeds": plain(speeds(rows)), "ops": plain(op_times(rows, ops))}
+    found = {"logits": plain(logits(rows)), "losses": plain(losses(rows, steps)),
+             "speeds": plain(speeds(rows)), "ops": plain(op_times(rows, ops))}
+    if reference is not None:
+        found["reference"] = plain(reference)
+    return found

@@ -308,6 +308,22 @@ def fair_views(rep: compare.Report, section: compare.Section) -> list[View]:
             [[r.dataset, r.framework, str(r.runs), f"{r.logit_error:.2e}", "yes" if r.within else "NO"]
              for r in found.itertuples()], numeric={2, 3}, wrap=set(),
             keys=["data", "framework", "runs", "logit_error", "within"]))
+    found = rep.fair_reference
+    found = None if found is None else found[found["section"] == section.index]
+    if found is not None and len(found):
+        tolerances = ", ".join(f"{d} {t:.0e}".replace("e-0", "e-") for d, t in fair.REFERENCE_TOLERANCE.items())
+        views.append(View(
+            f"Fair profile, verified: each framework's first {fair.REFERENCE_STEPS} step losses "
+            f"against the NumPy reference training (float64, the same weights, batches and "
+            f"settings) under the framework's max-pooling tie rule (first: a tied window's "
+            f"gradient to its first maximum; every: to each tied maximum): the largest relative "
+            f"difference over its runs; tolerance, derived from float32 rounding: {tolerances}",
+            ["data", "framework", "ties", "runs", "steps", "difference", "within"],
+            [[r.dataset, r.framework, r.ties, str(r.runs), str(r.steps),
+              "" if pd.isna(r.difference) else f"{r.difference:.2e}",
+              f"not checked: {r.reason}" if pd.isna(r.within) else "yes" if r.within else "NO"]
+             for r in found.itertuples()], numeric={3, 4, 5}, wrap={6},
+            keys=["data", "framework", "ties", "runs", "steps", "difference", "within"]))
     found = verification.losses(rows, rep.steps)
     if len(found):
         views.append(View(
