@@ -372,8 +372,8 @@ def _reference_curve(dataset: str, seed: int, digest: str, settings: tuple, ties
         pass
     try:
         arrays = contract.formats.load(dataset, data_root)
-    except (OSError, contract.formats.DataError) as exc:
-        raise ReferenceUnavailable(f"no {dataset} data set at {data_root} (--data-dir): {exc}") from None
+    except (OSError, contract.formats.DataError):
+        raise ReferenceUnavailable(f"no readable {dataset} data set in {data_root} (--data-dir)") from None
     batch_size, learning_rate, momentum = settings
     hp = dict(contract.fair_hyperparameters(dataset), batch_size=batch_size,
               learning_rate=learning_rate, momentum=momentum, steps=steps)

@@ -148,7 +148,9 @@ def test_a_curve_off_by_more_than_the_tolerance_is_a_failed_check(committed, dat
     assert table.drop(index=["caffe", "theano"])["within"].all()
 
 
-def test_a_run_whose_reference_cannot_be_made_says_why(committed, tmp_path):
+def test_a_run_whose_reference_cannot_be_made_says_why(committed, tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))      # no reference kept there
+    fair._reference_curve.cache_clear()
     rows, steps = committed
     rows = rows[rows["dataset"] == "mnist"].assign(section=0)
     rows.loc[rows["framework"] == "pytorch", "fair_weights_sha256"] = "0" * 64     # a --weights file
@@ -157,6 +159,8 @@ def test_a_run_whose_reference_cannot_be_made_says_why(committed, tmp_path):
     assert table.loc["pytorch", "reason"] == "its initial weights are not its seed's (a --weights file, gone)"
     assert table.loc["newframework", "reason"].startswith("no tie rule stated")
     assert pd.isna(table.loc["newframework", "within"])
+    assert table.loc["caffe", "reason"] == f"no readable mnist data set in {tmp_path} (--data-dir)"
+    assert table.loc["caffe", "runs"] == 0 and pd.isna(table.loc["caffe", "difference"])
 
 
 # -- what it catches ----------------------------------------------------------------------------------
