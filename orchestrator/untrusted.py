@@ -59,6 +59,8 @@ from pathlib import Path
 
 import numpy as np
 
+from . import interrupts
+
 WALL_SECONDS = 900              # the child's wall-clock time, at most (see above)
 THREADS = 2                     # onnxruntime's threads in the child
 CPU_SECONDS = THREADS * WALL_SECONDS        # its CPU time (all threads), at most
@@ -88,15 +90,13 @@ def classify(model: bytes, image_sets: list[np.ndarray], first: int = 0,
     for the ``first`` images, or the ``Refused`` that says why not; all of them the same
     ``Refused`` when the child itself failed (a limit, a crash).  ``stop``: an event that
     ends the check early (its sets then ``Refused``); a stop signal raises ``Interrupted``."""
-    from .interrupts import Interrupted, received
-
     folder = Path(tempfile.mkdtemp(prefix="dlbench-model-"))
     try:
         (folder / "model.onnx").write_bytes(model)
         for index, images in enumerate(image_sets):
             np.save(folder / f"images-{index}.npy", np.ascontiguousarray(images), allow_pickle=False)
         (folder / "work").mkdir()
-        failure = _run_child(folder, len(image_sets), first, stop, received, Interrupted)
+        failure = _run_child(folder, len(image_sets), first, stop)
         if failure is not None:
             return [failure] * len(image_sets)
         return [_result(folder, index, len(images), first) for index, images in enumerate(image_sets)]
@@ -104,7 +104,7 @@ def classify(model: bytes, image_sets: list[np.ndarray], first: int = 0,
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def _run_child(folder: Path, sets: int, first: int, stop, received, interrupted) -> Refused | None:
+def _run_child(folder: Path, sets: int, first: int, stop) -> Refused | None:
     """The child, started, waited for and killed at the deadline or a stop; None when it
     ended of itself with exit status 0."""
     root = str(Path(__file__).resolve().parent.parent)
@@ -112,22 +112,23 @@ def _run_child(folder: Path, sets: int, first: int, stop, received, interrupted)
                OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
     if stop is not None and stop.is_set():
         return Refused("the check was stopped before it ran")
-    with open(folder / "stderr.txt", "wb") as errors:
-        limits = (WALL_SECONDS, CPU_SECONDS, MEMORY_BYTES)      # the child's, as set here now
-        child = subprocess.Popen([sys.executable, "-m", __name__, str(folder), str(sets), str(first),
-                                  *map(str, limits)],
-                                 cwd=folder / "work", env=env, stdin=subprocess.DEVNULL,
-                                 stdout=subprocess.DEVNULL, stderr=errors, start_new_session=True)
-    deadline = time.monotonic() + WALL_SECONDS
+    limits = (WALL_SECONDS, CPU_SECONDS, MEMORY_BYTES)      # the child's, as set here now
+    child = None
     try:
+        with interrupts.signals_deferred(), open(folder / "stderr.txt", "wb") as errors:     # never a child unknown
+            child = subprocess.Popen([sys.executable, "-m", __name__, str(folder), str(sets), str(first),
+                                      *map(str, limits)],
+                                     cwd=folder / "work", env=env, stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.DEVNULL, stderr=errors, start_new_session=True)
+        deadline = time.monotonic() + WALL_SECONDS
         while True:
             pid, status, usage = os.wait4(child.pid, os.WNOHANG)
             if pid:
                 child.returncode = os.waitstatus_to_exitcode(status)
                 last_usage[:] = [usage]
                 break
-            if received:            # a stop signal: the main thread cleans up, a lane too
-                raise interrupted(received[0])
+            if interrupts.received:     # a stop signal: the main thread cleans up, a lane too
+                raise interrupts.Interrupted(interrupts.received[0])
             if stop is not None and stop.is_set():
                 return Refused("the check was stopped")
             if time.monotonic() > deadline:
@@ -135,7 +136,7 @@ def _run_child(folder: Path, sets: int, first: int, stop, received, interrupted)
                                "and was stopped")
             time.sleep(POLL_SECONDS)
     finally:
-        if child.returncode is None:
+        if child is not None and child.returncode is None:
             _kill(child)
     code = child.returncode
     cpu = usage.ru_utime + usage.ru_stime
@@ -146,10 +147,11 @@ def _run_child(folder: Path, sets: int, first: int, stop, received, interrupted)
                        "and was stopped")
     if code == 3:           # the child's own verdict: the check's reason
         return Refused(_text(folder / "reason.txt") or "the check gave no reason")
-    why = f"signal {signal.Signals(-code).name}" if code < 0 and -code in signal.valid_signals() else f"exit status {code}"
+    why = (f"signal {signal.Signals(-code).name}" if code < 0 and -code in signal.valid_signals()
+           else f"exit status {code}")
     last = _text(folder / "stderr.txt", tail=True).strip().splitlines()
-    return Refused(f"the check of the ONNX model ended with {why} (within the host's limit of "
-                   f"{MEMORY_BYTES >> 30} GiB of memory){': ' + last[-1] if last else ''}")
+    return Refused(f"the check of the ONNX model ended with {why} (its memory limit: "
+                   f"{MEMORY_BYTES >> 30} GiB){': ' + last[-1] if last else ''}")
 
 
 def _kill(child: subprocess.Popen) -> None:

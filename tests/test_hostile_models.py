@@ -448,3 +448,56 @@ def test_dlbench_report_stops_within_5_s_of_a_signal_during_a_model(attacked, tm
     assert process.returncode == 128 + signum, stderr
     assert "Traceback" not in stderr
     assert not [p for p in checks if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+
+
+# -- in a container: the same models left in /out by a job image ---------------------------
+ENTRYPOINT = '''
+import json, shutil, sys
+spec = json.load(open(sys.argv[sys.argv.index("--spec") + 1]))
+kind = {1: "secret", 2: "subgraph", 3: "loop"}[spec["seed"]]
+shutil.copyfile("/models/%s.onnx" % kind, "/out/model.onnx")
+shutil.copyfile("/models/migration.npz", "/out/migration.npz")
+json.dump({"schema_version": 1, "framework": spec["framework"], "dataset": spec["dataset"], "model": "m",
+           "profile": spec["profile"], "hyperparameters": {}, "device": "cpu", "seed": spec["seed"],
+           "status": "ok", "test_samples": 20, "migration_time_s": 0.1}, open("/out/result.json", "w"))
+'''
+
+
+@pytest.fixture(scope="module")
+def model_image(tmp_path_factory):
+    """A job image whose job leaves a hostile model in /out, picked by its seed."""
+    import docker
+    from orchestrator import build
+    from test_hostile import TEST_LABEL
+
+    client = docker.from_env()
+    base = build.Builder(client, say=lambda *a: None).base()
+    folder = tmp_path_factory.mktemp("model-image")
+    (folder / "models").mkdir()
+    for kind, model in (("secret", secret_initializer("secret.txt")), ("subgraph", secret_constant("secret.txt")),
+                        ("loop", endless_loop())):
+        (folder / "models" / f"{kind}.onnx").write_bytes(model)
+    np.savez(folder / "models" / "migration.npz", **GOOD)
+    (folder / "job.py").write_text(ENTRYPOINT)
+    (folder / "Dockerfile").write_text(f"FROM {base.id}\nCOPY models /models\nCOPY job.py /job.py\n"
+                                       'ENTRYPOINT ["python3", "/job.py"]\n')
+    tag = f"dlbench-test/models:{os.getpid()}"
+    image, _ = client.images.build(path=str(folder), tag=tag, rm=True, labels={TEST_LABEL: "models"})
+    yield tag, image
+    client.images.remove(image.id, force=True)
+
+
+@pytest.mark.docker
+def test_a_containers_hostile_models_are_reasons_on_ok_rows(model_image, beside_secret, data_root, tmp_path,
+                                                           monkeypatch):
+    from test_hostile import run_hostile
+
+    monkeypatch.setattr(untrusted, "WALL_SECONDS", 3)
+    results = tmp_path / "results"
+    records = run_hostile(monkeypatch, model_image, results, data_root, seed=1, repeats=3)
+    reasons = {r.seed: (r.status, r.migration_reason) for r in records}
+    assert reasons[3] == ("ok", "the ONNX model ran past the host's limit of 3 s and was stopped")
+    for seed in (1, 2):
+        assert reasons[seed][0] == "ok" and "is stored as external data ('secret.txt')" in reasons[seed][1]
+    assert len(store.load(results)) == 3
+    assert SECRET not in everything_stored(results)
