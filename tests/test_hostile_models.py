@@ -5,8 +5,10 @@ The hostile models are built here with the onnx package's helpers, as a job coul
 them: a tensor stored as external data naming a host file (relative to the working
 directory, absolute, inside an ``If``'s branches), a ``Loop`` of 10^12 iterations and a
 ``ConstantOfShape`` of a huge shape.  They are checked through the migration check's own
-code, and end to end by a framework added from outside (a directory on
-``DLBENCH_FRAMEWORKS_PATH``, run natively) whose adapter exports them.
+code, end to end by a framework added from outside (a directory on
+``DLBENCH_FRAMEWORKS_PATH``, run natively) whose adapter exports them, through
+``dlbench report``'s transfer matrix from a stored model, and left in /out by a job image
+(``docker``).
 """
 
 from __future__ import annotations
