@@ -207,3 +207,49 @@ def test_the_report_holds_the_committed_rows_to_their_rules_reference(data_root)
     assert all(r["steps"] == 10 and r["within"] == ((r["framework"], r["dataset"]) not in OUTSIDE)
                for r in found), found
     assert "| mnist | theano | every | 1 | 10 | 7.87e-05 | NO |" in text
+
+
+# -- a second implementation: PyTorch in its image -----------------------------------------------------
+PYTORCH_STEPS = '''
+import json, os, numpy as np, torch, torch.nn as nn
+torch.set_default_dtype(torch.float64)
+given = np.load("/io/given.npz")
+pool = lambda: nn.MaxPool2d(2, 2, ceil_mode=True)
+model = nn.Sequential(nn.Conv2d(1, 20, 5), pool(), nn.Conv2d(20, 50, 5), pool(), nn.Flatten(),
+                      nn.Linear(800, 500), nn.ReLU(), nn.Linear(500, 10))
+with torch.no_grad():
+    for module, name in zip(model, ["conv1", 0, "conv2", 0, 0, "ip1", 0, "ip2"]):
+        if name:
+            module.weight.copy_(torch.from_numpy(given[name + ".weight"].astype(np.float64)))
+            module.bias.copy_(torch.from_numpy(given[name + ".bias"].astype(np.float64)))
+sgd = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, dampening=0, weight_decay=0)
+losses = []
+for step in range(4):
+    sgd.zero_grad()
+    loss = nn.functional.cross_entropy(model(torch.from_numpy(given["x%d" % step].astype(np.float64))),
+                                       torch.from_numpy(given["y%d" % step]))
+    loss.backward()
+    sgd.step()
+    losses.append(loss.item())
+print(json.dumps(losses), flush=True)
+os._exit(0)         # Debian's torch 1.7 aborts in its thread pools' teardown at a normal exit
+'''
+
+
+@pytest.mark.docker
+def test_pytorch_in_float64_trains_as_the_reference_does(build_image, mnist, tmp_path):
+    """The same first four steps of the fair LeNet by PyTorch's own layers, autograd and SGD,
+    in float64 (its max pooling takes the first rule): the reference's losses to rounding."""
+    import docker
+    build_image("pytorch")
+    data, weights = mnist
+    batches = {}
+    for step in range(4):
+        batches[f"x{step}"], batches[f"y{step}"] = data.batch(step)
+    np.savez(tmp_path / "given.npz", **weights, **batches)
+    out = docker.from_env().containers.run(
+        "dlbench/pytorch:cpu", entrypoint=["python3", "-c", PYTORCH_STEPS], remove=True,
+        network_mode="none", volumes={str(tmp_path): {"bind": "/io", "mode": "ro"}})
+    losses = np.array(json.loads(out.decode().strip().splitlines()[-1]))
+    assert relative(losses, fair.reference_losses(weights, data, 4, "first")) < 1e-13
+    assert relative(losses, fair.reference_losses(weights, data, 4, "every")) > 1e-6
