@@ -32,7 +32,7 @@ import numpy as np
 from dlbench_runner import contract, fair as networks
 
 from . import cache, files
-from .errors import UsageError
+from .errors import DlbenchError, UsageError
 
 
 LOGIT_TOLERANCE = 1e-4             # max |framework - reference| / max |reference|
@@ -363,13 +363,20 @@ def reference_curve(row, ties: str, data_root: Path, steps: int = REFERENCE_STEP
 def _reference_curve(dataset: str, seed: int, digest: str, settings: tuple, ties: str,
                      data_root: str, steps: int) -> np.ndarray:
     """The reference training of ``reference_curve``, kept in the user cache (a CIFAR-10
-    reference takes about a minute on two CPUs; its losses are 80 bytes)."""
+    reference takes minutes on two CPUs; its losses are 80 bytes); a cache that cannot be
+    read or written is computed past."""
     key = json.dumps([REFERENCE_VERSION, dataset, seed, digest, settings, ties, steps])
-    path = cache.folder("fair-reference") / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.json"
     try:
-        return np.asarray(json.loads(path.read_text())["losses"], np.float64)
-    except (OSError, ValueError, KeyError):
-        pass
+        path = cache.folder("fair-reference") / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.json"
+    except DlbenchError:
+        path = None
+    if path is not None:
+        try:
+            kept = np.asarray(json.loads(path.read_text())["losses"], np.float64)
+            if kept.shape == (steps,) and np.isfinite(kept).all():
+                return kept
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
     try:
         arrays = contract.formats.load(dataset, data_root)
     except (OSError, contract.formats.DataError):
@@ -379,9 +386,13 @@ def _reference_curve(dataset: str, seed: int, digest: str, settings: tuple, ties
               learning_rate=learning_rate, momentum=momentum, steps=steps)
     data = networks.FairData(arrays, dataset, hp, seed)
     losses = reference_losses(networks.initial_weights(dataset, seed), data, steps, ties)
-    written = path.with_name(f"{path.name}.{os.getpid()}")
-    written.write_text(json.dumps({"key": json.loads(key), "losses": losses.tolist()}))
-    os.replace(written, path)
+    if path is not None:
+        written = path.with_name(f"{path.name}.{os.getpid()}")
+        try:
+            written.write_text(json.dumps({"key": json.loads(key), "losses": losses.tolist()}))
+            os.replace(written, path)
+        except OSError:
+            pass
     return losses
 
 

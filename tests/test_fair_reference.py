@@ -163,6 +163,22 @@ def test_a_run_whose_reference_cannot_be_made_says_why(committed, tmp_path, monk
     assert table.loc["caffe", "runs"] == 0 and pd.isna(table.loc["caffe", "difference"])
 
 
+def test_a_kept_reference_is_read_back_and_a_damaged_one_made_again(committed, data_root, tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    fair._reference_curve.cache_clear()
+    rows, _ = committed
+    row = next(rows[(rows["framework"] == "caffe") & (rows["dataset"] == "mnist")].itertuples())
+    made = fair.reference_curve(row, "first", data_root, steps=2)
+    kept, = (tmp_path / "dlbench" / "fair-reference").iterdir()
+    assert json.loads(kept.read_text())["losses"] == made.tolist()
+    kept.write_text('{"losses": [1.0, NaN]}')
+    fair._reference_curve.cache_clear()
+    assert fair.reference_curve(row, "first", data_root, steps=2).tolist() == made.tolist()
+    assert json.loads(kept.read_text())["losses"] == made.tolist()
+    fair._reference_curve.cache_clear()
+    assert fair.reference_curve(row, "first", tmp_path / "no-data", steps=2).tolist() == made.tolist()
+
+
 # -- what it catches ----------------------------------------------------------------------------------
 @pytest.mark.parametrize("wrong", ["learning rate 1% high", "LeNet's weight decay kept", "kernels flipped"])
 def test_a_wrong_port_fails_the_reference_check(committed, mnist, data_root, wrong):
