@@ -51,6 +51,15 @@ compact`` does it at any time.
 Only regular files (or links to one inside the directory) are opened; anything else
 there is left out with a ``StoreWarning`` (``_openable``).
 
+A results directory is as untrusted as a job's out/: anyone may have written its files.
+A file whose footer declares more than ``FILE_BYTES`` is skipped (``_declared``), and since
+a footer can lie (the reader allocates what each page's header says), each file is read
+within ``READ_MEMORY`` more address space (``_memory_bound``); every row is checked by
+``rowcheck``'s rules and one breaking them is left out, each with a ``StoreWarning`` naming
+the file (and the run, and why).  Files are read one by one and merged every
+``BATCH_FILES``, in memory proportional to their rows; past ``MANY_FILES`` files a reader
+suggests ``dlbench compact``, which keeps each merged file within half of ``FILE_BYTES``.
+
 Directories written before schema version 4 kept rows as ``RESULTS/runs-*.parquet``
 and traces in ``RESULTS/_traces/``, each row as its version wrote it.  Readers read
 them as they are, upgrading older rows step by step in memory (``upgrade``; the
@@ -73,6 +82,7 @@ import fcntl
 import json
 import os
 import re
+import resource
 import stat
 import tempfile
 import uuid
@@ -80,13 +90,14 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, NamedTuple
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from dlbench_runner import contract
 
-from . import files, jobdir
+from . import files, jobdir, rowcheck
 from .errors import StoreError, StoreWarning
 from .schema import (ADDED_IN, ARROW_SCHEMA, OPS_SCHEMA, RENAMED_IN, ROBUSTNESS_SCHEMA, SCHEMA_VERSION, STEPS_SCHEMA,
                      TRACE_SCHEMA, upgrade_robustness,
@@ -101,8 +112,12 @@ OLD_TRACES = "_traces"        # traces before schema version 4
 MIGRATED = ".schema_version"  # the version the last migration brought every file to
 COMPACT_AFTER = 200           # row files; ``dlbench run`` compacts past this many
 READ_ATTEMPTS = 5             # a compaction may replace files while they are being read
-DATASET_FILES = 256           # files per pyarrow dataset: each keeps every file's parsed footer
-                              # (~0.25 MiB for a row file) until it is dropped
+BATCH_FILES = 256             # files read before their rows are checked and merged compactly
+MANY_FILES = 1_000            # files of one table; past this many a reader suggests compacting
+FILE_BYTES = 128 << 20        # a file declaring more uncompressed bytes (or values) is skipped
+READ_MEMORY = 8 * FILE_BYTES   # address space reading one file may add (``_memory_bound``)
+FOOTER_BYTES = 1 << 20        # the longest string, and most items of a list, in a file's footer
+SAID_ROWS = 3                 # rows named in the warning about a file's rows that break a rule
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -140,6 +155,7 @@ class SideTable(NamedTuple):
     order: tuple = ("run_id",)  # how ``load_side`` sorts its rows
     integers: bool = False      # whether pandas gets its integer columns as nullable Int64
     upgrade: Callable[[pa.Table, int], pa.Table] | None = None  # older versions' rows to this one
+    rules: dict[str, str] | None = None     # what its values may be (``rowcheck``)
 
     @property
     def version(self) -> int:
@@ -147,13 +163,14 @@ class SideTable(NamedTuple):
 
 
 TRACE = SideTable("trace", "traces", TRACE_SCHEMA, b"dlbench.trace_schema_version",
-                  old_folder=OLD_TRACES, order=("run_id", "t_s"))
+                  old_folder=OLD_TRACES, order=("run_id", "t_s"), rules=rowcheck.TRACE)
 ROBUSTNESS = SideTable("robustness", "robustness", ROBUSTNESS_SCHEMA,
                        b"dlbench.robustness_schema_version", integers=True,
-                       upgrade=upgrade_robustness)
+                       upgrade=upgrade_robustness, rules=rowcheck.ROBUSTNESS)
 STEPS = SideTable("step loss", "steps", STEPS_SCHEMA, b"dlbench.steps_schema_version",
-                  order=("run_id", "step"), integers=True)
-OPS = SideTable("op time", "ops", OPS_SCHEMA, b"dlbench.ops_schema_version", integers=True)
+                  order=("run_id", "step"), integers=True, rules=rowcheck.STEPS)
+OPS = SideTable("op time", "ops", OPS_SCHEMA, b"dlbench.ops_schema_version", integers=True,
+                rules=rowcheck.OPS)
 SIDE_TABLES = (TRACE, ROBUSTNESS, STEPS, OPS)
 # The side tables a job's collected result may hold rows of (the trace is sampled apart).
 RESULT_TABLES = (ROBUSTNESS, STEPS, OPS)
@@ -289,52 +306,156 @@ def _is_current(schema: pa.Schema, target: pa.Schema) -> bool:
 
 
 def _gather(paths: list[Path], schema: pa.Schema, read_one: Callable[[Path], pa.Table],
-            kind: str, fate: str) -> tuple[pa.Table, list[Path]]:
+            kind: str, fate: str, rules: dict[str, str] | None = None,
+            whole_files: bool = False) -> tuple[pa.Table, list[Path]]:
     """The rows of these files as one table of ``schema``, and the files they came from.
 
-    Files already in ``schema`` are read through a ``pyarrow.dataset`` (one per
-    ``DATASET_FILES``); the others (older versions) one by one with ``read_one``, which
-    upgrades them.  A file that cannot be read is left out with a warning naming it and
-    its ``fate``."""
-    current, other, used, tables = [], [], [], []
+    Each file is read on its own (``_read_table``: within the bounds its footer declares,
+    and within ``READ_MEMORY`` of memory), those of an older version by ``read_one``, which
+    upgrades them; a file that cannot be read is left out with a warning naming it and its
+    ``fate``.  Every ``BATCH_FILES`` files, their rows are checked by ``rules``
+    (``rowcheck``) and merged into one compact table: a thousand one-row tables cost a
+    hundred times the memory of their rows.  A row breaking a rule is left out with a
+    warning naming its file, its run and why; with ``whole_files`` (a compaction) every row
+    of its file is, and the file is not among those returned (it is left in place)."""
+    parts, used, batch = [], [], []
     for path in paths:
         try:
-            file_schema = pq.read_schema(path)
-        except FileNotFoundError:
-            raise
-        except (pa.ArrowException, OSError) as exc:
-            _warn(f"{path}: unreadable {kind} file ({_why(exc)}); {fate}")
-            continue
-        (current if _is_current(file_schema, schema) else other).append(path)
-    import pyarrow.dataset as ds        # it loads pandas: imported by the readers, not at start-up
-
-    for start in range(0, len(current), DATASET_FILES):
-        part = current[start:start + DATASET_FILES]
-        try:
-            tables.append(ds.dataset([str(p) for p in part], schema=schema, format="parquet").to_table())
-            used += part
-        except FileNotFoundError:
-            raise
-        except (pa.ArrowException, OSError):    # damaged past its footer: find it file by file
-            other += part
-    for path in other:
-        try:
-            tables.append(read_one(path))
+            table = _read_table(path, kind)
+            table = (table.replace_schema_metadata(schema.metadata) if _is_current(table.schema, schema)
+                     else read_one(path))
         except _Unreadable as exc:
             _warn(f"{exc}; {fate}")
             continue
-        used.append(path)
-    table = pa.concat_tables(tables) if tables else schema.empty_table()
+        batch.append((path, table))
+        if len(batch) == BATCH_FILES:
+            used += _checked(batch, schema, rules, fate if whole_files else None, parts)
+            batch = []
+    if batch:
+        used += _checked(batch, schema, rules, fate if whole_files else None, parts)
+    table = pa.concat_tables(parts) if parts else schema.empty_table()
     return table.replace_schema_metadata(schema.metadata), used
 
 
-def _read_table(path: Path, kind: str) -> pa.Table:
+def _checked(batch: list[tuple[Path, pa.Table]], schema: pa.Schema, rules: dict[str, str] | None,
+             whole_fate: str | None, parts: list[pa.Table]) -> list[Path]:
+    """Add the batch's rows that keep ``rules`` to ``parts``, as one compact table, and
+    return the files they came from (all but those left in place, with ``whole_fate``)."""
+    table = pa.concat_tables([t.cast(schema) if not t.schema.equals(schema, check_metadata=False)
+                              else t for _, t in batch])
+    found = rowcheck.problems(table, rules) if rules is not None else {}
+    paths = [path for path, _ in batch]
+    if found:
+        sizes = [t.num_rows for _, t in batch]
+        file_of = np.repeat(np.arange(len(batch)), sizes)
+        run_ids = table["run_id"]
+        by_file: dict[int, list[str]] = {}
+        for row, reason in sorted(found.items()):
+            by_file.setdefault(int(file_of[row]), []).append(f"run {run_ids[row].as_py()}: {reason}")
+        for index, said in by_file.items():
+            more = f"; and {len(said) - SAID_ROWS} more rows" if len(said) > SAID_ROWS else ""
+            _warn(f"{paths[index]}: {'; '.join(said[:SAID_ROWS])}{more}; "
+                  + (whole_fate if whole_fate else
+                     "the row left out" if len(said) == 1 else f"those {len(said)} rows left out"))
+        keep = np.ones(table.num_rows, dtype=bool)
+        if whole_fate:
+            keep = ~np.isin(file_of, list(by_file))
+            paths = [path for index, path in enumerate(paths) if index not in by_file]
+        else:
+            keep[list(found)] = False
+        table = table.filter(pa.array(keep))
+    parts.append(table.combine_chunks())
+    return paths
+
+
+@contextlib.contextmanager
+def _memory_bound(extra: int):
+    """Within the block, the process may map at most ``extra`` more bytes (RLIMIT_AS, its
+    soft limit put back after): a Parquet reader allocates what a file's page headers
+    declare, which its footer need not tell truly, so only the kernel's limit bounds a
+    lying file.  Arrow allocates from the system's allocator meanwhile: its own
+    (mimalloc) reserves address space a GiB at a time, which an honest read then could
+    not have.  (Other threads share the limit meanwhile; it is far above any honest
+    read's.)  Where the process's size cannot be read, no limit."""
     try:
-        return pq.read_table(path)
+        with open("/proc/self/statm") as f:
+            mapped = int(f.read().split()[0]) * resource.getpagesize()
+        soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    except (OSError, ValueError):
+        yield
+        return
+    limit = mapped + extra
+    for given in (soft, hard):
+        if given != resource.RLIM_INFINITY:
+            limit = min(limit, given)
+    pool = pa.default_memory_pool()
+    pa.set_memory_pool(pa.system_memory_pool())
+    resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+        pa.set_memory_pool(pool)
+
+
+def _declared_size(metadata: pq.FileMetaData) -> int:
+    """What a file's footer says reading it takes: its uncompressed bytes, or 8 bytes a
+    value (rows times columns, every value empty), whichever is more."""
+    size = sum(metadata.row_group(i).total_byte_size for i in range(metadata.num_row_groups))
+    return max(size, metadata.num_rows * max(metadata.num_columns, 1) * 8)
+
+
+def _declared(path: Path, metadata: pq.FileMetaData, kind: str) -> None:
+    """Refuse a file whose footer declares more than ``FILE_BYTES`` (``_declared_size``)."""
+    if _declared_size(metadata) > FILE_BYTES:
+        size = sum(metadata.row_group(i).total_byte_size for i in range(metadata.num_row_groups))
+        raise _Unreadable(f"{path}: {kind} file declaring {metadata.num_rows:,} rows and "
+                          f"{size:,} bytes uncompressed, past the bound of "
+                          f"{FILE_BYTES >> 20:,} MiB a file")
+
+
+def _in_groups(paths: list[Path]) -> list[list[Path]]:
+    """The files to merge, in groups that each declare at most ``FILE_BYTES`` / 2, so that
+    no merged file is ever past the readers' bound.  (A file whose footer cannot be read
+    counts for nothing: ``_gather`` says why it is left in place.)"""
+    groups, size = [[]], 0
+    for path in paths:
+        try:
+            declared = _declared_size(pq.read_metadata(path))
+        except (pa.ArrowException, OSError):
+            declared = 0
+        if groups[-1] and size + declared > FILE_BYTES // 2:
+            groups.append([])
+            size = 0
+        groups[-1].append(path)
+        size += declared
+    return groups
+
+
+def _read_table(path: Path, kind: str) -> pa.Table:
+    """A file's table, read only if its footer declares no more than the bounds
+    (``_declared``) and only within ``READ_MEMORY`` of memory (``_memory_bound``)."""
+    try:
+        with pq.ParquetFile(path, pre_buffer=False, thrift_string_size_limit=FOOTER_BYTES,
+                            thrift_container_size_limit=FOOTER_BYTES) as parquet:
+            _declared(path, parquet.metadata, kind)
+            # one thread, no read-ahead: no thread's allocator reserves address space meanwhile
+            with _memory_bound(READ_MEMORY):
+                return parquet.read(use_threads=False)
     except FileNotFoundError:
         raise
+    except MemoryError:     # pyarrow's ArrowMemoryError too
+        raise _Unreadable(f"{path}: {kind} file needing more than {READ_MEMORY >> 20:,} MiB "
+                          "of memory to read") from None
     except (pa.ArrowException, OSError) as exc:
         raise _Unreadable(f"{path}: unreadable {kind} file ({_why(exc)})") from None
+
+
+def _suggest_compacting(results: Path, paths: list[Path]) -> None:
+    """Past ``MANY_FILES`` files of one table, say that ``dlbench compact`` merges them."""
+    if len(paths) > MANY_FILES:
+        _warn(f"{results}: more than {MANY_FILES:,} files in one of its tables, each read "
+              f"on its own: `dlbench compact --results {results}` merges them")
 
 
 # -- rows, old ones upgraded ----------------------------------------------------------------
@@ -472,8 +593,9 @@ def load(results: Path) -> pd.DataFrame:
     _settle_for_reading(results)
     for _ in range(READ_ATTEMPTS):
         try:
-            table, _ = _gather(_superseded(results, row_files(results)), ARROW_SCHEMA, _read_rows,
-                               "row", "skipped")
+            paths = _superseded(results, row_files(results))
+            _suggest_compacting(results, paths)
+            table, _ = _gather(paths, ARROW_SCHEMA, _read_rows, "row", "skipped", rowcheck.ROWS)
         except FileNotFoundError:
             continue            # compacted or migrated under us: read the directory again
         # a row can still be in two files (an old layout's file and its rewrite, after a
@@ -541,8 +663,9 @@ def load_side(results: Path, side: SideTable, run_ids=None) -> pd.DataFrame:
     _settle_for_reading(results)
     for _ in range(READ_ATTEMPTS):
         try:
-            table, _ = _gather(_superseded(results, side_files(results, side)), side.schema,
-                               _side_reader(side), side.kind, "skipped")
+            paths = _superseded(results, side_files(results, side))
+            _suggest_compacting(results, paths)
+            table, _ = _gather(paths, side.schema, _side_reader(side), side.kind, "skipped", side.rules)
         except FileNotFoundError:
             continue            # compacted or migrated under us: read the directory again
         if run_ids is not None:
@@ -765,7 +888,7 @@ def _migrate_once(results: Path) -> None:
 
 
 def _rewrite(paths: list[Path], folder: Path, schema: pa.Schema, read_one, kind: str,
-             verify: bool) -> tuple[int, set]:
+             verify: bool, rules: dict[str, str] | None = None) -> tuple[int, set]:
     """Every file of ``paths`` not in ``folder`` with ``schema``, rewritten there; the old
     file is removed once its new one is on disk.  Returns how many were rewritten, and the
     files left in place since they cannot be read (those already current too, if
@@ -783,7 +906,8 @@ def _rewrite(paths: list[Path], folder: Path, schema: pa.Schema, read_one, kind:
             _warn(f"{exc}; left in place")
             left.add(path)
     if verify and current:
-        left |= set(current) - set(_gather(current, schema, read_one, kind, "left in place")[1])
+        left |= set(current) - set(_gather(current, schema, read_one, kind, "left in place", rules,
+                                           whole_files=True)[1])
     for path, table in todo:
         new = _write_atomic(table.replace_schema_metadata(schema.metadata),
                             folder / path.name.removeprefix("runs-"))
@@ -795,11 +919,11 @@ def _rewrite(paths: list[Path], folder: Path, schema: pa.Schema, read_one, kind:
 def _migrate_locked(results: Path, verify: bool = False) -> tuple[tuple[int, ...], set]:
     """Returns how many files were rewritten (rows, then each side table) and those left."""
     rows, left = _rewrite(row_files(results), results / RUNS, ARROW_SCHEMA, _read_rows, "row",
-                          verify)
+                          verify, rowcheck.ROWS)
     counts = [rows]
     for side in SIDE_TABLES:
         count, left_side = _rewrite(side_files(results, side), results / side.folder, side.schema,
-                                    _side_reader(side), side.kind, verify)
+                                    _side_reader(side), side.kind, verify, side.rules)
         counts.append(count)
         left |= left_side
     with contextlib.suppress(OSError):
@@ -825,10 +949,12 @@ def migrate(results: Path) -> tuple[int, ...]:
 
 
 def _merge(results: Path, paths: list[Path], folder: Path, schema: pa.Schema, read_one, kind: str,
-           name: str, check=lambda table: table) -> int:
+           name: str, check=lambda table: table, rules: dict[str, str] | None = None) -> int:
+    """Merge the files into one (``_swap``); a file that cannot be read, or holds a row
+    breaking ``rules``, is left in place, as it is."""
     if len(paths) < 2:
         return 0
-    table, used = _gather(paths, schema, read_one, kind, "left in place")
+    table, used = _gather(paths, schema, read_one, kind, "left in place", rules, whole_files=True)
     if len(used) < 2:
         return 0
     final = folder / name
@@ -846,22 +972,27 @@ def counted(counts: tuple[int, ...]) -> str:
 
 def compact(results: Path) -> tuple[int, ...]:
     """Migrate (above), then merge the row files into one and each side table's files into
-    one (each made visible by ``_swap``); returns how many files were merged: rows, then
+    one (each made visible by ``_swap``; into more than one where they declare more than
+    half the readers' bound, ``_in_groups``); returns how many files were merged: rows, then
     each of ``SIDE_TABLES``.  Safe beside running writers and readers, and when killed at
     any moment."""
     if not results.is_dir():
         raise StoreError(f"{results}: no such results directory")
-    name = f"{_stamp()}-compacted-{uuid.uuid4().hex[:8]}.parquet"
+
+    def name() -> str:
+        return f"{_stamp()}-compacted-{uuid.uuid4().hex[:8]}.parquet"
+
     with _lock(results):
         _settle_locked(results)
         _, left = _migrate_locked(results)      # those already said to be left in place
-        merged = [_merge(results, [p for p in row_files(results) if p not in left], results / RUNS,
-                         ARROW_SCHEMA, _read_rows, "row", name,
-                         lambda table: _refuse_newer(table, results))]
+        merged = [sum(_merge(results, group, results / RUNS, ARROW_SCHEMA, _read_rows, "row", name(),
+                             lambda table: _refuse_newer(table, results), rowcheck.ROWS)
+                      for group in _in_groups([p for p in row_files(results) if p not in left]))]
         for side in SIDE_TABLES:
-            merged.append(_merge(results, [p for p in side_files(results, side) if p not in left],
-                                 results / side.folder, side.schema, _side_reader(side), side.kind,
-                                 name))
+            merged.append(sum(_merge(results, group, results / side.folder, side.schema,
+                                     _side_reader(side), side.kind, name(), rules=side.rules)
+                              for group in _in_groups([p for p in side_files(results, side)
+                                                       if p not in left])))
     return tuple(merged)
 
 
