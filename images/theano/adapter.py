@@ -366,7 +366,8 @@ class Adapter:
         product of ``output_gradient(logits)``, by Theano's own differentiation."""
         x = self._floatx(pixels)
         g = output_gradient(self.attack_logits(x))
-        return self._robust()[4](x, self.np.asarray(g, dtype=self.theano.config.floatX))
+        gradient, predicted = self._robust()[4](x, self.np.asarray(g, dtype=self.theano.config.floatX))
+        return gradient, predicted
 
     def predict(self, pixels):
         return self._robust()[1](self._floatx(pixels))
