@@ -314,8 +314,8 @@ def _gather(paths: list[Path], schema: pa.Schema, read_one: Callable[[Path], pa.
     and within ``READ_MEMORY`` of memory), those of an older version by ``read_one``, which
     upgrades them; a file that cannot be read is left out with a warning naming it and its
     ``fate``.  Every ``BATCH_FILES`` files, their rows are checked by ``rules``
-    (``rowcheck``) and merged into one compact table: a thousand one-row tables cost a
-    hundred times the memory of their rows.  A row breaking a rule is left out with a
+    (``rowcheck``) and merged into one compact table: 10,000 one-row tables kept apart took
+    1.1 GiB, merged so 94 MiB (``bench/many_files.py``).  A row breaking a rule is left out with a
     warning naming its file, its run and why; with ``whole_files`` (a compaction) every row
     of its file is, and the file is not among those returned (it is left in place)."""
     parts, used, batch = [], [], []
