@@ -75,7 +75,7 @@ def test_every_imported_package_is_declared():
     declared = {re.split(r"[<>=!~;\[ ]", d, maxsplit=1)[0].lower()
                 for d in tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]}
     distributions = importlib.metadata.packages_distributions()
-    local = {"orchestrator", "dlbench_runner", "dlbench_images", "tomllib", "tomli"}
+    local = {"orchestrator", "dlbench_runner", "dlbench_images", "tomllib", "tomli"} | {p.stem for p in BENCH}
     for path in HOST + BENCH:
         for name, line in imports(path):
             top = name.split(".")[0]
