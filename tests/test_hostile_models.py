@@ -33,6 +33,7 @@ from onnx import TensorProto, external_data_helper, helper
 from conftest import REPO, dlbench
 from orchestrator import migration, store, transfer, untrusted
 from orchestrator.interrupts import Interrupted
+from test_hostile_npz import LYING_MIGRATION, LYING_TRANSFER, TERA
 
 FIXTURE = Path(__file__).parent / "fixtures" / "numpy_softmax"
 SECRET = bytes(range(65, 75))          # the host file's bytes: "ABCDEFGHIJ"
@@ -456,9 +457,13 @@ def test_dlbench_report_stops_within_5_s_of_a_signal_during_a_model(attacked, tm
 ENTRYPOINT = '''
 import json, shutil, sys
 spec = json.load(open(sys.argv[sys.argv.index("--spec") + 1]))
-kind = {1: "secret", 2: "subgraph", 3: "loop"}[spec["seed"]]
+kind = {1: "secret", 2: "subgraph", 3: "loop", 4: "secret"}[spec["seed"]]
 shutil.copyfile("/models/%s.onnx" % kind, "/out/model.onnx")
-shutil.copyfile("/models/migration.npz", "/out/migration.npz")
+if spec["seed"] == 4:       # npz files whose headers lie (tests/test_hostile_npz.py)
+    shutil.copyfile("/models/lying-migration.npz", "/out/migration.npz")
+    shutil.copyfile("/models/lying-transfer.npz", "/out/transfer.npz")
+else:
+    shutil.copyfile("/models/migration.npz", "/out/migration.npz")
 json.dump({"schema_version": 1, "framework": spec["framework"], "dataset": spec["dataset"], "model": "m",
            "profile": spec["profile"], "hyperparameters": {}, "device": "cpu", "seed": spec["seed"],
            "status": "ok", "test_samples": 20, "migration_time_s": 0.1}, open("/out/result.json", "w"))
@@ -480,6 +485,8 @@ def model_image(tmp_path_factory):
                         ("loop", endless_loop())):
         (folder / "models" / f"{kind}.onnx").write_bytes(model)
     np.savez(folder / "models" / "migration.npz", **GOOD)
+    (folder / "models" / "lying-migration.npz").write_bytes(LYING_MIGRATION)
+    (folder / "models" / "lying-transfer.npz").write_bytes(LYING_TRANSFER)
     (folder / "job.py").write_text(ENTRYPOINT)
     (folder / "Dockerfile").write_text(f"FROM {base.id}\nCOPY models /models\nCOPY job.py /job.py\n"
                                        'ENTRYPOINT ["python3", "/job.py"]\n')
@@ -496,10 +503,15 @@ def test_a_containers_hostile_models_are_reasons_on_ok_rows(model_image, beside_
 
     monkeypatch.setattr(untrusted, "WALL_SECONDS", 3)
     results = tmp_path / "results"
-    records = run_hostile(monkeypatch, model_image, results, data_root, seed=1, repeats=3)
+    records = run_hostile(monkeypatch, model_image, results, data_root, seed=1, repeats=4)
     reasons = {r.seed: (r.status, r.migration_reason) for r in records}
     assert reasons[3] == ("ok", "the ONNX model ran past the host's limit of 3 s and was stopped")
     for seed in (1, 2):
         assert reasons[seed][0] == "ok" and "is stored as external data ('secret.txt')" in reasons[seed][1]
-    assert len(store.load(results)) == 3
+    # npz files whose headers declare 2^40 values: the check's reason, no file stored unread
+    assert reasons[4][0] == "ok" and reasons[4][1].startswith(
+        f"migration.npz is invalid: predictions.npy declares {TERA} int64"), reasons[4]
+    liar = next(r for r in records if r.seed == 4)
+    assert not store.transfer_path(results, liar.run_id).exists()
+    assert len(store.load(results)) == 4
     assert SECRET not in everything_stored(results)
