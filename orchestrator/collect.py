@@ -93,10 +93,12 @@ class Collected(NamedTuple):
 
 def collect(job: Job, run_id: str, job_id: str, job_dir: Path, outcome: Outcome,
             provenance: dict, migration: Migration | None = None,
-            transfer: bytes | None = None, data_root: Path | None = None) -> Collected:
+            transfer: bytes | None = None, data_root: Path | None = None,
+            transfer_reason: str | None = None) -> Collected:
     """The job's row, its robustness rows, a fair job's step losses, its ONNX model and its
     FGSM images (those of an ok row only); ``migration``: what the host found of the model
-    the job exported; ``transfer``: the images it kept (``transfer.take``); ``data_root``:
+    the job exported; ``transfer``: the images it kept (``transfer.taken``), or
+    ``transfer_reason``, why the host did not take the file it left; ``data_root``:
     where the data sets are (a fair job's logits are checked on its test images)."""
     result, problem = read_result(job_dir)
     if result is not None and (untrue := _untrue(result)) is not None:
@@ -124,7 +126,7 @@ def collect(job: Job, run_id: str, job_id: str, job_dir: Path, outcome: Outcome,
     # the host's model is the one stored: a layer list's is built on the host
     fields.update(found.fields(), migration_model_bytes=(result.migration_model_bytes if found.model is None
                                                          else len(found.model)),
-                  migration_time_s=result.migration_time_s)
+                  migration_time_s=result.migration_time_s, transfer_reason=transfer_reason)
     return Collected(RunRecord(**fields), sides, found.model, transfer)
 
 

@@ -270,7 +270,7 @@ class _Loop:
                 # the exported model run with onnxruntime (seconds): before the row, which a
                 # stop signal waits for; in a child process that the interrupt kills
                 migration = evaluate_migration(job_dir, job.dataset, dataset.root, stop=self.cancelled)
-                kept = transfer.take(job_dir, job.dataset)   # before collect removes out/
+                kept, kept_reason = transfer.taken(job_dir, job.dataset)   # before collect removes out/
                 if self.cancelled.is_set():     # stopped during the check: as during the job
                     jobdir.remove(job_dir)
                     rescue.release()
@@ -282,7 +282,7 @@ class _Loop:
                     collected, samples = Collected(failed(job, run_id, job_id, broken, provenance)), []
                 elif reason is None:
                     collected = collect(job, run_id, job_id, job_dir, outcome, provenance, migration, kept,
-                                        dataset.root)
+                                        dataset.root, kept_reason)
                     jobdir.remove_inputs(job_dir, fair.job_input_names(job))
                     samples = outcome.samples
                 else:

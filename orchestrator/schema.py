@@ -84,6 +84,10 @@ metadata.  History of the row schema:
        its container's cgroup or its process tree's, and less dlbench's), and
        ``other_cpu_share``, that over the job's wall time times those CPUs.  Empty in
        every older row and for a job that never started.
+    14 ``transfer_reason``: why the host did not take the FGSM images a job left for the
+       transfer attacks (a link, a FIFO, a file past its cap, or one whose npz headers
+       the host's reader refused), where it left a file; empty otherwise and in every
+       older row.
 Readers refuse rows newer than they know; older ones are upgraded step by step
 by ``store.upgrade``.
 
@@ -131,7 +135,7 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
 from dlbench_runner.contract import SCHEMA_VERSION as RUNNER_SCHEMA_VERSION
 
-SCHEMA_VERSION = 13
+SCHEMA_VERSION = 14
 TRACE_SCHEMA_VERSION = 1
 ROBUSTNESS_SCHEMA_VERSION = 2
 # What robustness rows before version 2 attacked along (``upgrade_robustness``).
@@ -314,6 +318,7 @@ class RunRecord(BaseModel):
     migration_model_bytes: int | None = None     # RESULTS/models/<run id>.onnx
     migration_time_s: float | None = None        # the export in the job, outside every span
     migration_host_time_s: float | None = None   # the ONNX run on the host, after the job
+    transfer_reason: str | None = None           # why the host did not take the job's FGSM images
     # the fair profile's checks (steps/ has its step losses)
     fair_weights_sha256: str | None = None       # the initial weights' digest
     fair_logit_error: float | None = None        # probe logits against the NumPy reference
@@ -416,6 +421,7 @@ ADDED_IN = {
     11: ["blas", "onednn"],
     12: ["fair_weights_sha256", "fair_logit_error"],
     13: ["host_load_end", "host_load_max", "other_cpu_s", "other_cpu_share"],
+    14: ["transfer_reason"],
 }
 # Columns a version renamed, old name -> new name.
 RENAMED_IN = {5: {"script_train_time_s": "paper_train_time_s",

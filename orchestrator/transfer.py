@@ -36,17 +36,23 @@ class Images(NamedTuple):
 
 def take(job_dir: Path, dataset: str) -> bytes | None:
     """The FGSM images a job left in its out/, as they are; None where it left none, or a
-    file the host does not take (a link, a FIFO, one past ``MAX_TRANSFER_BYTES``, one that
-    ``read`` refuses: a header that lies about its shape would be stored unread, and
-    break every report of the folder that reads it)."""
-    data, _ = jobdir.read_output(job_dir, TRANSFER_FILE, MAX_TRANSFER_BYTES)
+    file the host does not take (``taken``)."""
+    return taken(job_dir, dataset)[0]
+
+
+def taken(job_dir: Path, dataset: str) -> tuple[bytes | None, str | None]:
+    """The FGSM images a job left in its out/, as they are, or None and why the host did
+    not take the file it left (a link, a FIFO, one past ``MAX_TRANSFER_BYTES``, one that
+    ``read`` refuses: a header that lies about its shape would be stored unread, and break
+    every report of the folder that reads it); (None, None) where it left none."""
+    data, problem = jobdir.read_output(job_dir, TRANSFER_FILE, MAX_TRANSFER_BYTES)
     if data is None:
-        return None
+        return None, None if problem == jobdir.absent(TRANSFER_FILE) else problem
     try:
         read(data, dataset)
-    except Refused:
-        return None
-    return data
+    except Refused as exc:
+        return None, str(exc)
+    return data, None
 
 
 def load(path: Path, dataset: str) -> Images:

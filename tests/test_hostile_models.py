@@ -513,5 +513,6 @@ def test_a_containers_hostile_models_are_reasons_on_ok_rows(model_image, beside_
         f"migration.npz is invalid: predictions.npy declares {TERA} int64"), reasons[4]
     liar = next(r for r in records if r.seed == 4)
     assert not store.transfer_path(results, liar.run_id).exists()
+    assert liar.transfer_reason.startswith(f"transfer.npz is invalid: images.npy declares {TERA}x28x28")
     assert len(store.load(results)) == 4
     assert SECRET not in everything_stored(results)

@@ -226,7 +226,24 @@ def test_lying_files_from_a_job_lose_no_row_and_are_not_stored(planted_run):
             f"migration.npz is invalid: predictions.npy declares {TERA} int64"), row.migration_reason
         assert pd.isna(row.migrated_accuracy)
         assert not store.transfer_path(planted_run, row.run_id).exists()
+        assert row.transfer_reason == TRANSFER_REASON           # the row says why
         assert (planted_run / store.JOBS / row.run_id / "result.json").is_file()    # its job's kept
+
+
+def test_the_report_gives_the_rows_reason_for_images_the_host_did_not_take(planted_run, tmp_path):
+    results = tmp_path / "results"
+    shutil.copytree(planted_run, results)
+    first, run_id = store.load(results)["run_id"]     # the latest is the group's entry
+    path = store.transfer_path(results, first)        # some images kept: the matrices are drawn
+    path.parent.mkdir(exist_ok=True)
+    buffer = io.BytesIO()
+    np.savez(buffer, images=np.zeros((2, 28, 28), np.float32), labels=np.zeros(2, np.uint8),
+             epsilon=np.float64(0.1))
+    path.write_bytes(buffer.getvalue())
+    proc = dlbench("report", "--results", results, "--format", "json")
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    cells = json.loads(proc.stdout)["transfer"]
+    assert {c["reason"] for c in cells if c["images_run_id"] == run_id} == {"no FGSM images: " + TRANSFER_REASON}
 
 
 def test_a_report_leaves_out_a_lying_stored_transfer_file_with_a_warning(planted_run, tmp_path):

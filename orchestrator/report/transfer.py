@@ -78,7 +78,8 @@ def matrices(results: Path, rep: compare.Report) -> list[Matrix]:
     for (section, dataset, profile), part in latest.groupby(["section", "dataset", "profile"], sort=True):
         part = part.assign(order=part["group"]).sort_values("order")
         entries = [_entry(results, rep, groups.loc[r.group], r, part) for r in part.itertuples()]
-        loaded = {e.run_id: _images(results, rep, e, dataset) for e in entries}
+        loaded = {e.run_id: _images(results, rep, e, dataset, getattr(r, "transfer_reason", None))
+                  for e, r in zip(entries, part.itertuples())}
         models = {e.run_id: _model(results, e, r.migration_reason)
                   for e, r in zip(entries, part.itertuples())}
         columns = {b.run_id: _column(models[b.run_id], entries, loaded) for b in entries if not b.model_reason}
@@ -118,14 +119,15 @@ def _entry(results: Path, rep: compare.Report, g, row, part: pd.DataFrame) -> En
     return Entry(group=int(row.group), label=" · ".join(label), framework=g.framework, run_id=row.run_id)
 
 
-def _images(results: Path, rep: compare.Report, entry: Entry, dataset: str):
+def _images(results: Path, rep: compare.Report, entry: Entry, dataset: str, refused=None):
     """The entry's checked images (filling its epsilon, count and own FGSM accuracy), or
-    None with ``images_reason`` set."""
+    None with ``images_reason`` set (``refused``: its row's ``transfer_reason``, why the
+    host did not take the file the job left)."""
     path = store.transfer_path(results, entry.run_id)
     rows = rep.robustness
     mine = rows[rows["run_id"] == entry.run_id] if rows is not None and len(rows) else None
     if not path.exists():
-        entry.images_reason = "no FGSM images: " + _why_no_images(mine)
+        entry.images_reason = "no FGSM images: " + (refused if compare.present(refused) else _why_no_images(mine))
         return None
     try:
         found = kept.load(path, dataset)
