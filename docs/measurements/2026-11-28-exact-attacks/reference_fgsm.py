@@ -2,7 +2,7 @@
 the robustness rows' FGSM figures.
 
     .venv/bin/python docs/measurements/2026-11-28-exact-attacks/reference_fgsm.py \
-        MODEL.onnx --data-dir /work/shared/datasets --images 1000 --epsilons 0.1,0.2,0.3
+        MODEL.onnx --data-dir DATA --images 1000 --epsilons 0.1,0.2,0.3
 
 Reads the ONNX model a job exported (the migration check's, pixels in [0, 1] to logits),
 evaluates its graph in float64 with NumPy (its float32 weights widened), differentiates the
