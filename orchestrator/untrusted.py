@@ -32,7 +32,7 @@ Its failure, whatever it is (killed at a limit, onnxruntime's error, a crash), i
 
 How the limits were chosen (``bench/untrusted.py`` measures them, in the child): the
 heaviest real check is the paper profile's CIFAR-10 model, MXNet's ResNet-110, on the 10,000
-test images: 191 s and 227 s of wall-clock time in two runs, 48 s of CPU time, on a 2-core VM
+test images; a graph of its layout with random weights (no trained one is stored) took 191 s and 227 s of wall-clock time in two runs, 48 s of CPU time, on a 2-core VM
 under a load average of 10 and 12 (other jobs running), a peak of 265 MiB resident; the
 stored MNIST models of the paper profile (MXNet's, Caffe's) take 5 to 9 s, 1.6 to 1.9 s of
 CPU and 200 MiB on their 10,000.  Each also passes within 1 GiB of address space (the
