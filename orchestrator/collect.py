@@ -16,7 +16,7 @@ row comes out:
 
 An ok row also holds the migration check's figures: the ONNX model the runner exported,
 run by the host (``migration.evaluate``, before the job is collected), or why there are none;
-its FGSM images for transfer attacks (``transfer.take``) are stored beside it.
+its FGSM images for transfer attacks (``transfer.taken``) are stored beside it.
 """
 
 from __future__ import annotations

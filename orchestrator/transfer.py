@@ -2,7 +2,7 @@
 
 The runner keeps the FGSM images it crafted at ``pgd_epsilon`` as ``transfer.npz`` in the
 job's out/ (the runner's ``robustness.py`` says what it holds).  Once the job has ended the
-host takes the file (``take``: a regular file of at most ``MAX_TRANSFER_BYTES``, read as
+host takes the file (``taken``: a regular file of at most ``MAX_TRANSFER_BYTES``, read as
 any of a job's output, that ``read`` finds valid) and stores it as it is, beside the job's
 row, as ``RESULTS/transfer/<run id>.npz``.  What it holds is checked again where it is used
 (``read``): a results directory is as untrusted as a job's out/.  ``accuracy`` runs an ONNX model
@@ -32,12 +32,6 @@ class Images(NamedTuple):
     images: np.ndarray      # float32 pixels in [0, 1], the data set's layout
     labels: np.ndarray      # their classes
     epsilon: float
-
-
-def take(job_dir: Path, dataset: str) -> bytes | None:
-    """The FGSM images a job left in its out/, as they are; None where it left none, or a
-    file the host does not take (``taken``)."""
-    return taken(job_dir, dataset)[0]
 
 
 def taken(job_dir: Path, dataset: str) -> tuple[bytes | None, str | None]:

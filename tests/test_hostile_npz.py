@@ -171,7 +171,7 @@ def test_a_lying_transfer_file_is_not_taken(tmp_path):
     out = tmp_path / "job" / "out"
     out.mkdir(parents=True)
     (out / "transfer.npz").write_bytes(LYING_TRANSFER)
-    assert transfer.take(tmp_path / "job", "mnist") is None
+    assert transfer.taken(tmp_path / "job", "mnist")[0] is None
     with pytest.raises(migration.Refused) as refused:
         transfer.read(LYING_TRANSFER, "mnist")
     assert str(refused.value) == TRANSFER_REASON

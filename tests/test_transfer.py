@@ -182,15 +182,15 @@ def test_the_host_takes_no_link_and_no_file_past_the_cap(tmp_path, monkeypatch):
     secret.write_bytes(npz(**GOOD))
     assert transfer.taken(tmp_path / "job", "mnist") == (None, None)      # none left
     (out / "transfer.npz").symlink_to(secret)
-    assert transfer.take(tmp_path / "job", "mnist") is None
+    assert transfer.taken(tmp_path / "job", "mnist")[0] is None
     assert transfer.taken(tmp_path / "job", "mnist") == (None, "transfer.npz is not a regular file "
                                                               "(a symbolic link)")
     (out / "transfer.npz").unlink()
     (out / "transfer.npz").write_bytes(npz(**GOOD))
-    assert transfer.take(tmp_path / "job", "mnist") == npz(**GOOD)
+    assert transfer.taken(tmp_path / "job", "mnist")[0] == npz(**GOOD)
     assert transfer.taken(tmp_path / "job", "mnist") == (npz(**GOOD), None)
     monkeypatch.setattr(transfer, "MAX_TRANSFER_BYTES", len(npz(**GOOD)) - 1)
-    assert transfer.take(tmp_path / "job", "mnist") is None
+    assert transfer.taken(tmp_path / "job", "mnist")[0] is None
     _, why = transfer.taken(tmp_path / "job", "mnist")
     assert why == f"transfer.npz is {len(npz(**GOOD))} bytes (limit {len(npz(**GOOD)) - 1})"
 
