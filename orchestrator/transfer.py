@@ -5,7 +5,7 @@ job's out/ (the runner's ``robustness.py`` says what it holds).  Once the job ha
 host takes the file (``taken``: a regular file of at most ``MAX_TRANSFER_BYTES``, read as
 any of a job's output, that ``read`` finds valid) and stores it as it is, beside the job's
 row, as ``RESULTS/transfer/<run id>.npz``.  What it holds is checked again where it is used
-(``read``): a results directory is as untrusted as a job's out/.  ``accuracy`` runs an ONNX model
+(``read``): a results directory is as untrusted as a job's out/.  ``accuracies`` runs an ONNX model
 (``RESULTS/models/<run id>.onnx``) on such images, as an untrusted program in a child
 process (``untrusted``); the report builds its matrices of them.
 """
@@ -103,19 +103,11 @@ def read(data: bytes, dataset: str) -> Images:
     return Images(images, labels, float(epsilon))
 
 
-def accuracy(model: bytes, found: Images) -> float:
-    """The fraction of the images the ONNX model classifies as their labels (onnxruntime's
-    CPU provider, in a child process within the host's limits: ``untrusted``); ``Refused``
-    with the reason where it cannot run the model."""
-    value, = accuracies(model, [found])
-    if isinstance(value, Refused):
-        raise value
-    return value
-
-
 def accuracies(model: bytes, sets: list[Images]) -> list[float | Refused]:
-    """``accuracy`` on each set of images, the model loaded once in one child process
-    (a report's column of a matrix); a set it cannot run has its ``Refused``."""
+    """The fraction of each set's images the ONNX model classifies as their labels
+    (onnxruntime's CPU provider, the model loaded once in a child process within the host's
+    limits: ``untrusted``; a report's column of a matrix); a set it cannot run has the
+    ``Refused`` that says why."""
     found = untrusted.classify(model, [images.images for images in sets])
     return [result if isinstance(result, Refused) else float(np.mean(result[0] == images.labels))
             for result, images in zip(found, sets)]

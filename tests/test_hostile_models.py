@@ -236,11 +236,11 @@ def test_the_transfer_matrix_runs_stored_models_within_the_same_limits(monkeypat
     images = transfer.Images(np.zeros((5, 28, 28), np.float32), np.zeros(5, np.int64), 0.1)
     found = transfer.accuracies(endless_loop(), [images, images])
     assert [str(f) for f in found] == ["the ONNX model ran past the host's limit of 2 s and was stopped"] * 2
-    with pytest.raises(untrusted.Refused, match="stored as external data"):
-        transfer.accuracy(secret_initializer("secret.txt"), images)
-    assert transfer.accuracy(_model([helper.make_node("Cast", ["v"], ["vector"], to=TensorProto.FLOAT)],
-                                    [helper.make_tensor("v", TensorProto.FLOAT, [10], [1.0] + [0.0] * 9)]),
-                             images) == 1.0        # class 0, the labels'
+    refused, = transfer.accuracies(secret_initializer("secret.txt"), [images])
+    assert isinstance(refused, untrusted.Refused) and "stored as external data" in str(refused)
+    assert transfer.accuracies(_model([helper.make_node("Cast", ["v"], ["vector"], to=TensorProto.FLOAT)],
+                                      [helper.make_tensor("v", TensorProto.FLOAT, [10], [1.0] + [0.0] * 9)]),
+                               [images]) == [1.0]        # class 0, the labels'
 
 
 def test_a_check_is_stopped_when_the_run_is_cancelled():
