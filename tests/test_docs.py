@@ -5,10 +5,13 @@ from the rows committed beside it, so a table whose rows are missing fails the b
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
 
+import markdown
+import yaml
 from conftest import REPO
 
 from orchestrator import schema
@@ -43,3 +46,31 @@ def test_a_table_whose_rows_are_missing_fails_the_build(tmp_path):
     proc = mkdocs(tmp_path / "mkdocs.yml", tmp_path / "site")
     assert proc.returncode != 0
     assert "the rows behind this table are missing" in proc.stderr
+
+
+LIST_LINE = re.compile(r"\n\s*(?:[-*+]|\d+\.) \S")      # a list item's first line
+
+
+def lists_read_as_text(text: str) -> list[str]:
+    """The paragraphs of a page, rendered with the site's Markdown extensions, that hold a
+    list item's line: a list without a blank line before it, which Python-Markdown (unlike
+    GitHub) reads as running text and ``--strict`` lets pass."""
+    config = yaml.safe_load((REPO / "mkdocs.yml").read_text())
+    extensions = [e if isinstance(e, str) else next(iter(e)) for e in config["markdown_extensions"]]
+    html = markdown.markdown(text, extensions=extensions)
+    return [p for p in re.findall(r"<p>(.*?)</p>", html, re.S) if LIST_LINE.search(p)]
+
+
+def test_every_list_in_the_docs_and_the_readme_renders_as_a_list():
+    pages = sorted((REPO / "docs").rglob("*.md")) + [REPO / "README.md"]
+    assert len(pages) > 20
+    found = {str(page.relative_to(REPO)): text for page in pages
+             for text in lists_read_as_text(page.read_text())}
+    assert not found, f"a list needs a blank line before it: {found}"
+
+
+def test_the_list_check_finds_a_list_that_follows_a_paragraph():
+    assert lists_read_as_text("How it differs:\n- one\n- two\n")
+    assert lists_read_as_text("Steps:\n1. one\n2. two\n")
+    assert not lists_read_as_text("How it differs:\n\n- one\n- two\n")
+    assert not lists_read_as_text("## Heading\n- one\n")
