@@ -34,7 +34,7 @@ from test_report import records, runner_rows, sample, with_traces
 CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
 pytestmark = pytest.mark.skipif(
     not (CHROMIUM and CHROMEDRIVER),
-    reason="needs a headless browser: Debian's chromium and chromium-driver (scripts/setup installs them)")
+    reason="needs a headless browser: Debian's chromium and chromium-driver (scripts/setup --dev installs them)")
 MEASUREMENTS = REPO / "docs" / "measurements"
 # the committed rows the page is made of (the counts below are of these; more may be committed)
 MEASURED = ("2026-11-25-torch7-test-pass", "2026-11-26-pytorch-mnist-h200", "2026-11-26-quick")

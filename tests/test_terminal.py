@@ -20,7 +20,7 @@ TORCH7 = REPO / "docs" / "measurements" / "2026-11-25-torch7-test-pass"
 WIDTH = 80
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None,
-                                reason="tmux is not installed (scripts/setup installs it)")
+                                reason="tmux is not installed (scripts/setup --dev installs it)")
 
 
 def pane(*args: str) -> list[str]:
