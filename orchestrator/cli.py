@@ -13,7 +13,9 @@ import typer
 from typer.exceptions import TyperException
 from rich.console import Console
 
-from . import __version__, build, build_progress, cache, catalog, datasets, execute, store
+# store (pyarrow) and execute (the Docker SDK, the job loop) are imported by the commands that
+# use them: dlbench --help and the commands that read no rows start without them
+from . import __version__, build, build_progress, cache, catalog, datasets
 from . import options as options_
 from .options import RunOptions, names as _names
 from .interrupts import interrupted, received
@@ -153,6 +155,7 @@ def build_images(frameworks: Frameworks = None, base: BaseOpt = BaseSource["auto
 
 
 def _slurm_task(plan_file, plan_index, results, verbose):
+    from . import store
     from .schedulers import slurm
     from .display import RichDisplay
 
@@ -257,6 +260,7 @@ def run(frameworks: Frameworks = None,
         plan_index: Annotated[Optional[int], typer.Option(hidden=True)] = None,
         verbose: Verbose = False):
     """Run the benchmark jobs, building missing images first; rows go to the results directory."""
+    from . import execute
     from .display import RichDisplay
 
     if plan_file is not None:       # one task of a Slurm array, on its node
@@ -347,7 +351,7 @@ def tune(frameworks: Annotated[str, typer.Option(help="The framework to tune (on
          qos: Annotated[Optional[str], typer.Option(help="Slurm QOS.")] = None,
          verbose: Verbose = False):
     """Search a framework's configuration for the fastest training that keeps its accuracy."""
-    from . import tune as tune_
+    from . import execute, store, tune as tune_
     from .display import RichDisplay
 
     framework, dataset = _names(frameworks) or [], _names(datasets_) or []
@@ -383,6 +387,7 @@ def tune(frameworks: Annotated[str, typer.Option(help="The framework to tune (on
 
 def _estimate(jobs, results: Path | None) -> None:
     """--dry-run's last line: the plan's time on this machine (report/estimate.py)."""
+    from . import store
     from .report import estimate
 
     try:
@@ -432,6 +437,7 @@ def results(results: ResultsOpt = None,
             where: WhereOpt = [], framework: FrameworkFilter = None, dataset: DatasetFilter = None,
             columns: ColumnsOpt = None, wide: WideOpt = False):
     """Show the stored runs."""
+    from . import store
     from .report import load, select      # pandas: loaded by the commands that show rows only
     from .report.text import results_text
 
@@ -446,6 +452,7 @@ def _write(text: str) -> None:
 @app.command()
 def status(results: ResultsOpt = None):
     """A Slurm campaign's jobs by state: queued, running, stored ok, failed..."""
+    from . import store
     from .schedulers import slurm
 
     target = store.results_dir(results)
@@ -462,6 +469,8 @@ def status(results: ResultsOpt = None):
 def compact(results: ResultsOpt = None):
     """Merge a results directory's many small files (one a job) into one for rows, one for
     traces and one for robustness: reading and reporting become fast; nothing is lost."""
+    from . import store
+
     target = store.results_dir(results)
     out.print(f"{target}: merged {store.counted(store.compact(target))}", highlight=False)
 
@@ -470,6 +479,8 @@ def compact(results: ResultsOpt = None):
 def recover(results: ResultsOpt = None):
     """Store the rows a run could not write (a full or read-only disk) and kept aside
     in RESULTS/_rescued/."""
+    from . import store
+
     target = store.results_dir(results)
     count, problems = store.recover(target)
     for line in problems:
@@ -483,6 +494,8 @@ def recover(results: ResultsOpt = None):
 def upgrade(results: ResultsOpt = None):
     """Rewrite a results directory's older files in the current layout and schema, so that
     any Parquet reader reads RESULTS/runs whole; nothing is lost."""
+    from . import store
+
     target = store.results_dir(results)
     out.print(f"{target}: upgraded {store.counted(store.migrate(target))} to schema version "
               f"{store.SCHEMA_VERSION}", highlight=False)
@@ -510,14 +523,21 @@ def report_(results: ResultsOpt = None,
             data_dir: Annotated[Optional[Path], typer.Option(
                 "--data-dir", help="Local copy of the data sets, for the fair runs' reference "
                                    "training (default: $DLBENCH_DATA_DIR, else the user cache; "
-                                   "never downloaded).")] = None):
+                                   "never downloaded).")] = None,
+            target: Annotated[Optional[str], typer.Option(
+                "--target", metavar="T", help="Time to accuracy: the training accuracy to reach, a "
+                "fraction (0.99) or a percent (99%) (default: each model's, docs/reports.md).")] = None,
+            explain: Annotated[bool, typer.Option(
+                "--explain", help="Print the rules behind the verdicts, spans, statistics and "
+                                  "disturbed runs after the tables.")] = False):
     """Compare the stored runs with the published GTDLBench numbers: statistics, verdicts, plots."""
-    from . import report
+    from . import report, store
 
+    goal = report.tta.parse_target(target)
     text, page = report.make_report(
         store.results_dir(results), format and format.value, html, tolerance, _screen(),
         out.color_system, report.select.conditions(where, framework, dataset), _names(columns),
-        wide, exclude_disturbed, data_dir=data_dir)
+        wide, exclude_disturbed, data_dir=data_dir, target=goal, explain=explain)
     if text is not None:
         _write(text)
     if page is not None:
@@ -557,6 +577,7 @@ def compare_(a: Annotated[str, typer.Argument(
              columns: ColumnsOpt = None, wide: WideOpt = False, exclude_disturbed: DisturbedOpt = False):
     """Compare two sets of runs group by group: medians, B ÷ A with its confidence interval,
     a significance test and a verdict."""
+    from . import store
     from .report import ab, select, text
 
     chosen, slowdown = select.conditions(where, framework, dataset), ab.threshold(fail_on_slowdown)
@@ -609,6 +630,7 @@ def doctor(data_dir: DataOpt = None, results: ResultsOpt = None, sources_dir: So
                "--format", help="table, or json: a list of {name, status, detail}.")] = DoctorFormat.table):
     """Check Docker, images, GPUs, data sets, sources, disk and what makes timings unstable;
     exit 1 on a failure."""
+    from . import store
     from .doctor import FAIL, checks
 
     found = list(checks(data_dir, store.results_dir(results), sources_dir))

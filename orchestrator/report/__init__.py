@@ -7,25 +7,45 @@ from pathlib import Path
 
 from .. import datasets, store
 from ..errors import StoreError, UsageError
-from . import compare, correlations, reference_rows, select, text, transfer, verification
+from . import compare, correlations, reference_rows, select, text, transfer, tta, verification
 
 
 def make_report(results: Path, fmt: str | None, html_dir: Path | None, tolerance: float | None = None,
                 width: int | None = 80, color_system: str | None = None,
                 where: list[select.Condition] = (), columns: list[str] | None = None,
                 wide: bool = False, exclude_disturbed: bool = False,
-                reference: Path | None = None, data_dir: Path | None = None) -> tuple[str | None, Path | None]:
+                reference: Path | None = None, data_dir: Path | None = None,
+                target: float | None = None, explain: bool = False) -> tuple[str | None, Path | None]:
     """The whole `dlbench report`: load, choose, compare, render; returns (text, page written).
     ``width`` None draws for a file or a pipe (tables whole, nothing wrapped).  Quick groups
     are held against the reference rows (``reference_rows.LOCATION`` unless ``reference``).
     Fair runs' step losses are held against a reference training on the data sets of
-    ``data_dir`` (``datasets.default_root``; never downloaded here)."""
+    ``data_dir`` (``datasets.default_root``; never downloaded here).  Times to accuracy are
+    to ``target`` (a fraction), else to each model's default (tta.py)."""
+    rep = build_report(results, tolerance, where, exclude_disturbed, reference, data_dir, target,
+                       traces=html_dir is not None)     # only the page plots the traces
+    page = None
+    if html_dir is not None:
+        from . import html     # plotly: imported only for the page
+        page = html.write_page(rep, html_dir)
+    rendered = None
+    if fmt is not None or html_dir is None:
+        rendered = text.render_report(rep, fmt or "table", width, color_system, columns, wide, explain)
+    return rendered, page
+
+
+def build_report(results: Path, tolerance: float | None = None, where: list[select.Condition] = (),
+                 exclude_disturbed: bool = False, reference: Path | None = None,
+                 data_dir: Path | None = None, target: float | None = None,
+                 traces: bool = False) -> compare.Report:
+    """The report of the stored rows of ``results`` that meet ``where``, with everything
+    that the text and the page show (``traces``: the resource samples too)."""
     tolerance = compare.TOLERANCE_POINTS if tolerance is None else tolerance
     if not 0 <= tolerance <= 100:
         raise UsageError(f"--tolerance {tolerance:g}: a tolerance is 0 points or more, at most 100")
     frame = load(results, where)
-    traces = store.load_traces(results) if html_dir is not None else None   # only the page plots them
-    rep = compare.build(frame, traces, tolerance, exclude_disturbed=exclude_disturbed)
+    rep = compare.build(frame, store.load_traces(results) if traces else None, tolerance,
+                        exclude_disturbed=exclude_disturbed)
     rep.against_reference = reference_rows.judge(rep, reference)
     rep.robustness = store.load_robustness(results, rep.rows["run_id"])
     rep.transfer = transfer.matrices(results, rep)
@@ -34,14 +54,8 @@ def make_report(results: Path, fmt: str | None, html_dir: Path | None, tolerance
         rep.steps = store.load_steps(results, rep.rows["run_id"])
         rep.ops = store.load_ops(results, rep.rows["run_id"])
         rep.fair_reference = verification.references(rep.rows, rep.steps, datasets.default_root(data_dir)[0])
-    page = None
-    if html_dir is not None:
-        from . import html     # plotly: imported only for the page
-        page = html.write_page(rep, html_dir)
-    rendered = None
-    if fmt is not None or html_dir is None:
-        rendered = text.render_report(rep, fmt or "table", width, color_system, columns, wide)
-    return rendered, page
+    rep.time_to_accuracy = tta.runs(rep, target)
+    return rep
 
 
 def load(results: Path, where: list[select.Condition] = ()):

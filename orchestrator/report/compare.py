@@ -167,6 +167,9 @@ class Report:
     # the fair runs' first step losses against the NumPy reference training
     # (verification.references), likewise
     fair_reference: pd.DataFrame | None = None
+    # each ok run's time to its target accuracy (report/tta.py: tta.runs); set by
+    # report.make_report, None where not computed
+    time_to_accuracy: pd.DataFrame | None = None
 
     def notes(self) -> list[str]:
         """The report's rules, printed with it."""
@@ -205,7 +208,13 @@ class Report:
             noise.RULE + (f" {self.disturbed_left_out} disturbed run(s) left out here."
                           if self.disturbed_left_out else ""),
         ] + (self.against_reference.notes() if self.against_reference is not None
-             and len(self.against_reference.groups) else [])
+             and len(self.against_reference.groups) else []) + (
+            [_tta_rule()] if self.time_to_accuracy is not None and len(self.time_to_accuracy) else [])
+
+
+def _tta_rule() -> str:
+    from .tta import RULE       # tta reads this module
+    return RULE
 
 
 def build(frame: pd.DataFrame, traces: pd.DataFrame | None = None,

@@ -7,8 +7,11 @@ names: "standard", "256", "truecolor"; None for plain text).
 A table for a terminal fits its width: a column wraps only between words, so a number is
 never cut; where the columns do not fit even so, those of the view's ``drop`` list are left
 out in its order (a line under the table names them), unless ``columns`` chose them
-(``--columns``) or ``wide`` asked for every one (``--wide``).  In a file or a pipe every
-table is drawn whole, however wide, and no line is wrapped.
+(``--columns``) or ``wide`` asked for every one (``--wide``); where even that is too wide,
+each row is drawn as a block of its own, a line per column (heading, value), never wider
+than the terminal.  A reason that a verdict column repeats is shown once, under the table,
+as a numbered footnote.  In a file or a pipe every table is drawn whole, however wide, and
+no line is wrapped.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from rich.table import Table
 
 from ..display import shown
 from ..errors import UsageError
-from . import ab, compare, reference_rows, verification
+from . import ab, compare, reference_rows, tta, verification
 from .views import (COMPARISON_KEYS, REPORT_KEYS, View, comparison_view, correlation_records,
                     correlation_views, fair_views, reference_lines, robustness_records, robustness_views, runs_view,
                     section_views, transfer_records, transfer_views)
@@ -103,10 +106,15 @@ def _console(width: int | None, color_system: str | None) -> Console:
 
 
 def draw(console: Console, view: View, fit: bool, drop: bool = True) -> None:
-    """A view as a table: fitted to the console (``fit``, leaving out the view's ``drop``
-    columns where it must and ``drop`` allows) or whole."""
-    whole, left_out, widths = view, [], None
+    """A view as a table: fitted to the console (``fit``: repeated verdict reasons as
+    footnotes, leaving out the view's ``drop`` columns where it must and ``drop`` allows,
+    else a block per row) or whole."""
+    whole, left_out, widths, notes = view, [], None, []
     if fit:
+        view, notes = footnoted(view)
+        whole = view
+        if _widths(view, console.width) is None:
+            view = lifted(view)
         for key in [None] + ([k for k in view.drop if k in view.keys] if drop else []):
             if key is not None:
                 left_out.append(view.columns[view.keys.index(key)])
@@ -114,6 +122,10 @@ def draw(console: Console, view: View, fit: bool, drop: bool = True) -> None:
             widths = _widths(view, console.width)
             if widths is not None:
                 break
+        if widths is None:
+            _blocks(console, whole)
+            _footnotes(console, notes)
+            return
     if widths is None:                   # whole, however wide
         view, left_out, widths = whole, [], _widths(whole, None)
     table = _table(view, widths)
@@ -126,6 +138,78 @@ def draw(console: Console, view: View, fit: bool, drop: bool = True) -> None:
     if left_out:
         console.print(f"[dim]left out to fit {width} columns: {escape(', '.join(left_out))} "
                       "(--wide shows every column, --columns chooses)[/dim]")
+    _footnotes(console, notes)
+
+
+def lifted(view: View) -> View:
+    """The view without the columns that hold one value in every row (of two rows or
+    more): a value is named once in the title instead ("every row: data mnist"), a column
+    empty in every row ("-") is left out."""
+    if len(view.rows) < 2:
+        return view
+    same = [i for i in range(len(view.columns)) if len({row[i] for row in view.rows}) == 1]
+    if not same or len(same) == len(view.columns):
+        return view
+    named = [f"{view.columns[i]} {view.rows[0][i]}" for i in same if view.rows[0][i] not in ("", "-")]
+    kept = dataclasses.replace(view, title=view.title + (f" (every row: {', '.join(named)})"
+                                                         if named else ""))
+    return kept.only([k for i, k in enumerate(view.keys) if i not in same])
+
+
+FOOTNOTE_AFTER = 2      # a reason shown this many times in a column or more becomes a footnote
+
+
+def footnoted(view: View) -> tuple[View, list[str]]:
+    """The view with each reason that its verdict columns repeat (the text after a
+    verdict's "kind: ") replaced by a footnote's number, and the footnotes in order."""
+    counts: dict[str, int] = {}
+    for row in view.rows:
+        for i in view.verdicts:
+            kind, _, reason = row[i].partition(": ")
+            if reason:
+                counts[reason] = counts.get(reason, 0) + 1
+    notes = [reason for reason, n in counts.items() if n >= FOOTNOTE_AFTER]
+    if not notes:
+        return view, []
+    number = {reason: n for n, reason in enumerate(notes, 1)}
+    rows = []
+    for row in view.rows:
+        row = list(row)
+        for i in view.verdicts:
+            kind, _, reason = row[i].partition(": ")
+            if reason in number:
+                row[i] = f"{kind} [{number[reason]}]"
+        rows.append(row)
+    return dataclasses.replace(view, rows=rows), notes
+
+
+def _footnotes(console: Console, notes: list[str]) -> None:
+    if not notes:
+        return
+    grid = Table.grid(padding=(0, 1))
+    grid.add_column(no_wrap=True, justify="right")
+    grid.add_column(ratio=1)
+    for n, reason in enumerate(notes, 1):
+        grid.add_row(f"[{n}]", shown(reason))
+    console.print(grid)
+
+
+def _blocks(console: Console, view: View) -> None:
+    """A view too wide for the console even without its ``drop`` columns: its title, then
+    each row as a block of lines, a column's heading beside its value (wrapped between
+    words); empty cells ("-", "") are left out."""
+    console.print(f"[italic]{escape(view.title)}[/italic]")
+    rendered = [[_cell(view, row, i) for i in range(len(row))] for row in view.rows]
+    for n, (row, cells) in enumerate(zip(view.rows, rendered)):
+        grid = Table.grid(padding=(0, 1))
+        grid.add_column(no_wrap=False, max_width=max(8, console.width // 3), style="bold")
+        grid.add_column(ratio=1)
+        for i, heading in enumerate(view.columns):
+            if row[i] not in ("", "-"):
+                grid.add_row(escape(heading), cells[i])
+        console.print(("\n" if n else "") + f"[dim]({n + 1} of {len(view.rows)})[/dim]")
+        console.print(grid)
+    console.print()
 
 
 def _widths(view: View, width: int | None) -> list[int] | None:
@@ -164,10 +248,16 @@ def _table(view: View, widths: list[int]) -> Table:
         table.add_column(escape(heading), justify="right" if i in view.numeric else "left",
                          width=width)
     for row in view.rows:
-        table.add_row(*(_coloured(row[i]) if i in view.verdicts else
-                        _status(row[i]) if view.keys[i:i + 1] == ["status"] else shown(row[i])
-                        for i in range(len(row))))
+        table.add_row(*(_cell(view, row, i) for i in range(len(row))))
     return table
+
+
+def _cell(view: View, row: list[str], i: int) -> str:
+    """A cell as rich markup: a verdict coloured, a status not ok in red, anything else as
+    it is."""
+    if i in view.verdicts:
+        return _coloured(row[i])
+    return _status(row[i]) if view.keys[i:i + 1] == ["status"] else shown(row[i])
 
 
 def _status(status: str) -> str:
@@ -177,8 +267,9 @@ def _status(status: str) -> str:
 # --- the comparison report ---
 
 def report_table(rep: compare.Report, width: int | None = 80, color_system: str | None = None,
-                 columns: list[str] | None = None, wide: bool = False) -> str:
-    """The report's tables for the terminal (fitted to ``width``) or a file (whole)."""
+                 columns: list[str] | None = None, wide: bool = False, explain: bool = False) -> str:
+    """The report's tables for the terminal (fitted to ``width``) or a file (whole); the
+    rules behind them (``rep.notes()``) with ``explain``, else a line that says how."""
     if columns is not None:
         check_columns(columns, REPORT_KEYS)
     console = _console(width, color_system)
@@ -193,17 +284,23 @@ def report_table(rep: compare.Report, width: int | None = 80, color_system: str 
                     continue
             draw(console, view, fit=width is not None and not wide, drop=columns is None)
         if columns is None:
-            for view in (robustness_views(rep, section) + transfer_views(rep, section)
-                         + correlation_views(rep, section) + fair_views(rep, section)):
+            for view in (tta.views(rep, section) + robustness_views(rep, section)
+                         + transfer_views(rep, section) + correlation_views(rep, section)
+                         + fair_views(rep, section)):
                 draw(console, view, fit=width is not None and not wide)
         heading, lines = reference_lines(rep, section)
         if lines and columns is None:
             console.print(f"\n[bold]{escape(heading)}[/bold]")
             for line in lines:
                 console.print(f"- {line}", markup=False)
-    for note in rep.notes():
+    if not explain:
+        console.print(f"\n[dim]{EXPLAIN_LINE}[/dim]")
+    for note in rep.notes() if explain else []:
         console.print(f"- {note}", markup=False)
     return console.file.getvalue()
+
+
+EXPLAIN_LINE = "How verdicts, spans, statistics and disturbed runs are decided: dlbench report --explain"
 
 
 def _coloured(verdict: str) -> str:
@@ -216,9 +313,9 @@ def report_markdown(rep: compare.Report) -> str:
              f"{len(rep.rows)} stored run(s) on {len(rep.sections)} machine(s) / schema version(s).", ""]
     for section in rep.sections:
         lines += [f"## Rows from {md_text(section.title)}", ""]
-        for view in (section_views(rep, section) + robustness_views(rep, section)
-                     + transfer_views(rep, section) + correlation_views(rep, section)
-                     + fair_views(rep, section)):
+        for view in (section_views(rep, section) + tta.views(rep, section)
+                     + robustness_views(rep, section) + transfer_views(rep, section)
+                     + correlation_views(rep, section) + fair_views(rep, section)):
             lines += [f"### {md_text(view.title)}", "", _md_row(view.columns),
                       "|" + "|".join("---:" if i in view.numeric else "---"
                                      for i in range(len(view.columns))) + "|"]
@@ -270,6 +367,11 @@ LISTS = ["framework_versions", "accuracy_caveats", "ratio_caveats"]   # "; "-joi
 #      flops, forward_s, backward_s, step_s: report/verification.op_times); and "reference"
 #      (section, dataset, framework, ties, runs, steps, difference, tolerance, within, reason:
 #      report/verification.references).
+#      Added later too, likewise: "time_to_accuracy", present only where ok runs have
+#      per-epoch accuracies: one record per group (report/tta.groups: section, group,
+#      framework, dataset, model, device, profile, settings, target_pct, runs, reached,
+#      epoch_median, time_s_median/_min/_max, best_accuracy_pct, epochs_max); and each
+#      group's tta_target_pct, tta_reached, tta_epoch_median, tta_time_s_median/_min/_max.
 JSON_FORMAT_VERSION = 3
 # the quick groups' columns against the reference rows, as the CSV and JSON name them
 REFERENCE_COLUMNS = {"verdict": "reference_verdict", "reference_accuracy_pct": "reference_accuracy_pct",
@@ -277,6 +379,10 @@ REFERENCE_COLUMNS = {"verdict": "reference_verdict", "reference_accuracy_pct": "
                      "tolerance_points": "reference_tolerance_points",
                      "reference_train_time_s": "reference_train_time_s",
                      "speed_ratio": "reference_speed_ratio", "reference_runs": "reference_runs"}
+
+
+# a group's time to accuracy in the CSV and the JSON groups, prefixed tta_ (report/tta.py)
+TTA_COLUMNS = ["target_pct", "reached", "epoch_median", "time_s_median", "time_s_min", "time_s_max"]
 
 
 def report_frame(rep: compare.Report, join_lists: bool = True) -> pd.DataFrame:
@@ -289,6 +395,10 @@ def report_frame(rep: compare.Report, join_lists: bool = True) -> pd.DataFrame:
         frame = frame.assign(**{c: frame[c].map("; ".join) for c in LISTS})
     if len(machines):
         frame = machines.merge(frame, on="section")
+    found = tta.groups(rep)
+    if len(found):          # each group's time to accuracy, as tta_* columns
+        frame = frame.merge(found[["group", *TTA_COLUMNS]].rename(
+            columns={c: f"tta_{c}" for c in TTA_COLUMNS}), on="group", how="left")
     return frame.assign(tolerance_points=rep.tolerance, ratio_tolerance_factor=rep.ratio_tolerance)
 
 
@@ -312,6 +422,9 @@ def report_json(rep: compare.Report) -> str:
     found = correlation_records(rep)
     if found:
         document["correlations"] = found
+    found = tta.records(rep)
+    if found:
+        document["time_to_accuracy"] = found
     if len(verification.fair_rows(rep.rows)):
         document["fair"] = verification.records(rep.rows, rep.steps, rep.ops, rep.fair_reference)
     judgement = rep.against_reference
@@ -343,15 +456,16 @@ def _csv(rep: compare.Report) -> str:
 
 def render_report(rep: compare.Report, fmt: str, width: int | None = 80,
                   color_system: str | None = None, columns: list[str] | None = None,
-                  wide: bool = False) -> str:
-    """The report as terminal tables (fmt 'table'), Markdown, CSV or JSON text."""
+                  wide: bool = False, explain: bool = False) -> str:
+    """The report as terminal tables (fmt 'table'; its rules with ``explain``), Markdown,
+    CSV or JSON text (always with the rules)."""
     if fmt == "md":
         return report_markdown(rep)
     if fmt == "csv":
         return _csv(rep)
     if fmt == "json":
         return report_json(rep)
-    return report_table(rep, width, color_system, columns, wide)
+    return report_table(rep, width, color_system, columns, wide, explain)
 
 
 # --- two sets of runs (`dlbench compare`) ---
