@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import pandas as pd
 
@@ -64,7 +65,7 @@ def reference_lines(rep: compare.Report, section: compare.Section) -> tuple[str,
         return "", []
     lines = []
     for g in groups.itertuples():
-        text = f"{g.framework} {g.dataset} {g.device}, {g.settings}: {g.verdict}"
+        text = rounded(f"{g.framework} {g.dataset} {g.device}, {g.settings}: {g.verdict}")
         if compare.present(g.diff_points):
             text += (f", {_pct(g.accuracy_pct)}% against {_pct(g.reference_accuracy_pct)}% "
                      f"({g.diff_points:+.2f} points, within {g.tolerance_points:g} expected)")
@@ -82,8 +83,21 @@ def reference_lines(rep: compare.Report, section: compare.Section) -> tuple[str,
 
 
 def _setting_cells(g) -> list[str]:
-    return [g.framework, g.dataset, g.device, g.profile, g.settings,
+    return [g.framework, g.dataset, g.device, g.profile, rounded(g.settings),
             "-" if pd.isna(g.threads) else str(g.threads)]
+
+
+# A number written with more decimals than a reader compares (a tuned learning rate:
+# 0.006750312521595928), and the significant digits it is shown with.
+LONG_NUMBER = re.compile(r"(?<![\w.])\d+\.\d{5,}(?:e[-+]?\d+)?(?![\w.])")
+SIGNIFICANT = 4
+
+
+def rounded(text: str) -> str:
+    """Settings (and the verdicts that name them) as shown: each number of five decimals or
+    more to ``SIGNIFICANT`` significant digits; the stored rows, the CSV and the JSON keep
+    every digit."""
+    return LONG_NUMBER.sub(lambda m: f"{float(m.group()):.{SIGNIFICANT}g}", str(text))
 
 
 SETTING_KEYS = ["framework", "data", "device", "profile", "settings", "threads"]
@@ -202,7 +216,7 @@ def robustness_views(rep: compare.Report, section: compare.Section) -> list[View
             share = vanished_share(same)
             if "migration_reason" in mine:
                 reasons |= {f"ONNX: {r}" for r in mine["migration_reason"].dropna()}
-            cells.append([g.framework, g.device, g.profile, g.settings, str(same["run_id"].nunique()),
+            cells.append([g.framework, g.device, g.profile, rounded(g.settings), str(same["run_id"].nunique()),
                           "/".join(str(n) for n in sorted(set(same["images"])))]
                          + [accuracy.get(pair, "") for pair in attacks]
                          + [_pct(100 * migrated.median()) if len(migrated) else "-",
@@ -344,7 +358,7 @@ def fair_views(rep: compare.Report, section: compare.Section) -> list[View]:
             "each framework's own default model); × is the median training time over the "
             "fastest framework's",
             ["data", "settings", "threads", "framework", "runs", "train s", "img/s", "×"],
-            [[r.dataset, r.settings, _num(r.threads, str), r.framework, str(r.runs),
+            [[r.dataset, rounded(r.settings), _num(r.threads, str), r.framework, str(r.runs),
               _seconds(r.train_time_s), _num(r.images_per_s, lambda v: f"{v:,.0f}"), f"{r.ratio:.2f}"]
              for r in found.itertuples()], numeric={2, 4, 5, 6, 7}, wrap={1},
             keys=["data", "settings", "threads", "framework", "runs", "train", "images_per_s", "ratio"],
@@ -475,9 +489,9 @@ def _against_paper(groups: pd.DataFrame) -> View:
     for g in groups.itertuples():
         train = "paper_train_time_s" if g.train_time_span == compare.PAPER_SPAN else "train_time_s"
         test = "paper_test_time_s" if g.test_time_span == compare.PAPER_SPAN else "test_time_s"
-        rows.append([g.framework, g.dataset, g.device, g.profile, g.settings] + [
+        rows.append([g.framework, g.dataset, g.device, g.profile, rounded(g.settings)] + [
             _num(g.accuracy_pct_median, _pct), _num(g.published_accuracy_pct, _pct),
-            _num(g.accuracy_diff_points, lambda v: f"{v:+.2f}"), g.accuracy_verdict,
+            _num(g.accuracy_diff_points, lambda v: f"{v:+.2f}"), rounded(g.accuracy_verdict),
             _caveats(g.accuracy_caveats),
             _num(getattr(g, f"{train}_median"), _seconds), _num(g.published_train_time_s, _published),
             _num(getattr(g, f"{test}_median"), _seconds),
@@ -509,7 +523,7 @@ def _ratios(groups: pd.DataFrame) -> View:
                         _num(g.published_train_time_ratio, _ratio), _num(g.ratio_vs_published, _ratio)]
         else:
             measured = ["-"] * 5
-        rows.append(_setting_cells(g) + measured + [g.ratio_verdict, _caveats(g.ratio_caveats)])
+        rows.append(_setting_cells(g) + measured + [rounded(g.ratio_verdict), _caveats(g.ratio_caveats)])
     return View("Training-time ratios: times differ across machines, ratios compare", columns, rows,
                 numeric={7, 8, 9, 10}, verdicts={11}, wrap={4, 11, 12}, keys=RATIO_KEYS,
                 drop=RATIO_DROP)
@@ -618,7 +632,7 @@ def comparison_view(cmp) -> View:
     for g in cmp.groups.itertuples():
         threads = _pair_of(g.a_split, g.b_split, "threads")
         across = "".join(f"; {k} {_pair_of(g.a_split, g.b_split, k)}" for k in cmp.across)
-        group = f"{g.framework} {g.dataset} {g.device} {g.profile}, {g.settings}{across}, " + (
+        group = f"{g.framework} {g.dataset} {g.device} {g.profile}, {rounded(g.settings)}{across}, " + (
             f"threads {threads}" if "/" in threads else f"{threads} threads")
         ratio = "-" if not compare.present(g.ratio) else _ratio(g.ratio) + (
             f" [{_ratio(g.ratio_low)}–{_ratio(g.ratio_high)}]" if compare.present(g.ratio_low) else "")
