@@ -627,20 +627,24 @@ def datasets_import(source: Annotated[Path, typer.Argument(help="A data root in 
 @app.command()
 def doctor(data_dir: DataOpt = None, results: ResultsOpt = None, sources_dir: SourcesOpt = None,
            format: Annotated[DoctorFormat, typer.Option(
-               "--format", help="table, or json: a list of {name, status, detail}.")] = DoctorFormat.table):
+               "--format", help="table, or json: a list of {name, status, detail}.")] = DoctorFormat.table,
+           verbose: Annotated[bool, typer.Option(
+               "--verbose", "-v", callback=_show_details,
+               help="Every check on a line of its own, with its whole detail.")] = False):
     """Check Docker, images, GPUs, data sets, sources, disk and what makes timings unstable;
     exit 1 on a failure."""
     from . import store
-    from .doctor import FAIL, checks
+    from .display import marked
+    from .doctor import FAIL, checks, concise
 
     found = list(checks(data_dir, store.results_dir(results), sources_dir))
     if format is DoctorFormat.json:
         _write(json.dumps([{"name": n, "status": s, "detail": d} for n, s, d in found], indent=1))
     else:
-        marks = {"ok": "[green]ok[/green]  ", "fail": "[red]FAIL[/red]", "warn": "[yellow]WARN[/yellow]",
-                 "note": "[blue]note[/blue]"}
-        for name, status, detail in found:
-            out.print(f"{marks[status]} {name}: {detail}", highlight=False)
+        marked(out, [(status, f"{name}: {detail}") for name, status, detail in
+                     (found if verbose else concise(found))])
+        if not verbose:
+            marked(out, [("", "dlbench doctor --verbose shows every check and its whole detail")])
     if any(status == FAIL for _, status, _ in found):
         raise typer.Exit(1)
 

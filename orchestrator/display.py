@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import (BarColumn, DownloadColumn, Progress, ProgressColumn, SpinnerColumn,
                            TextColumn, TimeElapsedColumn, TransferSpeedColumn)
+from rich.table import Table
 from rich.text import Text
 
 
@@ -132,6 +133,28 @@ class RichDisplay:
 
     def stop(self):
         self.progress.stop()
+
+
+MARKS = {"ok": "[green]ok[/green]", "fail": "[red]FAIL[/red]", "warn": "[yellow]WARN[/yellow]",
+         "note": "[blue]note[/blue]", "": ""}
+
+
+def marked(console: Console, lines) -> None:
+    """(status, text) lines as `dlbench doctor` prints them: the status's mark, then the
+    text; in a terminal the text wraps between words under itself, in a file or a pipe each
+    line stays whole."""
+    if not console.is_terminal:
+        for status, text in lines:
+            mark = Text.from_markup(MARKS[status])
+            mark.pad_right(5 - mark.cell_len)
+            console.print(mark + Text(text), highlight=False, soft_wrap=True)
+        return
+    grid = Table.grid(padding=(0, 1))
+    grid.add_column(width=4, no_wrap=True)
+    grid.add_column(ratio=1)
+    for status, text in lines:
+        grid.add_row(MARKS[status], Text(text))
+    console.print(grid, highlight=False)
 
 
 CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")

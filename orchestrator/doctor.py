@@ -143,6 +143,56 @@ def timing(facts: dict, cpus: int):
                                   "none (isolcpus= keeps CPUs free of other work)")
 
 
+# The checks that come one per thing (an image, a source archive, a data set, a GPU): one
+# line for each family without --verbose, as (name prefix, name suffix, the family's name,
+# the word for an ok check).
+FAMILIES = [("image ", ":gpu", "GPU images", "built"), ("image ", "", "images", "built"),
+            ("source ", "", "source archives", "present"), ("data set ", "", "data sets", "verified"),
+            ("GPU ", "", "GPUs", "found")]
+WORST = [FAIL, WARN, NOTE, OK]
+BREAKS = (": ", "; ", " (")
+
+
+def concise(found) -> list[tuple[str, str, str]]:
+    """``checks`` as `dlbench doctor` shows them without --verbose: a family of checks
+    (``FAMILIES``) on one line, how many of them are ok and what the others lack; any other
+    check on a line of its own, its detail cut to its first clause (a failure's and a
+    warning's kept whole); every failure and warning of a family on a line of its own as
+    well.  A family's others are said by their details' last clauses ("not in DIR;
+    downloaded on first use": "downloaded on first use")."""
+    shown, families = [], {}
+    for name, status, detail in found:
+        family = next((f for f in FAMILIES if name.startswith(f[0]) and name.endswith(f[1])), None)
+        if family is None:
+            shown.append((name, status, detail if status in (FAIL, WARN) else _first_clause(detail)))
+            continue
+        if family not in families:
+            families[family] = []
+            shown.append(family)
+        families[family].append((name, status, detail))
+    lines = []
+    for item in shown:
+        if item not in families:
+            lines.append(item)
+            continue
+        _, _, label, word = item
+        members = families[item]
+        status = min((s for _, s, _ in members), key=WORST.index)
+        ok = sum(s == OK for _, s, _ in members)
+        others = sorted({_first_clause(d.split("; ")[-1]) for _, s, d in members if s != OK})
+        text = f"{ok} of {len(members)} {word}" + (f"; the others: {'; '.join(others)}" if others else "")
+        lines.append((label, status, text))
+        lines += [(n, s, d) for n, s, d in members if s in (FAIL, WARN)]
+    return lines
+
+
+def _first_clause(detail: str) -> str:
+    """A detail to its first clause ("not built yet (dlbench build-images, ...)": "not built
+    yet"), where that leaves a few characters."""
+    cut = min((i for i in (detail.find(b) for b in BREAKS) if i >= 3), default=len(detail))
+    return detail[:cut]
+
+
 def noise_warning(facts: dict | None = None, cpus: int | None = None) -> str | None:
     """The ``timing`` warnings as one line, for `dlbench run` to say once before its jobs
     (None where there are none)."""

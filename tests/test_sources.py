@@ -158,7 +158,7 @@ def test_a_missing_archive_and_doctor(mirror, tmp_path):
     (mirror / TORCH7.group / TORCH7.filename).unlink()
     proc = dlbench(*must_build("build-images", tmp_path), "--sources", mirror)
     one_error_line(proc, f"{mirror / TORCH7.group / TORCH7.filename}: missing from the sources mirror")
-    report = dlbench("doctor", "--sources", mirror).stdout
+    report = dlbench("doctor", "--sources", mirror, "--verbose").stdout
     assert f"source torch/torch7@{TORCH7.commit[:12]}: not in {mirror / 'torch7'}" in report
     assert "ok   source torch/nn@" in report and f"mirror {mirror}" in report
 
