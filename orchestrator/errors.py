@@ -5,8 +5,11 @@ The CLI prints a DlbenchError's message on one line and exits non-zero (with
 exception is a bug and keeps its traceback.
 """
 
+from __future__ import annotations
+
 import contextlib
 import os
+import sys
 
 DEFAULT_DOCKER_HOST = "unix:///var/run/docker.sock"     # the Docker SDK's, without DOCKER_HOST
 
@@ -71,25 +74,39 @@ class DeprecatedName(UserWarning):
 
 @contextlib.contextmanager
 def docker_errors(action):
-    """Translate the Docker SDK's exceptions raised while doing ``action``."""
-    import docker.errors
-    import requests.exceptions
-
+    """Translate the Docker SDK's exceptions raised while doing ``action``.  The SDK is not
+    imported here (it takes a fifth of a second, which every command would pay): an exception
+    of it can only come once something has imported it."""
     try:
         yield
-    except docker.errors.BuildError as exc:
-        raise BuildError(f"{action} failed: {exc.msg}") from None
-    except docker.errors.ImageNotFound as exc:
-        raise DlbenchError(f"{action}: image not found: {exc.explanation}") from None
-    except docker.errors.APIError as exc:
-        raise DlbenchError(f"{action}: Docker said: {exc.explanation or exc}") from None
-    except (docker.errors.DockerException, requests.exceptions.ConnectionError) as exc:
+    except Exception as exc:
+        translated = _docker_error(exc, action)
+        if translated is None:
+            raise
+        raise translated from None
+
+
+def _docker_error(exc: Exception, action: str) -> DlbenchError | None:
+    """Our error for one of the Docker SDK's (or requests', which it talks through); None
+    for any other exception."""
+    docker_errors_ = sys.modules.get("docker.errors")
+    requests_errors = sys.modules.get("requests.exceptions")
+    if docker_errors_ is not None:
+        if isinstance(exc, docker_errors_.BuildError):
+            return BuildError(f"{action} failed: {exc.msg}")
+        if isinstance(exc, docker_errors_.ImageNotFound):
+            return DlbenchError(f"{action}: image not found: {exc.explanation}")
+        if isinstance(exc, docker_errors_.APIError):
+            return DlbenchError(f"{action}: Docker said: {exc.explanation or exc}")
+    if docker_errors_ is not None and isinstance(exc, docker_errors_.DockerException) or \
+            requests_errors is not None and isinstance(exc, requests_errors.ConnectionError):
         host = os.environ.get("DOCKER_HOST")
         where = f"{host} (DOCKER_HOST)" if host else DEFAULT_DOCKER_HOST
-        raise DockerUnavailable(
+        return DockerUnavailable(
             f"cannot reach the Docker daemon at {where}: {reason(exc)}; is it running, and may "
             "this user use it? (dlbench run --runtime native runs the jobs without Docker)",
-            detail=f"{action}: {type(exc).__name__}: {exc}") from None
+            detail=f"{action}: {type(exc).__name__}: {exc}")
+    return None
 
 
 def reason(exc: BaseException) -> str:
