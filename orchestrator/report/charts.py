@@ -48,8 +48,11 @@ class Missing:
 
 def charts(rep: compare.Report) -> list[Chart | Missing]:
     """The page's charts in its order: training-time ratios against the paper, accuracy
-    against the paper, per-epoch curves, accuracy under attack, resource traces."""
+    against the paper, training time and speed per profile, accuracy against training time,
+    per-epoch curves, accuracy under attack, resource traces."""
     found: list[Chart | Missing] = [ratio_chart(rep), accuracy_chart(rep)]
+    found += speed_charts(rep)
+    found += tta_charts(rep)
     found += epoch_charts(rep)
     found += robust_charts(rep)
     found += transfer_charts(rep)
@@ -216,7 +219,136 @@ def accuracy_chart(rep: compare.Report) -> Chart | Missing:
         "it only in the paper profile)."), data, figure)
 
 
-# --- (3) per-epoch curves, where there are several epochs ---
+# --- (3) training time and images per second, for every profile ---
+
+SPEEDS = [("train_time_s", "training time, s", "{:,.2f} s"), ("train_images_per_s", "training images per second",
+                                                              "{:,.0f} images/s")]
+
+
+def speed_charts(rep: compare.Report) -> list[Chart]:
+    """One chart per machine and profile: each group's median training time and training
+    images per second, a bar each from its fastest ok run to its slowest."""
+    records = []
+    for g in rep.groups.itertuples():
+        if not compare.present(g.train_time_s_median):
+            continue
+        records.append(_group_keys(rep, g) | {"series": series_label(rep, g), "ok_runs": int(g.ok)} | {
+            f"{metric}{stat}": _value(getattr(g, f"{metric}{stat}"))
+            for metric, _, _ in SPEEDS for stat in ("_median", "_min", "_max")})
+    if not records:
+        return []
+    frame = pd.DataFrame.from_records(records)
+    found = []
+    for number, ((machine, profile), data) in enumerate(
+            frame.groupby(["machine", "profile"], sort=False), start=1):
+        where = f"{profile} profile" + (f", {machine}" if len(rep.sections) > 1 else "")
+        data = data.reset_index(drop=True)
+        found.append(Chart(f"speed-{number}", f"Training time and speed: {where}", (
+            f"{where}: each group's median training time (the training steps, left) and training "
+            f"images per second (right) over its ok runs, the line across a bar from its lowest "
+            f"run to its highest. Times of different data sets, models and lengths are not "
+            f"comparable with each other; the profile's settings are in the tables."),
+            data, _speed_figure(data)))
+    return found
+
+
+def _speed_figure(data: pd.DataFrame) -> go.Figure:
+    figure = make_subplots(rows=1, cols=2, shared_yaxes=True, horizontal_spacing=0.04,
+                           subplot_titles=[label for _, label, _ in SPEEDS])
+    rank = {name: i for i, name in enumerate(catalog.names())}
+    for framework in sorted(data["framework"].unique(), key=lambda f: (rank.get(f, len(rank)), f)):
+        part = data[data["framework"] == framework]
+        for col, (metric, label, fmt) in enumerate(SPEEDS, start=1):
+            median, low, high = (part[f"{metric}{s}"] for s in ("_median", "_min", "_max"))
+            shown = median.notna()
+            error = dict(type="data", symmetric=False, array=(high - median)[shown],
+                         arrayminus=(median - low)[shown], color="#333", thickness=1.2, width=4)
+            unit = fmt.split("} ")[-1]
+            figure.add_trace(go.Bar(
+                x=median[shown], y=part["series"][shown], orientation="h", name=framework,
+                legendgroup=framework, showlegend=col == 1, marker_color=colour(framework),
+                opacity=0.85, error_x=error, customdata=part[[f"{metric}_min", f"{metric}_max",
+                                                              "ok_runs"]][shown].to_numpy(),
+                hovertemplate=f"%{{y}}<br>{label}: %{{x:,.4g}} {unit} (median of %{{customdata[2]}} "
+                              f"ok run(s), %{{customdata[0]:,.4g}}–%{{customdata[1]:,.4g}})<extra></extra>"),
+                row=1, col=col)
+    for col, (metric, _, _) in enumerate(SPEEDS, start=1):
+        values = data[f"{metric}_median"].dropna()
+        values = values[values > 0]
+        spread = len(values) and values.max() / values.min() > 30     # sizes apart: a log axis
+        figure.update_xaxes(type="log" if spread else "linear", title_text="log scale" if spread
+                            else "from 0", row=1, col=col)
+    figure.update_yaxes(categoryorder="array", categoryarray=list(data["series"]), autorange="reversed",
+                        automargin=True, row=1, col=1)
+    figure.update_layout(barmode="overlay", bargap=0.3)
+    _layout(figure, height=150 + ROW_HEIGHT * len(data))
+    return figure
+
+
+# --- (4) accuracy against training time, and the time to a target accuracy ---
+
+def tta_charts(rep: compare.Report) -> list[Chart]:
+    """One chart per machine, data set, device and profile: each ok run's training accuracy
+    at the end of each epoch against the training time until then (its epochs' times
+    summed), one line per run, the target dashed (report/tta.py)."""
+    found = rep.time_to_accuracy
+    if found is None or not len(found):
+        return []
+    runs = rep.rows.set_index("run_id")
+    groups = rep.groups.set_index("group")
+    records = []
+    for r in found.itertuples():
+        run = runs.loc[r.run_id]
+        accuracy, seconds = _floats(run["epoch_accuracy"]), _floats(run["epoch_time_s"])
+        g = _Named(groups.loc[r.group])
+        keys = _group_keys(rep, g) | {"series": series_label(rep, g), "run_id": r.run_id,
+                                      "target_pct": r.target * 100}
+        spent = 0.0
+        for i, value in enumerate(accuracy[:len(seconds)]):
+            if not seconds[i] > 0:
+                break              # an epoch without its time: the line stops there
+            spent += seconds[i]
+            records.append(keys | {"epoch": i + 1, "time_s": spent, "accuracy_pct": value * 100,
+                                   "reached": value >= r.target})
+    if not records:
+        return []
+    drawn = []
+    for number, where, data in _panels(rep, pd.DataFrame.from_records(records)):
+        data = data.reset_index(drop=True)
+        drawn.append(Chart(f"tta-{number}", f"Accuracy against training time: {where}", (
+            f"{where}: each run's training accuracy at the end of each epoch against the "
+            f"training time until then, one line per run; dashed: the target (see the table "
+            f"\"Time to accuracy\"); a filled point is the first epoch at or above it."),
+            data, _tta_figure(data)))
+    return drawn
+
+
+def _tta_figure(data: pd.DataFrame) -> go.Figure:
+    figure = go.Figure()
+    shown = set()
+    for (series, run_id), run in data.groupby(["series", "run_id"], sort=False):
+        tint = colour(run["framework"].iloc[0])
+        first = run["reached"].to_numpy().argmax() if run["reached"].any() else -1
+        figure.add_trace(go.Scatter(
+            x=run["time_s"], y=run["accuracy_pct"], mode="lines+markers", name=series, legendgroup=series,
+            showlegend=series not in shown, line_color=tint,
+            marker=dict(size=[12 if i == first else 8 for i in range(len(run))],
+                        symbol=["circle" if i == first else "circle-open" for i in range(len(run))]),
+            customdata=run[["epoch", "target_pct"]].to_numpy(),
+            hovertemplate=(f"{series}<br>run {run_id[:8]}<br>epoch %{{customdata[0]}}: %{{y:.2f}}% "
+                           "after %{x:,.1f} s (target %{customdata[1]:g}%)<extra></extra>")))
+        shown.add(series)
+    for target in sorted(data["target_pct"].unique()):
+        figure.add_hline(y=target, line_dash="dash", line_color="#555", line_width=1,
+                         annotation_text=f"target {target:g}%", annotation_position="bottom right")
+    low = min(data["accuracy_pct"].min(), data["target_pct"].min())
+    figure.update_xaxes(title_text="training time, s (the epochs' times summed)", rangemode="tozero")
+    figure.update_yaxes(title_text="training accuracy, %", range=[max(0, low - 2), 100.5])
+    _layout(figure, height=420)
+    return figure
+
+
+# --- (5) per-epoch curves, where there are several epochs ---
 
 def epoch_charts(rep: compare.Report) -> list[Chart]:
     ok = rep.rows[rep.rows["status"] == "ok"]

@@ -17,7 +17,7 @@ import plotly.offline
 
 from .. import __version__
 from ..errors import DlbenchError
-from . import compare, reference_rows
+from . import compare, reference_rows, tta
 from .charts import Chart, Missing, charts, machine_label
 from .text import csv_text
 from .views import View, correlation_views, fair_views, reference_lines, section_views
@@ -31,18 +31,68 @@ body { font: 14px/1.45 system-ui, sans-serif; margin: 2em auto; max-width: 1400p
 h1 { margin-bottom: 0.2em; } h2 { margin-top: 1.8em; border-bottom: 2px solid #ccd; }
 table { border-collapse: collapse; margin: 0.6em 0 1em; font-size: 13px; }
 caption { text-align: left; font-weight: 600; padding-bottom: 0.3em; }
-th, td { border: 1px solid #ccd; padding: 3px 7px; white-space: nowrap; }
-th { background: #eef; text-align: left; } td.num { text-align: right; font-variant-numeric: tabular-nums; }
+th, td { border: 1px solid #ccd; padding: 3px 7px; vertical-align: top; }
+th { background: #eef; text-align: left; cursor: pointer; user-select: none; }
+th[aria-sort=ascending]::after { content: " ▲"; } th[aria-sort=descending]::after { content: " ▼"; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+tr[hidden] { display: none; }
+input.filter { font: inherit; font-size: 13px; margin: 0.4em 0 0; padding: 2px 6px; width: 22em;
+               max-width: 100%; }
 .reproduced, .as-expected { background: #d9f2d9; }
 .not-reproduced, .not-as-expected { background: #f8d7d7; }
 .not-comparable { color: #666; }
-td.verdict, td.settings { max-width: 19em; overflow: hidden; text-overflow: ellipsis; }
-td.settings { max-width: 14em; }
-td.wrap { white-space: normal; min-width: 12em; max-width: 28em; }
+td.verdict { min-width: 9em; max-width: 19em; } td.settings { max-width: 14em; overflow-wrap: anywhere; }
+td.wrap { min-width: 12em; max-width: 28em; }
 figure { margin: 1em 0 2.2em; } figcaption { color: #444; font-size: 13px; max-width: 70em; }
-.meta, .missing { color: #555; } .scroll { overflow-x: auto; }
+.meta, .missing { color: #555; } .scroll { overflow-x: auto; max-width: 100%; }
+.js-plotly-plot, .plot-container { max-width: 100%; } nav.site { font-size: 13px; margin-bottom: 1em; }
 .notes li { margin-bottom: 0.4em; max-width: 80em; } details { margin: 0.6em 0; }
 summary { cursor: pointer; font-weight: 600; } a.csv { font-size: 13px; margin-left: 0.6em; }
+"""
+
+
+# Every table sorts by a click on a heading (numbers as numbers, "-" last) and filters by
+# the words typed above it (a row stays when it holds every word); plain code, no library.
+TABLE_SCRIPT = """
+function dlbenchKey(cell) {
+  const text = cell.textContent.trim();
+  const number = text.replace(/,/g, '').match(/^[-+]?(\\d+\\.?\\d*|\\.\\d+)(e[-+]?\\d+)?/i);
+  return number ? parseFloat(number[0]) : text.toLowerCase();
+}
+function dlbenchSort(table, column, heading) {
+  const body = table.tBodies[0];
+  const up = heading.getAttribute('aria-sort') !== 'ascending';
+  for (const th of table.tHead.rows[0].cells) th.removeAttribute('aria-sort');
+  heading.setAttribute('aria-sort', up ? 'ascending' : 'descending');
+  const rows = [...body.rows].map((row, i) => [dlbenchKey(row.cells[column]), i, row]);
+  rows.sort((a, b) => {
+    const [x, y] = [a[0], b[0]];
+    const missing = (x === '-' || x === '') - (y === '-' || y === '');
+    if (missing) return missing;                                   // empty cells last, either way
+    const order = typeof x === typeof y ? (x < y ? -1 : x > y ? 1 : 0)
+                                        : (typeof x === 'number' ? -1 : 1);
+    return (up ? order : -order) || a[1] - b[1];
+  });
+  for (const [, , row] of rows) body.appendChild(row);
+}
+function dlbenchFilter(table, text) {
+  const words = text.toLowerCase().split(/\\s+/).filter(Boolean);
+  for (const row of table.tBodies[0].rows)
+    row.hidden = !words.every(word => row.textContent.toLowerCase().includes(word));
+}
+for (const table of document.querySelectorAll('table.sortable')) {
+  const input = document.createElement('input');
+  input.type = 'search'; input.className = 'filter'; input.placeholder = 'filter rows: type words';
+  input.setAttribute('aria-label', 'filter the rows of the table below');
+  input.addEventListener('input', () => dlbenchFilter(table, input.value));
+  const box = table.closest('.scroll') || table;
+  box.parentNode.insertBefore(input, box);
+  [...table.tHead.rows[0].cells].forEach((th, column) => {
+    th.tabIndex = 0; th.title = 'sort by this column';
+    th.addEventListener('click', () => dlbenchSort(table, column, th));
+    th.addEventListener('keydown', e => { if (e.key === 'Enter') dlbenchSort(table, column, th); });
+  });
+}
 """
 
 
@@ -64,7 +114,9 @@ def write_page(rep: compare.Report, directory: Path) -> Path:
     return page
 
 
-def render_page(rep: compare.Report) -> str:
+def render_page(rep: compare.Report, plotly_src: str | None = None, nav: str = "") -> str:
+    """The page's HTML: the plotting library inlined, or loaded from ``plotly_src`` (a
+    relative address: a site's pages share one copy); ``nav`` (HTML) goes above the title."""
     esc = html.escape
     now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     found = charts(rep)
@@ -74,8 +126,9 @@ def render_page(rep: compare.Report) -> str:
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         "<title>dlbench report</title>", f"<style>{STYLE}</style>",
         # the plotting library, once, inline: the page works offline
-        (f'<script type="text/javascript">{plotly.offline.get_plotlyjs()}</script>' if drawn else ""),
-        "</head><body>", "<h1>dlbench report</h1>",
+        (("" if not drawn else f'<script src="{esc(plotly_src)}"></script>' if plotly_src else
+          f'<script type="text/javascript">{plotly.offline.get_plotlyjs()}</script>')),
+        "</head><body>", nav, "<h1>dlbench report</h1>",
         f'<p class="meta">{len(rep.rows)} stored run(s), {len(rep.groups)} group(s), on '
         f"{len(rep.sections)} machine(s) / schema version(s); GTDLBench's published numbers "
         f"(Server1) beside them. Written by dlbench {esc(__version__)} on {now}. The rules "
@@ -88,10 +141,10 @@ def render_page(rep: compare.Report) -> str:
     parts.append("<h2>Tables</h2>")
     for section in rep.sections:
         label = machine_label(rep, section.index)
-        parts.append(f"<details><summary>{esc(label + ': ' if label else '')}{esc(section.title)}"
+        parts.append(f"<details open><summary>{esc(label + ': ' if label else '')}{esc(section.title)}"
                      f"</summary>")
-        parts += [_table(view) for view in section_views(rep, section) + correlation_views(rep, section)
-                  + fair_views(rep, section)]
+        parts += [_table(view) for view in section_views(rep, section) + tta.views(rep, section)
+                  + correlation_views(rep, section) + fair_views(rep, section)]
         heading, lines = reference_lines(rep, section)
         if lines:
             parts.append(f"<h3>{esc(heading)}</h3><ul>"
@@ -99,7 +152,7 @@ def render_page(rep: compare.Report) -> str:
         parts.append("</details>")
     parts += ['<h2 id="rules">Rules</h2>',
               '<ul class="notes">' + "".join(f"<li>{esc(n)}</li>" for n in rep.notes()) + "</ul>",
-              "</body></html>"]
+              f"<script>{TABLE_SCRIPT}</script>", "</body></html>"]
     return "\n".join(p for p in parts if p) + "\n"
 
 
@@ -145,7 +198,8 @@ def _verdicts(rep: compare.Report) -> str:
         if reference:
             cells.append(_reference_verdict(reference.get(g.group)))
         body.append("<tr>" + "".join(cells) + "</tr>")
-    return ('<div class="scroll"><table><thead><tr>' + "".join(f"<th>{html.escape(h)}</th>" for h in head)
+    return ('<div class="scroll"><table class="sortable" id="judged"><thead><tr>'
+            + "".join(f"<th>{html.escape(h)}</th>" for h in head)
             + "</tr></thead><tbody>" + "".join(body) + "</tbody></table></div>"
             '<p class="meta">Green: reproduced (or, for a quick run, trains as expected); red: not; '
             "grey: not comparable, with the reason. * the verdict has caveats. Hover a cell for "
@@ -227,5 +281,5 @@ def _table(view: View) -> str:
             attr = f' class="{" ".join(classes)}"' if classes else ""
             cells.append(f"<td{attr}>{esc(cell)}</td>")
         body.append("<tr>" + "".join(cells) + "</tr>")
-    return (f'<div class="scroll"><table><caption>{esc(view.title)}</caption><thead><tr>{head}'
+    return (f'<div class="scroll"><table class="sortable"><caption>{esc(view.title)}</caption><thead><tr>{head}'
             f"</tr></thead><tbody>{''.join(body)}</tbody></table></div>")
