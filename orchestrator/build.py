@@ -44,7 +44,11 @@ from collections import deque
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
 
-from . import __version__, build_progress, cache, catalog, downloads, options, sources
+# build_progress, cache, downloads (an HTTP proxy) and sources (the archives) are imported where
+# a build uses them: dlbench --help, which imports this module for its options' defaults, starts
+# without them
+from . import __version__, catalog
+from .choices import VARIANTS
 from .errors import BuildError, DlbenchError, DockerUnavailable, UsageError, docker_errors
 
 SUITE = "bullseye"
@@ -64,9 +68,6 @@ def root_tag(suite=SUITE):
 
 def base_tag(suite=SUITE):
     return f"dlbench/base:{suite}"
-
-
-VARIANTS = options.VARIANTS
 
 
 def image_tag(framework: str, variant: str = "cpu") -> str:
@@ -251,6 +252,8 @@ class Builder:
     def prepare_sources(self, images, rebuild: bool = False) -> None:
         """Before any build: the pinned source archives of those of the images that must be
         built, verified (fetched if need be); a present image of the same pins needs none."""
+        from . import sources
+
         images = [key for key in images if key not in self._sources_ready]
         if images:      # `dlbench run` checks them before anything is written, then builds
             sources.prepare_for(self.to_build(images, rebuild), self.sources_dir)
@@ -263,6 +266,8 @@ class Builder:
         return base_tag(self.suite), files, {"ROOT_IMAGE": root.id}, labels
 
     def _framework_inputs(self, framework: str, variant: str, base):
+        from . import sources
+
         # The context: the variant's Dockerfile, the shared runner and the framework's own
         # files under <framework>/, wherever its directory is (catalog.frameworks).
         files = {"Dockerfile": catalog.dockerfile(framework, variant)}
@@ -297,6 +302,8 @@ class Builder:
                pinned: list[str] = ()):
         """``pinned``: the source repositories whose archives go into the context, under
         ``sources/<group>/`` (their identity is a build argument already)."""
+        from . import build_progress, downloads, sources
+
         if not rebuild:
             existing = self._present(tag, files, buildargs, labels)
             if existing is not None:
@@ -366,6 +373,8 @@ class Builder:
         """The download cache's proxy, started on first use; None where it is off or the
         builds could not reach the host's loopback: with another ``--build-network`` than
         host, a Docker daemon on another machine, or a rootless one."""
+        from . import cache, downloads
+
         with self._downloads_lock:
             if self._download_cache and self._downloads is None:
                 why = self._no_download_cache()

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import importlib.metadata
 import importlib.resources
 import json
 import os
@@ -115,6 +114,8 @@ def _discover(path_variable: str, sys_path: tuple) -> dict[str, Framework]:
 
 def _entry_point_dirs() -> list[tuple[Path, str, str]]:
     """(directory, origin, the entry point's name) of every entry point of the group."""
+    import importlib.metadata       # here: dlbench --help, which needs no framework, starts without it
+
     dirs = []
     for entry in sorted(importlib.metadata.entry_points(group=ENTRY_POINTS), key=lambda e: e.name):
         origin = f"entry point {entry.name} = {entry.value}"

@@ -13,11 +13,10 @@ import typer
 from typer.exceptions import TyperException
 from rich.console import Console
 
-# store (pyarrow) and execute (the Docker SDK, the job loop) are imported by the commands that
-# use them: dlbench --help and the commands that read no rows start without them
-from . import __version__, build, build_progress, cache, catalog, datasets
-from . import options as options_
-from .options import RunOptions, names as _names
+# Each command imports what it uses: dlbench --help loads none of store (pyarrow), execute (the
+# Docker SDK, the job loop), options (pydantic), datasets or the builds' helpers
+from . import __version__, build, catalog
+from .choices import SCHEDULERS, VARIANTS
 from .interrupts import interrupted, received
 from .runtimes import RUNTIMES
 from .errors import DatasetError, DeprecatedName, DlbenchError, StoreWarning, UsageError, docker_errors
@@ -27,10 +26,13 @@ EXIT_CODES = ("Exit status: 0 ok; 1 an error (one line on stderr); 2 a usage err
               "slower past it; 5 dlbench compare --fail-on-slowdown: a group it could not judge "
               "(too few runs, one side only); 128 + the signal's number when stopped by one: 130 "
               "Ctrl-C (SIGINT), 143 SIGTERM, 129 SIGHUP (the rows stored so far are kept).")
+# Help as click writes it: typer's Rich panels import Markdown, Pygments and attrs, a good part
+# of the start-up that every command pays
 app = typer.Typer(add_completion=False, invoke_without_command=True, pretty_exceptions_enable=False,
                   help="Benchmark deep-learning frameworks in containers, as GTDLBench did.",
-                  epilog=EXIT_CODES)
-datasets_app = typer.Typer(invoke_without_command=True, help="Check, download or import the data sets.")
+                  epilog=EXIT_CODES, rich_markup_mode=None)
+datasets_app = typer.Typer(invoke_without_command=True, help="Check, download or import the data sets.",
+                           rich_markup_mode=None)
 app.add_typer(datasets_app, name="datasets")
 out = Console(soft_wrap=True)
 err = Console(stderr=True, soft_wrap=True)     # a log file gets whole lines, not 80 columns
@@ -51,11 +53,17 @@ class DoctorFormat(str, enum.Enum):
 
 
 Runtime = enum.Enum("Runtime", {r: r for r in RUNTIMES}, type=str)
-Scheduler = enum.Enum("Scheduler", {s: s for s in options_.SCHEDULERS}, type=str)
+Scheduler = enum.Enum("Scheduler", {s: s for s in SCHEDULERS}, type=str)
 
 
 def _one_of(choices) -> str:
     return "|".join(choices)
+
+
+def _names(text: str | None) -> list[str] | None:
+    from .options import names      # pydantic: loaded by the commands that take names only
+
+    return names(text)
 
 
 Frameworks = Annotated[Optional[str], typer.Option(
@@ -113,7 +121,7 @@ def _main(ctx: typer.Context,
 @datasets_app.callback()
 def _help_without_a_command(ctx: typer.Context):
     if ctx.invoked_subcommand is None:
-        out.print(ctx.get_help())
+        out.print(ctx.get_help(), markup=False, highlight=False)
 
 
 def _build_options(base, mirror, ca_bundle, network, sources_dir=None,
@@ -133,12 +141,13 @@ def build_images(frameworks: Frameworks = None, base: BaseOpt = BaseSource["auto
                  download_cache: DownloadCacheOpt = True,
                  rebuild: Annotated[bool, typer.Option(help="Build again even if nothing changed.")] = False,
                  variant: Annotated[str, typer.Option(
-                     metavar=f"[{_one_of(options_.VARIANTS)}],...",
+                     metavar=f"[{_one_of(VARIANTS)}],...",
                      help="cpu, gpu (CUDA builds, where a framework has one) or cpu,gpu.")] = "cpu",
                  jobs: Annotated[int, typer.Option(
                      "--jobs", help="Framework images built at once.")] = build.DEFAULT_JOBS,
                  verbose: Verbose = False):
     """Build the root, base and framework images (no registry needed)."""
+    from . import build_progress, cache, options as options_
     from .display import RichDisplay
     from .runtimes.docker import docker_client
 
@@ -196,7 +205,7 @@ def run(frameworks: Frameworks = None,
         devices: Annotated[Optional[str], typer.Option(
             help="Devices to sweep, e.g. cpu,gpu:0.")] = None,
         variant: Annotated[Optional[str], typer.Option(
-            metavar=f"[{_one_of(options_.VARIANTS)}]",
+            metavar=f"[{_one_of(VARIANTS)}]",
             help="The images the jobs run in (default: the GPU image for GPU jobs, the CPU image "
                  "for CPU jobs); gpu runs CPU jobs in the GPU images too.")] = None,
         set_: Annotated[list[str], typer.Option(
@@ -262,6 +271,7 @@ def run(frameworks: Frameworks = None,
     """Run the benchmark jobs, building missing images first; rows go to the results directory."""
     from . import execute
     from .display import RichDisplay
+    from .options import RunOptions
 
     if plan_file is not None:       # one task of a Slurm array, on its node
         _slurm_task(plan_file, plan_index, results, verbose)
@@ -351,7 +361,7 @@ def tune(frameworks: Annotated[str, typer.Option(help="The framework to tune (on
          qos: Annotated[Optional[str], typer.Option(help="Slurm QOS.")] = None,
          verbose: Verbose = False):
     """Search a framework's configuration for the fastest training that keeps its accuracy."""
-    from . import execute, store, tune as tune_
+    from . import execute, options as options_, store, tune as tune_
     from .display import RichDisplay
 
     framework, dataset = _names(frameworks) or [], _names(datasets_) or []
@@ -593,6 +603,8 @@ def compare_(a: Annotated[str, typer.Argument(
 @datasets_app.command("verify")
 def datasets_verify(data_dir: DataOpt = None):
     """Verify the data sets (local copy, or the cache) and print their checksums."""
+    from . import datasets
+
     root, _ = datasets.default_root(data_dir)
     for name in catalog.DATASETS:
         info = datasets.verify(name, root)
@@ -604,6 +616,7 @@ def datasets_verify(data_dir: DataOpt = None):
 def datasets_download(names: Annotated[Optional[str], typer.Argument(
         help=f"{', '.join(catalog.DATASETS)} (default: all)")] = None):
     """Download the official archives into the user cache and verify them."""
+    from . import datasets
     from .display import RichDisplay
 
     for name in catalog.check_datasets(_names(names) or list(catalog.DATASETS)):
@@ -614,6 +627,8 @@ def datasets_download(names: Annotated[Optional[str], typer.Argument(
 @datasets_app.command("import")
 def datasets_import(source: Annotated[Path, typer.Argument(help="A data root in the canonical layout.")]):
     """Verify a local copy and copy it into the user cache."""
+    from . import datasets
+
     found = [name for name in catalog.DATASETS if (source / name).is_dir()]
     if not found:
         raise DatasetError(f"{source}: no data set in it (a data root holds "

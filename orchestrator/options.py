@@ -24,14 +24,13 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 from dlbench_runner import contract
 
 from . import catalog
+from .choices import SCHEDULERS, VARIANTS
 from .errors import UsageError
 
 MIN_MEMORY_BYTES = 6 * 2**20        # Docker refuses smaller limits
 MAX_MEMORY_BYTES = 2**50            # 1 PiB: far above any host, well within int64
 MAX_TIMEOUT_S = 7 * 24 * 3600       # a week
 MAX_GPU_INDEX = 1023
-VARIANTS = ("cpu", "gpu")           # the images of a framework: build.image_tag(framework, variant)
-SCHEDULERS = ("local", "slurm")     # where a run's jobs run (``execute``; ``schedulers/``)
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,99}$"      # "tune:<study>" for dlbench tune's trials
 _UNITS = {"": 1, "b": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
 

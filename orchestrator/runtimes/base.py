@@ -27,12 +27,13 @@ import dataclasses
 import json
 import threading
 from collections import deque
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from dlbench_runner.contract import EVENT_TAG
 
-from ..plan import Job
-from ..traces import Summary
+if TYPE_CHECKING:       # the CLI lists RUNTIMES before anything imports pydantic (plan.py)
+    from ..plan import Job
+    from ..traces import Summary
 
 LOG_TAIL_LINES = 50
 MAX_LOG_BYTES = 64 << 20     # log.txt keeps this much of a job's output
