@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import importlib.metadata
 import re
+import subprocess
 import sys
 import tomllib
 from pathlib import Path
@@ -128,3 +129,51 @@ def test_no_import_goes_up_a_layer():
             if known and known[0] != name:
                 assert LAYERS.get(known[0], 0) <= LAYERS.get(name, 0), \
                     f"{path.relative_to(REPO)}:{line} imports {known[0]}, a layer above it"
+
+
+# What every command would pay if the command line imported it before knowing the command;
+# each is imported where it is used (bench/startup.py times the commands' imports).
+HEAVY = {"pyarrow", "pandas", "numpy", "docker", "requests", "plotly", "optuna", "scipy", "onnx",
+         "onnxruntime", "pydantic"}
+
+
+def loaded(*args: str) -> set[str]:
+    """Every module a fresh ``python -X importtime -m orchestrator ARGS`` imported, read from
+    Python's own import log."""
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "orchestrator", *args],
+                          capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    names = {line.rsplit("|", 1)[1].strip() for line in proc.stderr.splitlines()
+             if line.startswith("import time:")}
+    assert "orchestrator.cli" in names, proc.stderr[-3000:]
+    return names
+
+
+def packages(names) -> set[str]:
+    return {name.split(".")[0] for name in names}
+
+
+def test_the_command_line_module_imports_no_heavy_library():
+    proc = subprocess.run([sys.executable, "-c", "import sys, orchestrator.cli; print(*sys.modules)"],
+                          capture_output=True, text=True, cwd=REPO, timeout=300, check=True)
+    modules = set(proc.stdout.split())
+    assert "orchestrator.cli" in modules
+    assert not packages(modules) & HEAVY
+    assert not {"orchestrator.store", "orchestrator.execute", "orchestrator.options",
+                "orchestrator.plan", "orchestrator.campaign", "orchestrator.run"} & modules
+
+
+def test_help_imports_no_heavy_library_nor_rich_help():
+    names = loaded("--help")
+    assert not packages(names) & HEAVY
+    # click writes the help: typer's Rich panels import markdown-it, Pygments and attrs
+    assert not {"typer.rich_utils", "rich.markdown", "pygments", "attr"} & (names | packages(names))
+
+
+def test_the_commands_that_read_rows_import_only_what_they_use(tmp_path):
+    small = REPO / "tests" / "fixtures" / "results-v12"
+    for args in (("results", "--results", small), ("compare", small, small),
+                 ("report", "--results", small, "--format", "md", "--data-dir", tmp_path)):
+        used = packages(loaded(*map(str, args)))
+        assert {"pyarrow", "pandas"} <= used, args          # they read the rows
+        assert not {"docker", "requests", "plotly", "optuna", "onnx", "onnxruntime"} & used, args
