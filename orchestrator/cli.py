@@ -554,6 +554,24 @@ def report_(results: ResultsOpt = None,
         err.print(f"report written to {page}", highlight=False, soft_wrap=True)
 
 
+@app.command()
+def site(dirs: Annotated[list[Path], typer.Argument(
+             help="Results folders; a folder holding results folders stands for each of them.",
+             metavar="DIR...", show_default=False)],
+         out: Annotated[Path, typer.Option(
+             "-o", "--out", help="The site's folder (made if missing; its pages replaced).",
+             metavar="OUT")],
+         data_dir: Annotated[Optional[Path], typer.Option(
+             "--data-dir", help="Local copy of the data sets, for the fair runs' reference "
+                                "training (as report's; never downloaded).")] = None):
+    """One static site over many results folders: an index by date, machine and profile, each
+    folder's report page, and a history chart per framework, data set and profile."""
+    from .report import site as site_
+
+    index = site_.build(dirs, out, data_dir)
+    err.print(f"site written to {index}", highlight=False, soft_wrap=True)
+
+
 class Metric(str, enum.Enum):
     train_time_s = "train_time_s"
     test_time_s = "test_time_s"
