@@ -24,6 +24,7 @@ them, sorted by name.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import functools
 import importlib.resources
 import json
@@ -85,9 +86,23 @@ def models(framework: str) -> dict:
 
 def _get(framework: str) -> Framework:
     found = frameworks()
-    if framework not in found:
-        raise UsageError(f"unknown framework {framework!r} (choose from {', '.join(found)})")
-    return found[framework]
+    name = spelled(framework, found)
+    if name not in found:
+        raise unknown("framework", framework, found)
+    return found[name]
+
+
+def spelled(name: str, known) -> str:
+    """A name as the catalog spells it, whatever its case (``Caffe``: ``caffe``); an
+    unknown name as it is."""
+    return next((k for k in known if k.lower() == name.lower()), name)
+
+
+def unknown(what: str, name: str, known) -> UsageError:
+    """An unknown name's one line: the nearest known name as a guess, then the choices."""
+    close = difflib.get_close_matches(name.lower(), list(known), n=1, cutoff=0.6)
+    guess = f"did you mean {close[0]}? " if close else ""
+    return UsageError(f"unknown {what} {name!r} ({guess}choose from {', '.join(known)})")
 
 
 def images_dir() -> Path:
@@ -336,13 +351,14 @@ def compiles_code(framework: str) -> bool:
 
 
 def check_frameworks(given: list[str]) -> list[str]:
-    for name in given:
-        _get(name)
-    return given
+    """The names, each a framework's, as the catalog spells them."""
+    return [_get(name).name for name in given]
 
 
 def check_datasets(names: list[str]) -> list[str]:
-    for name in names:
+    """The names, each a data set's, as the catalog spells them."""
+    spelt = [spelled(name, DATASETS) for name in names]
+    for name, given in zip(spelt, names):
         if name not in DATASETS:
-            raise UsageError(f"unknown data set {name!r} (choose from {', '.join(DATASETS)})")
-    return names
+            raise unknown("data set", given, DATASETS)
+    return spelt

@@ -7,7 +7,7 @@ import json
 import sys
 import warnings
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Optional, get_args
 
 import typer
 from typer.exceptions import TyperException
@@ -19,19 +19,55 @@ from . import __version__, build, catalog
 from .choices import SCHEDULERS, VARIANTS
 from .interrupts import interrupted, received
 from .runtimes import RUNTIMES
-from .errors import DatasetError, DeprecatedName, DlbenchError, StoreWarning, UsageError, docker_errors
+from .errors import (DatasetError, DeprecatedName, DlbenchError, StoreWarning, UsageError, docker_errors,
+                     usage_message)
 
 EXIT_CODES = ("Exit status: 0 ok; 1 an error (one line on stderr); 2 a usage error; 3 some jobs "
               "not ok (their rows are stored); 4 dlbench compare --fail-on-slowdown: a group "
               "slower past it; 5 dlbench compare --fail-on-slowdown: a group it could not judge "
               "(too few runs, one side only); 128 + the signal's number when stopped by one: 130 "
               "Ctrl-C (SIGINT), 143 SIGTERM, 129 SIGHUP (the rows stored so far are kept).")
+class _Readable:
+    """A command whose options show their values by a word (TEXT, INTEGER, PATH,
+    table|csv|json), not by the Python type that Typer 0.2x shows (<str>, <list[str]>)."""
+
+    def get_params(self, ctx):
+        params = super().get_params(ctx)
+        for param in params:
+            found = getattr(param, "type_descriptor", None)      # Typer 0.2x's own parser
+            if param.metavar is None and found is not None and param.param_type_name == "option":
+                param.metavar = _metavar(param, found)
+        return params
+
+
+def _metavar(param, found) -> str:
+    if getattr(param, "is_flag", False):
+        return ""
+    if found.is_choice:
+        return "|".join(str(getattr(choice, "value", choice)) for choice in found.choices)
+    kind = (get_args(found.annotation) or [str])[0] if found.is_list else found.annotation
+    return {int: "INTEGER", float: "NUMBER", Path: "PATH"}.get(kind, "TEXT")
+
+
+class _Command(_Readable, typer.core.TyperCommand):
+    pass
+
+
+class _Group(_Readable, typer.core.TyperGroup):
+    pass
+
+
+class _Typer(typer.Typer):
+    def command(self, *args, **kwargs):
+        return super().command(*args, **{**kwargs, "cls": kwargs.get("cls") or _Command})
+
+
 # Help as click writes it: typer's Rich panels import Markdown, Pygments and attrs, a good part
 # of the start-up that every command pays
-app = typer.Typer(add_completion=False, invoke_without_command=True, pretty_exceptions_enable=False,
+app = _Typer(cls=_Group, add_completion=True, invoke_without_command=True, pretty_exceptions_enable=False,
                   help="Benchmark deep-learning frameworks in containers, as GTDLBench did.",
                   epilog=EXIT_CODES, rich_markup_mode=None)
-datasets_app = typer.Typer(invoke_without_command=True, help="Check, download or import the data sets.",
+datasets_app = _Typer(cls=_Group, invoke_without_command=True, help="Check, download or import the data sets.",
                            rich_markup_mode=None)
 app.add_typer(datasets_app, name="datasets")
 out = Console(soft_wrap=True)
@@ -194,7 +230,9 @@ def run(frameworks: Frameworks = None,
             help="The campaign's name, stored in every row (default: the campaign file's name).")] = None,
         profile: Annotated[Optional[str], typer.Option(
             metavar=f"[{_one_of(catalog.PROFILES)}],...",
-            help="paper (the published defaults) or quick; comma-separated for both.")] = None,
+            help=f"Comma-separated, from {', '.join(catalog.PROFILES)} (default: paper): the "
+                 "published settings; quick trains the same models briefly, fair one network "
+                 "alike in every framework (docs: A fair comparison).")] = None,
         cpus: Annotated[Optional[int], typer.Option(
             help="Pin each job to this many CPUs and set its thread counts to match.")] = None,
         threads: Annotated[Optional[str], typer.Option(
@@ -698,7 +736,7 @@ def main():
     except typer.Exit as exc:
         code = exc.exit_code
     except TyperException as exc:   # option parsing: typer's usage errors
-        _fail(exc.format_message(), exc.exit_code)
+        _fail(usage_message(exc.format_message()), exc.exit_code)
     except DlbenchError as exc:
         _fail(str(exc), exc.exit_code, exc.detail, exc)
     except (KeyboardInterrupt, typer.Abort):

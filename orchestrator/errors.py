@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import sys
 
 DEFAULT_DOCKER_HOST = "unix:///var/run/docker.sock"     # the Docker SDK's, without DOCKER_HOST
@@ -122,3 +123,19 @@ def reason(exc: BaseException) -> str:
         return found[:1].lower() + found[1:]
     lines = str(exc).strip().splitlines()
     return lines[0] if lines else type(exc).__name__
+
+
+def usage_message(text: str) -> str:
+    """The command-line parser's complaint in dlbench's words: a choice refused as the
+    options checked here are (``--format 'xml': choose from table, csv, json``), without
+    the "Value error, " its validation library puts in front."""
+    text = text.replace("Value error, ", "")
+    found = re.fullmatch(r"Invalid value for '([^']+)': '(.*)' is not one of (.*)\.", text.strip(), re.S)
+    if found:
+        choices = ", ".join(re.findall(r"'([^']*)'", found.group(3)))
+        return f"{found.group(1)} {found.group(2)!r}: choose from {choices}"
+    found = re.fullmatch(r"Invalid value for '([^']+)': Input should be a valid (integer|number).*",
+                         text.strip(), re.S)
+    if found:
+        return f"{found.group(1)} takes a {'whole ' if found.group(2) == 'integer' else ''}number"
+    return text

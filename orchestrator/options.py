@@ -15,6 +15,7 @@ Every problem is found, one per key, not just the first.
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
 from typing import Annotated
@@ -170,6 +171,11 @@ def merge(axes: Axes, options: RunOptions) -> Axes:
         changes["limits"] = axes.limits.model_copy(update=given)
         changes["framework_limits"] = {fw: own.model_copy(update={k: None for k in given})
                                        for fw, own in axes.framework_limits.items()}
+    for field, known in (("frameworks", catalog.names), ("datasets", lambda: catalog.DATASETS),
+                         ("profiles", lambda: catalog.PROFILES)):
+        names_ = changes.get(field, getattr(axes, field))
+        if names_:          # as the catalog spells them, whatever their case (Caffe: caffe)
+            changes[field] = [catalog.spelled(name, known()) for name in names_]
     return axes.model_copy(update=changes)
 
 
@@ -242,8 +248,10 @@ def axis_problems(axes: Axes, host_cpus: int) -> list[PlanError]:
 def _choose(value: str, allowed, what: str, option: str) -> str:
     allowed = list(allowed)
     if value not in allowed:
-        raise PlanError(f"unknown {what} {value!r} (choose from {', '.join(allowed)})", (what + "s",),
-                        f"{option} {value!r}: choose from {', '.join(allowed)}")
+        close = difflib.get_close_matches(value.lower(), allowed, n=1, cutoff=0.6)
+        guess = f"did you mean {close[0]}? " if close else ""
+        raise PlanError(f"unknown {what} {value!r} ({guess}choose from {', '.join(allowed)})",
+                        (what + "s",), f"{option} {value!r}: {guess}choose from {', '.join(allowed)}")
     return value
 
 

@@ -51,8 +51,9 @@ def run_plan(plan: Plan, results: Path, runtime: runtimes.Runtime, data_dir=None
     (a Slurm task: its submitter's).  A Slurm task passes ``row_fields`` (node, Slurm ids).
     The GPUs the plan names were checked before (``execute``: before any download)."""
     display = display or NullDisplay()
-    store.check_results(results)
+    store.check_results(results, make=False)      # nothing made before the data are checked
     ready = prepare(plan, results, data_dir, display, resume)
+    store.check_results(results)
     provenance_host = dict(runtime.host_facts(), runtime=runtime.name, **(row_fields or {}))
     display.start(len(plan.jobs))
     queue = _Queue(plan, ready, display)

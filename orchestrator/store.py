@@ -1022,11 +1022,27 @@ def min_free_bytes() -> int:
     return value * 2**20
 
 
-def check_results(results: Path) -> Path:
+def check_results(results: Path, make: bool = True) -> Path:
     """Before any build or job: the results directory exists or can be made, is a
-    directory, can be written, and has at least ``min_free_bytes()`` free."""
+    directory, can be written, and has at least ``min_free_bytes()`` free.  Without
+    ``make``, nothing is made or written (a directory not there yet is judged by its
+    nearest existing parent), so that a run checks every other input before it leaves
+    anything behind."""
     if results.exists() and not results.is_dir():
         raise StoreError(f"{results}: not a directory (the results go to a directory)")
+    if not make:
+        where = results
+        while not where.exists():
+            where = where.parent
+        doing = "write in" if where == results else "make"
+        if not where.is_dir():
+            raise StoreError(f"{results}: cannot {doing} the results directory: Not a directory")
+        if not os.access(where, os.W_OK | os.X_OK):
+            why = ("Read-only file system" if os.statvfs(where).f_flag & os.ST_RDONLY
+                   else "Permission denied")
+            raise StoreError(f"{results}: cannot {doing} the results directory: {why}")
+        _check_free(results, where)
+        return results
     try:
         results.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -1037,13 +1053,17 @@ def check_results(results: Path) -> Path:
         os.unlink(probe)
     except OSError as exc:
         raise StoreError(f"{results}: cannot write in the results directory: {exc.strerror}") from None
-    disk = os.statvfs(results)
+    _check_free(results, results)
+    settle(results)
+    return results
+
+
+def _check_free(results: Path, where: Path) -> None:
+    disk = os.statvfs(where)
     free, needed = disk.f_bavail * disk.f_frsize, min_free_bytes()
     if free < needed:
         raise StoreError(f"{results}: {free / 2**20:.0f} MB free, a run needs at least "
                          f"{needed / 2**20:.0f} MB ({MIN_FREE_VARIABLE} sets it)")
-    settle(results)
-    return results
 
 
 def write_json(path: Path, document) -> None:

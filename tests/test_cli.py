@@ -5,8 +5,10 @@ that a pipe receives whole."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
+import subprocess
 
 import pytest
 import requests
@@ -40,7 +42,7 @@ def test_choices_are_checked_item_by_item():
                    "--profile 'fast': choose from paper, quick")
     one_line_error(dlbench("build-images", "--variant", "cpu,tpu", env=NO_DOCKER), 2,
                    "--variant 'tpu': choose from cpu, gpu")
-    one_line_error(dlbench("run", "--runtime", "podman", "--dry-run"), 2, "'podman' is not one of 'docker', 'native'")
+    one_line_error(dlbench("run", "--runtime", "podman", "--dry-run"), 2, "--runtime 'podman': choose from docker, native")
     help_text = dlbench("run", "--help", env={"COLUMNS": "200"}, check=True).stdout
     assert "[paper|quick|fair],..." in help_text and "docker|native" in help_text
 
@@ -125,3 +127,65 @@ def test_a_cache_directory_that_cannot_be_made_is_one_line(tmp_path, monkeypatch
     for folder, name in ((owners.owners_dir, "owners"), (sources.cache_dir, "sources")):
         with pytest.raises(DlbenchError, match=f"{a_file}/dlbench/{name}: cannot make the cache directory"):
             folder()
+
+
+# -- the shell: completion, readable help, names as a user types them ---------------------------
+def test_completion_is_on_and_completes_commands_and_options():
+    assert "--install-completion" in dlbench("--help", env={"COLUMNS": "80"}, check=True).stdout
+    script = REPO / ".venv" / "bin" / "dlbench"
+    if not script.exists():
+        script = shutil.which("dlbench")
+    assert script, "the dlbench command is not installed"
+
+    def complete(*words):
+        env = {"_DLBENCH_COMPLETE": "complete_bash", "COMP_WORDS": " ".join(("dlbench",) + words),
+               "COMP_CWORD": str(len(words))}
+        proc = subprocess.run([str(script)], capture_output=True, text=True, timeout=60,
+                              env={**os.environ, **env})
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout.split()
+    assert complete("rep") == ["report"]
+    assert "--frameworks" in complete("run", "--fra")
+
+
+def test_run_help_fits_80_columns_with_readable_values_and_every_profile():
+    text = dlbench("run", "--help", env={"COLUMNS": "80"}, check=True).stdout
+    assert all(len(line) <= 80 for line in text.splitlines())
+    assert not re.search(r"<(str|int|float|bool|path|list\[)", text), text
+    assert "--frameworks TEXT" in text and "--cpus INTEGER" in text and "--results PATH" in text
+    profile = " ".join(text.split("--profile", 1)[1].split("--cpus", 1)[0].split())
+    from orchestrator import catalog
+    for name in catalog.PROFILES:
+        assert name in profile.split("(default")[1], profile      # in the help, not only the metavar
+
+
+def test_a_wrong_choice_is_said_in_dlbench_words():
+    proc = dlbench("results", "--format", "xml")
+    one_line_error(proc, 2, "--format 'xml': choose from table, csv, json")
+    assert "Value error" not in proc.stderr and "Invalid value" not in proc.stderr
+    one_line_error(dlbench("run", "--cpus", "two", "--dry-run"), 2, "--cpus takes a whole number")
+
+
+def test_names_are_case_insensitive_and_a_near_miss_gets_a_guess():
+    one_line_error(dlbench("run", "--frameworks", "cafe", "--dry-run"), 2,
+                   "unknown framework 'cafe' (did you mean caffe? choose from caffe,")
+    one_line_error(dlbench("run", "--datasets", "mnst", "--dry-run"), 2,
+                   "unknown data set 'mnst' (did you mean mnist? choose from mnist, cifar10)")
+    one_line_error(dlbench("run", "--profile", "quik", "--dry-run"), 2,
+                   "--profile 'quik': did you mean quick? choose from paper, quick, fair")
+    dlbench("run", "--frameworks", "Caffe", "--datasets", "MNIST", "--profile", "Quick", "--dry-run",
+            check=True)
+    from orchestrator.options import Axes, RunOptions, merge
+    axes = merge(Axes(), RunOptions.from_command_line(frameworks="Caffe,TensorFlow", datasets="MNIST",
+                                                      profile="Quick"))
+    assert (axes.frameworks, axes.datasets, axes.profiles) == (["caffe", "tensorflow"], ["mnist"], ["quick"])
+
+
+def test_a_missing_data_directory_leaves_no_results_folder(tmp_path):
+    """The results folder used to be made (with its lock file) before the data were checked."""
+    results = tmp_path / "new" / "results"
+    proc = dlbench("run", "--runtime", "native", "--frameworks", "caffe", "--datasets", "mnist",
+                   "--profile", "quick", "--data-dir", tmp_path / "no-data", "--results", results,
+                   env=NO_DOCKER, timeout=300)
+    one_line_error(proc, 1, f"{tmp_path / 'no-data' / 'mnist'}: no such directory")
+    assert not (tmp_path / "new").exists()
