@@ -83,6 +83,11 @@ class Format(str, enum.Enum):
     json = "json"
 
 
+class PlanFormat(str, enum.Enum):
+    table = "table"
+    json = "json"
+
+
 class DoctorFormat(str, enum.Enum):
     table = "table"
     json = "json"
@@ -275,6 +280,8 @@ def run(frameworks: Frameworks = None,
             help="Stop a job after this many seconds; it is stored with status timeout.")] = None,
         results: ResultsOpt = None, data_dir: DataOpt = None,
         dry_run: Annotated[bool, typer.Option(help="Print the plan; touch nothing.")] = False,
+        plan_format: Annotated[Optional[PlanFormat], typer.Option(
+            "--format", help="With --dry-run: table (the default) or json, one job a line.")] = None,
         resume: Annotated[bool, typer.Option(
             help="Skip jobs already stored as ok (same definition, image and data; "
                  "of the same campaign when it has a name).")] = False,
@@ -308,7 +315,7 @@ def run(frameworks: Frameworks = None,
         verbose: Verbose = False):
     """Run the benchmark jobs, building missing images first; rows go to the results directory."""
     from . import execute
-    from .display import RichDisplay
+    from .display import RichDisplay, line
     from .options import RunOptions
 
     if plan_file is not None:       # one task of a Slurm array, on its node
@@ -337,23 +344,21 @@ def run(frameworks: Frameworks = None,
     planned = execute.plan(request)
     for note in planned.plan.skipped:
         err.print(f"[yellow]skipped:[/yellow] {note}")
+    if plan_format is not None and not dry_run:
+        raise UsageError("--format goes with --dry-run (the plan's format)")
     if dry_run:
-        for job in planned.plan.jobs:
-            sys.stdout.write(job.model_dump_json() + "\n")
-        err.print(f"{len(planned.plan.jobs)} job(s)" + (f" in campaign {planned.plan.campaign}"
-                                                          if planned.plan.campaign else ""),
-                  highlight=False)
-        _estimate(planned.plan.jobs, results)
+        _dry_run(planned.plan, results, plan_format or PlanFormat.table)
         return
-    done = execute.execute(request, RichDisplay(err, verbose=verbose, on_start=_warn_unstable),
-                           lambda line: err.print(line, markup=False, highlight=False), planned)
+    done = execute.execute(request, RichDisplay(err, verbose=verbose, on_start=_warn_unstable,
+                                                estimate=_estimator(planned.plan.jobs, results)),
+                           lambda text: line(err, text), planned)
     if done.array_id is not None:
         out.print(done.array_id, highlight=False)
     if done.records is None:        # a detached array, or an array with nothing left to run
         if done.array_id is None:
             err.print("nothing to run: every job is stored as ok", highlight=False)
         return
-    err.print(f"{len(done.records) - len(done.not_ok)} ok, {len(done.not_ok)} not ok; "
+    line(err, f"{len(done.records) - len(done.not_ok)} ok, {len(done.not_ok)} not ok; "
               f"results in {done.results}")
     _summarise(done, results)
     if done.not_ok:
@@ -433,20 +438,32 @@ def tune(frameworks: Annotated[str, typer.Option(help="The framework to tune (on
                   markup=False, highlight=False)
 
 
-def _estimate(jobs, results: Path | None) -> None:
-    """--dry-run's last line: the plan's time on this machine (report/estimate.py)."""
+def _dry_run(plan, results: Path | None, fmt: PlanFormat) -> None:
+    """--dry-run: the plan as a table (or one JSON job a line) on stdout; on stderr how many
+    jobs, and last the plan's time on this machine (report/estimate.py)."""
     from . import store
+    from .display import line
     from .report import estimate
+    from .report.text import plan_text
 
     try:
-        line = estimate.of_plan(jobs, store.results_dir(results)).line("estimated time")
+        known, problem = estimate.machine_speeds(store.results_dir(results)), None
     except DlbenchError as exc:
-        line = f"estimated time: none ({exc})"
-    err.print(line, markup=False, highlight=False)
+        known, problem = {}, exc
+    if fmt is PlanFormat.json:
+        for job in plan.jobs:
+            sys.stdout.write(job.model_dump_json() + "\n")
+    else:
+        _write(plan_text(plan.jobs, lambda job: estimate.of_job(job, known), _screen(),
+                         out.color_system))
+    line(err, f"{len(plan.jobs)} job(s)" + (f" in campaign {plan.campaign}" if plan.campaign else ""))
+    line(err, f"estimated time: none ({problem})" if problem else estimate.of_jobs(
+        [job for job in plan.jobs if job.unsupported is None], known).line("estimated time"))
 
 
 def _summarise(done, results: Path | None) -> None:
     """The lines a run ends with (report/summary.py); the rows are stored whatever they say."""
+    from .display import command, line
     from .report import summary
 
     try:
@@ -455,8 +472,21 @@ def _summarise(done, results: Path | None) -> None:
     except DlbenchError as exc:
         _warn_line(f"no summary of the run: {exc}")
         return
-    for line in lines:
-        err.print(line, markup=False, highlight=False)
+    for text in lines:
+        (command if isinstance(text, summary.Command) else line)(err, text)
+
+
+def _estimator(jobs, results: Path | None):
+    """What the run's display estimates the time left with: the plan's jobs and each one's
+    seconds at this machine's speeds (report/estimate.py); None where they cannot be read."""
+    from . import store
+    from .report import estimate
+
+    try:
+        known = estimate.machine_speeds(store.results_dir(results))
+    except DlbenchError:
+        return None
+    return jobs, lambda job: estimate.of_job(job, known)
 
 
 WhereOpt = Annotated[list[str], typer.Option(

@@ -313,7 +313,7 @@ def test_an_axis_value_a_model_lacks_is_an_error_on_the_command_line_too():
 
 def test_dry_run_prints_the_plan_and_touches_no_docker(tmp_path):
     path = write(tmp_path, EXAMPLE)
-    proc = dlbench("run", "--campaign", path, "--dry-run", "--threads", "1,2",
+    proc = dlbench("run", "--campaign", path, "--dry-run", "--format", "json", "--threads", "1,2",
                    env={"DOCKER_HOST": f"unix://{tmp_path}/no-docker.sock"}, check=True)
     jobs = [json.loads(line) for line in proc.stdout.splitlines()]
     assert len(jobs) == 24 and "24 job(s) in campaign lenet-sweep" in proc.stderr
@@ -336,7 +336,7 @@ def test_cross_settings_in_a_file_and_as_an_option(tmp_path):
         "dlbench: error: --settings-from 'cafe': give own, a framework (caffe, tensorflow, torch, "
         "pytorch, mxnet, theano) or FRAMEWORK/DATASET (mnist, cifar10)"]
     proc = dlbench("run", "--frameworks", "pytorch", "--datasets", "mnist", "--settings-from", "caffe",
-                   "--dry-run", check=True)
+                   "--dry-run", "--format", "json", check=True)
     job, = [json.loads(line) for line in proc.stdout.splitlines()]
     assert job["settings_from"] == "caffe" and job["hyperparameters"]["batch_size"] == 64
 

@@ -36,7 +36,7 @@ def test_version_and_the_documented_exit_codes():
 
 def test_choices_are_checked_item_by_item():
     plan = dlbench("run", "--profile", "quick,paper", "--frameworks", "caffe", "--datasets", "mnist",
-                   "--dry-run", env=NO_DOCKER, check=True)
+                   "--dry-run", "--format", "json", env=NO_DOCKER, check=True)
     assert [json.loads(line)["profile"] for line in plan.stdout.splitlines()] == ["quick", "paper"]
     one_line_error(dlbench("run", "--profile", "quick,fast", "--dry-run"), 2,
                    "--profile 'fast': choose from paper, quick")

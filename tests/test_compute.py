@@ -22,7 +22,7 @@ SWITCHING = ("caffe", "theano", "torch", "pytorch")
 
 
 def planned(*args) -> list[dict]:
-    proc = dlbench("run", "--profile", "quick", "--dry-run", *args, check=True)
+    proc = dlbench("run", "--profile", "quick", "--dry-run", "--format", "json", *args, check=True)
     return [json.loads(line) for line in proc.stdout.splitlines()]
 
 
@@ -103,7 +103,7 @@ def test_a_campaign_file_names_the_line_of_a_bad_library(tmp_path):
                                         "openblas-openmp, openblas-pthread, reference), or default")
     path.write_text('name = "blas"\nframeworks = ["caffe"]\ndatasets = ["mnist"]\n'
                     'blas = ["openblas", "default"]\nonednn = ["default"]\n')
-    jobs = [json.loads(line) for line in dlbench("run", "--campaign", path, "--dry-run", "--profile", "quick",
+    jobs = [json.loads(line) for line in dlbench("run", "--campaign", path, "--dry-run", "--format", "json", "--profile", "quick",
                                                  check=True).stdout.splitlines()]
     assert [j["blas"] for j in jobs] == ["openblas-pthread", None]
 

@@ -20,7 +20,7 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "frameworks"
 
 
 def planned(*args, env=None) -> list[dict]:
-    proc = dlbench("run", "--profile", "fair", "--dry-run", *args, env=env, check=True)
+    proc = dlbench("run", "--profile", "fair", "--dry-run", "--format", "json", *args, env=env, check=True)
     return [json.loads(line) for line in proc.stdout.splitlines()]
 
 

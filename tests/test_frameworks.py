@@ -141,7 +141,7 @@ def test_an_entry_point_of_an_installed_package_adds_a_framework(monkeypatch, tm
     assert found["other"].directory == site / "dlbench_more" / "frameworks" / "other"
     # as a user's dlbench finds it
     plan = dlbench("run", "--frameworks", "sklearn,other", "--datasets", "mnist", "--profile", "quick",
-                   "--dry-run", env={**NO_DOCKER, "PYTHONPATH": str(site)}, check=True)
+                   "--dry-run", "--format", "json", env={**NO_DOCKER, "PYTHONPATH": str(site)}, check=True)
     assert [json.loads(line)["framework"] for line in plan.stdout.splitlines()[:2]] == ["sklearn", "other"]
     # the same name from the path too: a clash naming both
     with_path(monkeypatch, SKLEARN)

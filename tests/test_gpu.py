@@ -73,7 +73,7 @@ def test_gpu_lists_that_cannot_be_planned_are_one_line_errors():
 
 
 def test_the_dry_run_shows_the_lanes_and_a_gpu_less_host_refuses_to_run(tmp_path, data_root):
-    proc = dlbench("run", "--frameworks", "caffe,torch", "--gpu", "0,1", "--dry-run", env=NO_DOCKER, check=True)
+    proc = dlbench("run", "--frameworks", "caffe,torch", "--gpu", "0,1", "--dry-run", "--format", "json", env=NO_DOCKER, check=True)
     jobs = [json.loads(line) for line in proc.stdout.splitlines()]
     share = max(os.cpu_count() // 2, 1)
     assert [(j["framework"], j["dataset"], j["gpu"], j["first_cpu"], j["cpus"]) for j in jobs] == [
@@ -282,7 +282,7 @@ def test_the_gpu_facts_of_a_row_come_from_the_driver():
 
 def test_variant_gpu_runs_cpu_jobs_in_the_gpu_images(tmp_path):
     proc = dlbench("run", "--frameworks", "caffe,pytorch", "--datasets", "mnist", "--variant", "gpu",
-                   "--dry-run", env=NO_DOCKER, check=True)
+                   "--dry-run", "--format", "json", env=NO_DOCKER, check=True)
     jobs = [plan.Job.model_validate_json(line) for line in proc.stdout.splitlines()]
     assert [(j.device, j.variant) for j in jobs] == [("cpu", "gpu"), ("cpu", "gpu")]
     default, = plan.expand(axes_of(dict(frameworks="caffe", datasets="mnist")), 2).jobs
@@ -292,7 +292,7 @@ def test_variant_gpu_runs_cpu_jobs_in_the_gpu_images(tmp_path):
     path = tmp_path / "c.toml"
     path.write_text('name = "in-gpu-images"\nframeworks = ["caffe"]\ndatasets = ["mnist"]\n'
                     'devices = ["cpu", "gpu:0"]\nvariant = "gpu"\n')
-    proc = dlbench("run", "--campaign", path, "--dry-run", env=NO_DOCKER, check=True)
+    proc = dlbench("run", "--campaign", path, "--dry-run", "--format", "json", env=NO_DOCKER, check=True)
     assert [json.loads(line)["image_variant"] for line in proc.stdout.splitlines()] == ["gpu", "gpu"]
     proc = dlbench("run", "--campaign", path, "--variant", "cpu", "--dry-run", env=NO_DOCKER)
     assert proc.returncode == 2 and proc.stderr == (

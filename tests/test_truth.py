@@ -119,7 +119,7 @@ def test_a_bad_setting_is_one_line_before_any_job(args, message, tmp_path):
 
 
 def test_the_plan_size_cap_can_be_raised(tmp_path):
-    args = ("run", "--frameworks", "torch", *QUICK, "--dry-run")
+    args = ("run", "--frameworks", "torch", *QUICK, "--dry-run", "--format", "json")
     one_line_error(dlbench(*args, "--repeats", "6", env={"DLBENCH_MAX_JOBS": "5"}),
                    "the plan has 6 jobs (1 x 6 repeats), more than 5", code=2)
     proc = dlbench(*args, "--repeats", "5", env={"DLBENCH_MAX_JOBS": "5"})

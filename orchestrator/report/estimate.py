@@ -155,6 +155,13 @@ class Estimate:
         return f"{what}: about {duration(self.seconds)} on this machine ({how})"
 
 
+def of_job(job, known: dict[tuple, Speed]) -> float | None:
+    """The seconds of one job (as ``of_jobs`` reads it) at the ``known`` speeds; None where
+    no speed of its model is known."""
+    speed = known.get(key(job.framework, job.dataset, job.model, job.device, job.hyperparameters))
+    return None if speed is None else speed.seconds(job.framework, job.dataset, job.hyperparameters)
+
+
 def of_jobs(jobs, known: dict[tuple, Speed]) -> Estimate:
     """The time of ``jobs`` (each with framework, dataset, model, device, hyperparameters)
     at the ``known`` speeds."""

@@ -32,8 +32,8 @@ from ..display import shown
 from ..errors import UsageError
 from . import ab, compare, reference_rows, tta, verification
 from .views import (COMPARISON_KEYS, REPORT_KEYS, View, comparison_view, correlation_records,
-                    correlation_views, fair_views, reference_lines, robustness_records, robustness_views, runs_view,
-                    section_views, transfer_records, transfer_views)
+                    correlation_views, fair_views, plan_view, reference_lines, robustness_records,
+                    robustness_views, runs_view, section_views, transfer_records, transfer_views)
 
 GAP = 2     # the space between two columns of a table
 
@@ -85,6 +85,13 @@ def results_text(frame: pd.DataFrame, fmt: str, width: int | None = 80,
     console = _console(width, color_system)
     draw(console, runs_view(frame, columns), fit=width is not None and not wide,
          drop=columns is None)
+    return console.file.getvalue()
+
+
+def plan_text(jobs, seconds, width: int | None = 80, color_system: str | None = None) -> str:
+    """A plan as a table (``views.plan_view``), fitted to a terminal ``width`` wide."""
+    console = _console(width, color_system)
+    draw(console, plan_view(jobs, seconds), fit=width is not None)
     return console.file.getvalue()
 
 

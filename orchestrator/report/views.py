@@ -663,3 +663,32 @@ def _pair_of(a, b, key: str) -> str:
 
 def _p(v: float) -> str:
     return "<0.001" if v < 0.001 else f"{v:.3f}"
+
+
+# --- the plan (`dlbench run --dry-run`) ---
+
+PLAN_KEYS = ["job", "framework", "data", "model", "profile", "device", "threads", "changed", "repeat",
+             "estimate", "note"]
+PLAN_DROP = ["model", "repeat", "threads", "estimate", "device"]
+
+
+def plan_view(jobs, seconds) -> View:
+    """The jobs of a plan, one a line: what each is, what it changes from its profile's
+    defaults, and ``seconds(job)``, its estimated time on this machine (None: not known)."""
+    from .estimate import duration
+
+    rows = []
+    for n, job in enumerate(jobs, 1):
+        changed = [f"{k}={v}" for k, v in job.overrides.items()]
+        changed += [f"{k} {v}" for k, v in (("settings from", job.settings_from), ("BLAS", job.blas),
+                                              ("oneDNN", job.onednn), ("cpus", job.cpus),
+                                              ("gpu", job.gpu)) if v is not None]
+        took = None if job.unsupported else seconds(job)
+        rows.append([str(n), job.framework, job.dataset, job.model, job.profile, job.device,
+                     str(job.threads), rounded(", ".join(changed)) or "-", str(job.repeat),
+                     "-" if took is None else duration(took),
+                     f"not run: {job.unsupported}" if job.unsupported else ""])
+    return View(f"{len(jobs)} planned job(s), in the order they run",
+                ["#", "framework", "data", "model", "profile", "device", "threads", "changed",
+                 "repeat", "about", "note"], rows, numeric={0, 6, 8, 9}, wrap={7, 10},
+                keys=PLAN_KEYS, drop=PLAN_DROP)
