@@ -14,6 +14,11 @@ from . import compare, estimate, reference_rows
 WIDTH = 80
 
 
+class Command(str):
+    """A line that is a command to copy and paste: printed on a line of its own, never
+    wrapped."""
+
+
 def run_summary(results: Path, run_ids, reference: Path | None = None,
                 command_results: Path | None = None) -> list[str]:
     """The summary of the runs ``run_ids`` stored in ``results``, at most ``WIDTH`` columns a
@@ -103,7 +108,7 @@ def _paper_command(rep: compare.Report, command_results: Path | None) -> list[st
     """The command of a paper verdict for the run's quick models, and its time here from
     their measured speed."""
     quick = rep.groups[(rep.groups["profile"] == "quick") & (rep.groups["ok"] > 0)]
-    if not len(rep.groups[rep.groups["profile"] == "quick"]):
+    if not len(quick):          # no quick job trained: no paper run to suggest
         return []
     models = list(dict.fromkeys(zip(quick["framework"], quick["dataset"], quick["model"],
                                     quick["device"])))
@@ -116,7 +121,7 @@ def _paper_command(rep: compare.Report, command_results: Path | None) -> list[st
         head += f", about {estimate.duration(found.seconds)} on this machine"
     if found.missing:
         head += f" (not counted: {', '.join(found.missing)})"
-    return _wrap(head + ":") + [f"  {command}"]
+    return _wrap(head + ":") + [Command(f"  {command}")]
 
 
 def paper_command(groups, rows, results: Path | None = None) -> str:
@@ -126,10 +131,10 @@ def paper_command(groups, rows, results: Path | None = None) -> str:
     datasets = list(dict.fromkeys(groups["dataset"]))
     words = ["dlbench run"]
     known = catalog.names()
-    if sorted(frameworks) != sorted(known):
+    if frameworks and sorted(frameworks) != sorted(known):
         words.append("--frameworks " + ",".join(sorted(frameworks, key=lambda f: (
             known.index(f) if f in known else len(known), f))))
-    if sorted(datasets) != sorted(catalog.DATASETS):
+    if datasets and sorted(datasets) != sorted(catalog.DATASETS):
         words.append("--datasets " + ",".join(d for d in catalog.DATASETS if d in datasets))
     if gpus := sorted({str(g) for g in rows["gpu"] if compare.present(g)}):
         words.append("--gpu " + ",".join(gpus))
