@@ -123,6 +123,8 @@ def main() -> None:
                         help="compare's B side (default: the committed quick runs with checks)")
     parser.add_argument("--rounds", type=positive_int, default=5, help="runs of each command (default 5)")
     parser.add_argument("--top", type=int, default=4, help="heaviest packages shown (default 4)")
+    parser.add_argument("--commands", default="help,results,report,compare,doctor",
+                        help="which, comma-separated (default: all five)")
     parser.add_argument("--tree", choices=["help", "results", "report", "compare", "doctor"],
                         help="print this command's import tree instead")
     parser.add_argument("--min-ms", type=float, default=5.0,
@@ -135,6 +137,9 @@ def main() -> None:
     from orchestrator import __version__, hostinfo
 
     table = commands(args.results.resolve(), args.other.resolve())
+    unknown = set(args.commands.split(",")) - set(table)
+    if unknown:
+        parser.error(f"--commands {args.commands}: choose from {', '.join(table)}")
     if args.tree:
         _, tops, _ = run_once(table[args.tree])
         for node in tops:
@@ -146,10 +151,11 @@ def main() -> None:
           f"dlbench {__version__}; load average {os.getloadavg()[0]:.2f}")
     print(f"command  {shlex.join([Path(sys.executable).name, *sys.argv])}")
     print(f"results  {args.results} (compare's B: {args.other})")
-    measured: dict[str, list[tuple[float, list[Import], int]]] = {name: [] for name in table}
+    measured: dict[str, list[tuple[float, list[Import], int]]] = {
+        name: [] for name in table if name in args.commands.split(",")}
     for _ in range(args.rounds):            # in turn, so that a burst of load touches all alike
-        for name, argv in table.items():
-            measured[name].append(run_once(argv))
+        for name in measured:
+            measured[name].append(run_once(table[name]))
     print(f"\n{'command':<9} {'imports: least':>14} {'median':>8} {'wall':>7}  status  heaviest "
           f"(cumulative ms, median round)")
     for name, rounds in measured.items():
