@@ -27,6 +27,7 @@ from rich.cells import cell_len
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from ..display import shown
 from ..errors import UsageError
@@ -91,7 +92,8 @@ def results_text(frame: pd.DataFrame, fmt: str, width: int | None = 80,
 def plan_text(jobs, seconds, width: int | None = 80, color_system: str | None = None) -> str:
     """A plan as a table (``views.plan_view``), fitted to a terminal ``width`` wide."""
     console = _console(width, color_system)
-    draw(console, plan_view(jobs, seconds), fit=width is not None)
+    draw(console, plan_view(jobs, seconds), fit=width is not None,
+         hint="(--format json shows every field)")
     return console.file.getvalue()
 
 
@@ -112,7 +114,10 @@ def _console(width: int | None, color_system: str | None) -> Console:
                    highlight=False)
 
 
-def draw(console: Console, view: View, fit: bool, drop: bool = True) -> None:
+HINT = "(--wide shows every column, --columns chooses)"
+
+
+def draw(console: Console, view: View, fit: bool, drop: bool = True, hint: str = HINT) -> None:
     """A view as a table: fitted to the console (``fit``: repeated verdict reasons as
     footnotes, leaving out the view's ``drop`` columns where it must and ``drop`` allows,
     else a block per row) or whole."""
@@ -120,12 +125,8 @@ def draw(console: Console, view: View, fit: bool, drop: bool = True) -> None:
     if fit:
         view, notes = footnoted(view)
         whole = view
-        if _widths(view, console.width) is None:
-            view = lifted(view)
-        for key in [None] + ([k for k in view.drop if k in view.keys] if drop else []):
-            if key is not None:
-                left_out.append(view.columns[view.keys.index(key)])
-                view = view.only([k for k in view.keys if k != key])
+        for candidate in (view, lifted(view)):      # as it is, then without one-value columns
+            view, left_out = _fitted(candidate, console.width, drop)
             widths = _widths(view, console.width)
             if widths is not None:
                 break
@@ -144,8 +145,20 @@ def draw(console: Console, view: View, fit: bool, drop: bool = True) -> None:
         console.width = width
     if left_out:
         console.print(f"[dim]left out to fit {width} columns: {escape(', '.join(left_out))} "
-                      "(--wide shows every column, --columns chooses)[/dim]")
+                      f"{escape(hint)}[/dim]")
     _footnotes(console, notes)
+
+
+def _fitted(view: View, width: int, drop: bool) -> tuple[View, list[str]]:
+    """The view with its ``drop`` columns left out in order (where ``drop`` allows) until it
+    fits ``width``, and the headings left out; as few as possible."""
+    left_out = []
+    for key in [k for k in view.drop if k in view.keys] if drop else []:
+        if _widths(view, width) is not None:
+            break
+        left_out.append(view.columns[view.keys.index(key)])
+        view = view.only([k for k in view.keys if k != key])
+    return view, left_out
 
 
 def lifted(view: View) -> View:
@@ -300,14 +313,15 @@ def report_table(rep: compare.Report, width: int | None = 80, color_system: str 
             console.print(f"\n[bold]{escape(heading)}[/bold]")
             for line in lines:
                 console.print(f"- {line}", markup=False)
-    if not explain:
-        console.print(f"\n[dim]{EXPLAIN_LINE}[/dim]")
+    if not explain:        # a command to copy: never wrapped
+        console.print()
+        console.print(Text(EXPLAIN_LINE, style="dim", no_wrap=True, overflow="ignore"), crop=False)
     for note in rep.notes() if explain else []:
         console.print(f"- {note}", markup=False)
     return console.file.getvalue()
 
 
-EXPLAIN_LINE = "How verdicts, spans, statistics and disturbed runs are decided: dlbench report --explain"
+EXPLAIN_LINE = "The rules behind these verdicts and statistics: dlbench report --explain"
 
 
 def _coloured(verdict: str) -> str:

@@ -680,9 +680,9 @@ def plan_view(jobs, seconds) -> View:
     rows = []
     for n, job in enumerate(jobs, 1):
         changed = [f"{k}={v}" for k, v in job.overrides.items()]
-        changed += [f"{k} {v}" for k, v in (("settings from", job.settings_from), ("BLAS", job.blas),
-                                              ("oneDNN", job.onednn), ("cpus", job.cpus),
-                                              ("gpu", job.gpu)) if v is not None]
+        changed += [f"{k}={v}" for k, v in (("settings_from", job.settings_from), ("blas", job.blas),
+                                             ("onednn", job.onednn), ("cpus", job.cpus),
+                                             ("gpu", job.gpu)) if v is not None]
         took = None if job.unsupported else seconds(job)
         rows.append([str(n), job.framework, job.dataset, job.model, job.profile, job.device,
                      str(job.threads), rounded(", ".join(changed)) or "-", str(job.repeat),
