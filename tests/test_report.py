@@ -171,7 +171,7 @@ def test_quick_rows_are_summarised_and_shown_beside_the_paper_but_not_judged(rea
     assert group["ratio_verdict"].startswith("not comparable: quick profile")
     assert any("within 1 percentage point" in note for note in document["notes"])
 
-    table = dlbench("report", "--results", real, check=True).stdout
+    table = dlbench("report", "--results", real, "--explain", check=True).stdout
     assert "not comparable: quick profile" in table and "9,647.34" in table and "56.52" in table
     assert "56.52 †" not in table and "sums" not in table
     assert "within 1 percentage point(s) of the published accuracy" in " ".join(table.split())
@@ -282,7 +282,7 @@ def test_a_paper_profile_row_is_judged_within_the_stated_tolerance(real, tmp_pat
     loose, = report_json(results, "--tolerance", f"{abs(diff) + 0.01:.4f}")["groups"]
     tight, = report_json(results, "--tolerance", f"{max(abs(diff) - 0.01, 0):.4f}")["groups"]
     assert loose["accuracy_verdict"] == "reproduced" and tight["accuracy_verdict"] == "not reproduced"
-    table = dlbench("report", "--results", results, "--tolerance", "0", check=True).stdout
+    table = dlbench("report", "--results", results, "--tolerance", "0", "--explain", check=True).stdout
     assert "not reproduced" in table and "within 0 percentage point(s)" in " ".join(table.split())
     one_line_error(dlbench("report", "--results", results, "--tolerance", "-1"),
                    r"^dlbench: error: --tolerance -1: a tolerance is 0 points or more")
