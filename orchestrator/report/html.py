@@ -26,6 +26,7 @@ PAGE = "index.html"
 PLOT_CONFIG = {"displaylogo": False, "responsive": True, "scrollZoom": False}
 
 STYLE = """
+html { overflow-y: scroll; }  /* the scroll bar there from the start: charts sized once fit */
 body { font: 14px/1.45 system-ui, sans-serif; margin: 2em auto; max-width: 1400px; padding: 0 1em;
        color: #222; }
 h1 { margin-bottom: 0.2em; } h2 { margin-top: 1.8em; border-bottom: 2px solid #ccd; }

@@ -7,8 +7,9 @@ publishes one over its benchmarks' history.
     OUT/plotly.min.js       the plotting library, once for every page
 
 Every page works offline from the files (no server).  A DIR that holds no rows itself but
-results folders one level down stands for those folders.  Every DIR is read before anything
-is written; a missing one, one without rows or an OUT that is a file is refused."""
+results folders one level down stands for those folders; one with neither is left out with
+a warning.  Every DIR is read before anything is written; a missing one, DIRs without a
+single row, or an OUT that is a file are refused."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import contextlib
 import datetime as dt
 import html
 import re
+import warnings
 from pathlib import Path
 
 import pandas as pd
@@ -25,7 +27,7 @@ import plotly.offline
 from plotly.subplots import make_subplots
 
 from .. import __version__, store
-from ..errors import DlbenchError, StoreError, UsageError
+from ..errors import DlbenchError, StoreError, StoreWarning, UsageError
 from . import build_report, compare
 from .charts import _layout, colour, inert
 from .html import PLOT_CONFIG, STYLE, TABLE_SCRIPT, render_page
@@ -55,13 +57,17 @@ def folders(given: list[Path]) -> list[tuple[Path, str]]:
     for directory in given:
         if not directory.is_dir():
             raise UsageError(f"{directory}: no such directory")
+    for directory in given:
         if store.row_files(directory):
             found.append((directory, directory.resolve().name))
             continue
         inner = sorted(d for d in directory.iterdir() if d.is_dir() and store.row_files(d))
-        if not inner:
-            raise StoreError(f"{directory}: no stored runs (nor results folders in it)")
+        if not inner:       # a folder of notes or scripts beside the results: said, left out
+            warnings.warn(StoreWarning(f"{directory}: no stored runs (nor results folders in it); "
+                                       "left out of the site"), stacklevel=2)
         found += [(d, f"{directory.resolve().name}-{d.name}") for d in inner]
+    if not found:
+        raise StoreError(f"{', '.join(map(str, given))}: no stored runs in any (run `dlbench run` first)")
     used: dict[str, int] = {}
     unique = []
     for path, name in found:
