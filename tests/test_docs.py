@@ -11,10 +11,11 @@ import subprocess
 import sys
 
 import markdown
+import pytest
 import yaml
 from conftest import REPO
 
-from orchestrator import schema
+from orchestrator import catalog, schema
 
 
 def mkdocs(config, site):
@@ -35,6 +36,29 @@ def test_the_site_builds_strictly_with_its_generated_pages(tmp_path):
     assert "dlbench: report" not in measured                           # every marker replaced
     readme = (REPO / "README.md").read_text()
     assert len(readme.splitlines()) <= 150
+    home = (tmp_path / "site" / "index.html").read_text()
+    start = home.index('id="quick-start"')             # the home page opens with the quick start,
+    assert start < home.index("scripts/setup &amp;&amp; .venv/bin/dlbench run") < home.index(
+        'src="img/quick-training-time.svg"') < home.index('id="what-dlbench-does"')   # then its chart
+    assert (tmp_path / "site" / "img" / "quick-training-time.svg").is_file()
+    for text in (home, readme):                       # the first run's time and disk, said up front
+        assert "23 minutes" in text and "8 GB" in text
+    assert 'href="https://github.com/' in home         # repo_url
+
+
+def test_the_home_page_chart_is_drawn_from_the_committed_rows():
+    sys.path.insert(0, str(REPO / "docs"))
+    try:
+        import home_chart
+    finally:
+        sys.path.remove(str(REPO / "docs"))
+    found = home_chart.figures()
+    assert len(found) == 12 and {fw for fw, *_ in found} == set(catalog.STUDY_ORDER)
+    caffe = next(f for f in found if f[:2] == ("caffe", "mnist"))
+    assert caffe[2] == pytest.approx(25.78, abs=0.01) and caffe[3] == pytest.approx(0.9737)
+    drawn = home_chart.svg(found)
+    assert drawn == home_chart.OUT.read_text(), "run docs/home_chart.py and commit the chart"
+    assert drawn.count("<rect") == 12 + len(home_chart.DATASETS) and "26 s · 97.4%" in drawn
 
 
 def test_a_table_whose_rows_are_missing_fails_the_build(tmp_path):
