@@ -29,7 +29,7 @@ import pandas as pd
 from .. import catalog
 from ..errors import DlbenchError, UsageError
 from . import compare
-from .views import View
+from .views import View, rounded
 
 # a model without a paper cell (MXNet's, the fair networks, a framework added to dlbench):
 # MNIST, 99%, what every framework reached in the paper (99.03 to 99.28%); CIFAR-10, 75%,
@@ -176,7 +176,7 @@ def views(rep: compare.Report, section: compare.Section):
     found = found[found["section"] == section.index]
     if not len(found):
         return []
-    rows = [[g.framework, g.dataset, g.model, g.device, g.profile, g.settings, f"{g.target_pct:g}%",
+    rows = [[g.framework, g.dataset, g.model, g.device, g.profile, rounded(g.settings), f"{g.target_pct:g}%",
              result_text(g)] for g in found.itertuples()]
     return [View("Time to accuracy: training time until the first epoch at or above the target "
                  "(training accuracy)", ["framework", "data", "model", "device", "profile",
