@@ -14,7 +14,7 @@ from typer.exceptions import TyperException
 from rich.console import Console
 
 # Each command imports what it uses: dlbench --help loads none of store (pyarrow), execute (the
-# Docker SDK, the job loop), options (pydantic), datasets or the builds' helpers
+# Docker SDK, the job loop), options (pydantic), datasets, downloads or sources
 from . import __version__, build, catalog
 from .choices import SCHEDULERS, VARIANTS
 from .interrupts import interrupted, received
