@@ -261,6 +261,8 @@ def _speed_figure(data: pd.DataFrame) -> go.Figure:
         for col, (metric, label, fmt) in enumerate(SPEEDS, start=1):
             median, low, high = (part[f"{metric}{s}"] for s in ("_median", "_min", "_max"))
             shown = median.notna()
+            if not shown.any():
+                continue       # no such figure in its rows (images per second: older rows)
             error = dict(type="data", symmetric=False, array=(high - median)[shown],
                          arrayminus=(median - low)[shown], color="#333", thickness=1.2, width=4)
             unit = fmt.split("} ")[-1]
