@@ -24,9 +24,17 @@ def mkdocs(config, site):
                            "-d", str(site)], capture_output=True, text=True, env=env, timeout=300)
 
 
-def test_the_site_builds_strictly_with_its_generated_pages(tmp_path):
-    proc = mkdocs(REPO / "mkdocs.yml", tmp_path / "site")
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    """The documentation site, built once for the tests that read it."""
+    built = tmp_path_factory.mktemp("docs") / "site"
+    proc = mkdocs(REPO / "mkdocs.yml", built)
     assert proc.returncode == 0, proc.stderr
+    return built
+
+
+def test_the_site_builds_strictly_with_its_generated_pages(site):
+    tmp_path = site.parent
     page = (tmp_path / "site" / "schema" / "index.html").read_text()
     for name in schema.RunRecord.model_fields:       # every column, from the code
         assert f"<code>{name}</code>" in page, name
@@ -44,6 +52,39 @@ def test_the_site_builds_strictly_with_its_generated_pages(tmp_path):
     for text in (home, readme):                       # the first run's time and disk, said up front
         assert "23 minutes" in text and "8 GB" in text
     assert 'href="https://github.com/' in home         # repo_url
+    assert 'href="stylesheets/extra.css"' in home
+
+
+CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
+
+
+@pytest.mark.skipif(not (CHROMIUM and CHROMEDRIVER), reason="needs a headless browser: Debian's "
+                    "chromium and chromium-driver (scripts/setup --dev installs them)")
+def test_no_page_is_wider_than_a_1280_pixel_window(site):
+    """A wide generated table scrolls inside its own box; the page itself never scrolls sideways."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
+                     "--window-size=1280,900"):
+        options.add_argument(argument)
+    options.binary_location = CHROMIUM
+    driver = webdriver.Chrome(options=options, service=Service(CHROMEDRIVER))
+    try:
+        for name in ("measurements", "configuration", "fair", "schema", "robustness"):
+            driver.get((site / name / "index.html").as_uri())
+            page, window, tables = driver.execute_script("""
+                return [document.documentElement.scrollWidth, document.documentElement.clientWidth,
+                        document.querySelectorAll('.md-typeset table').length];""")
+            assert tables > 0, name
+            assert page <= window, f"{name}: the page is {page} px wide in a {window} px window"
+        driver.get((site / "index.html").as_uri())
+        drawn = driver.execute_script("const i = document.querySelector('img[src$=\".svg\"]');"
+                                      "return i && i.complete ? i.naturalWidth : 0;")
+        assert drawn > 300                                   # the home page's chart loaded
+    finally:
+        driver.quit()
 
 
 def test_the_home_page_chart_is_drawn_from_the_committed_rows():
