@@ -141,6 +141,36 @@ def test_a_repeated_reason_is_a_footnote(terminal):
     assert text.count(reason) == 2 and "not comparable [1]" in text
 
 
+def test_a_run_shows_job_k_of_n_and_the_time_left_within_80_columns():
+    from orchestrator import execute, options
+    from orchestrator.display import RichDisplay
+    from orchestrator.report import estimate
+
+    request = execute.Request(options=options.RunOptions.from_command_line(
+        frameworks="caffe,tensorflow", datasets="mnist", profile="quick",
+        sweep=["learning_rate=0.01,0.006750312521595928"]))
+    jobs = execute.plan(request).plan.jobs
+    known = estimate.machine_speeds(None)          # the reference rows' speeds
+    seconds = [estimate.of_job(job, known) for job in jobs]
+    assert all(s is not None and s > 0 for s in seconds)
+    console = Console(file=io.StringIO(), width=WIDTH, force_terminal=True, color_system=None)
+    display = RichDisplay(console, estimate=(jobs, lambda job: estimate.of_job(job, known)))
+    display.progress.live.auto_refresh = False
+    display.start(len(jobs))
+    assert display.left.text() == f"about {estimate.duration(sum(seconds))} left"
+    display.job_started(2, jobs[1])
+    display.event({"event": "progress", "epoch": 1, "fraction": 0.5, "loss": 0.25})
+    left = sum(seconds) - seconds[1] / 2           # job 1 not started here: still ahead
+    assert display.left.text() == f"about {estimate.duration(left)} left"
+    drawn = Console(file=io.StringIO(), width=WIDTH, force_terminal=True, color_system=None)
+    drawn.print(display.progress.make_tasks_table(display.progress.tasks))
+    display.stop()
+    lines = [line.rstrip() for line in drawn.file.getvalue().splitlines()]
+    assert max(len(line) for line in lines) <= WIDTH
+    text = " ".join(" ".join(lines).split())
+    assert f"job 2/{len(jobs)} caffe/mnist/quick" in text and f"about {estimate.duration(left)} left" in text
+
+
 def test_no_paper_command_is_suggested_when_no_quick_job_trained():
     frame = store.load(MEASUREMENTS / "2026-11-26-quick")
     trained = compare.build(frame)
