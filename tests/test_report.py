@@ -442,7 +442,7 @@ def test_the_html_page_is_self_contained_verdicts_first_charts_then_tables_and_r
     proc = dlbench("report", "--results", results, "--html", out, check=True)
     assert proc.stdout == "" and f"report written to {out / 'index.html'}" in proc.stderr
     plain = (out / "index.html").read_text()
-    assert re.findall(r'<figure id="([^"]+)"', plain) == ["accuracy", "epochs-1"]
+    assert re.findall(r'<figure id="([^"]+)"', plain) == ["accuracy", "speed-1", "tta-1", "epochs-1"]
     assert "Not drawn: no group has a training-time ratio" in plain and "Resource use" not in plain
     two = next(r for r in rows if len(r.epoch_loss) == 2)
     epochs = re.search(r'id="epochs-1".*?href="data:text/csv;charset=utf-8,([^"]+)"', plain, re.S)
@@ -458,14 +458,15 @@ def test_the_html_page_is_self_contained_verdicts_first_charts_then_tables_and_r
     page.feed(text)
     assert {value.split(",")[0] for _, _, value in page.external} == {"data:text/csv;charset=utf-8"}
     assert "link" not in page.tags and "plotly.js v" in text and text.count("* plotly.js v") == 1
-    assert re.findall(r'<figure id="([^"]+)"', text) == ["accuracy", "epochs-1", "traces-1"]
+    assert re.findall(r'<figure id="([^"]+)"', text) == ["accuracy", "speed-1", "tta-1", "epochs-1", "traces-1"]
     order = [text.index(s) for s in ("What was judged", "Accuracy against the paper", "<h2>Tables",
                                      '<h2 id="rules">')]
     assert order == sorted(order)
     # what was judged: one short line a cell, the whole verdict in its tooltip
     assert ('<td class="verdict not-comparable" title="not comparable: quick profile (it trains for '
             'other lengths than the paper did)">not comparable: quick profile</td>') in text
-    assert page.tags.count("table") == 1 + 4 and "<th>CPU %</th>" in text  # measured, paper, ratios, disturbed
+    # measured, paper, ratios, disturbed, time to accuracy
+    assert page.tags.count("table") == 1 + 5 and "<th>CPU %</th>" in text
     assert "were not measured alike" in text and "within 1 percentage point" in text
 
     broken = store.trace_path(results, rows[0].run_id)
