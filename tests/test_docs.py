@@ -21,7 +21,7 @@ from orchestrator import catalog, schema
 def mkdocs(config, site):
     env = dict(os.environ, NO_MKDOCS_2_WARNING="1")
     return subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(config),
-                           "-d", str(site)], capture_output=True, text=True, env=env, timeout=300)
+                           "-d", str(site)], capture_output=True, text=True, env=env, timeout=900)
 
 
 @pytest.fixture(scope="module")
