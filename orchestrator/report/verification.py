@@ -10,7 +10,9 @@ default-settings tables cannot say:
     training each framework's first REFERENCE_STEPS step losses against the host's NumPy
              reference training (float64) under the framework's max-pooling tie rule
              (``fair.TIE_RULES``): the largest relative difference, within the data
-             set's REFERENCE_TOLERANCE or not
+             set's REFERENCE_TOLERANCE or not; under the every rule over the steps before
+             the first tie that rounding decides (``fair.rounded_ties``), where the rule
+             stops predicting a float32 framework (``steps`` says how many)
     losses   two frameworks' step losses (the same data set, weights and settings, the
              first run of each): how far apart over the first AGREED_STEPS steps, and the
              first step where they part by more than LOSS_TOLERANCE
@@ -105,12 +107,14 @@ def references(rows: pd.DataFrame, steps: pd.DataFrame | None, data_root) -> pd.
             if ties is None:
                 reasons.append("no tie rule stated for it (orchestrator/fair.py TIE_RULES)")
                 continue
-            n = min(len(curve), fair.REFERENCE_STEPS)
             try:
-                reference = fair.reference_curve(row, ties, data_root)[:n]
+                reference, held = fair.reference_check(row, ties, data_root)
             except fair.ReferenceUnavailable as exc:
                 reasons.append(str(exc))
                 continue
+            # under the every rule, only the losses before a tie that rounding decides
+            n = min(len(curve), fair.REFERENCE_STEPS, held)
+            reference = reference[:n]
             differences.append(float(np.max(np.abs(curve[:n] - reference) / np.abs(reference))))
             counted.append(n)
         tolerance = fair.REFERENCE_TOLERANCE[dataset]

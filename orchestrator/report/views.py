@@ -331,7 +331,9 @@ def fair_views(rep: compare.Report, section: compare.Section) -> list[View]:
             f"against the NumPy reference training (float64, the same weights, batches and "
             f"settings) under the framework's max-pooling tie rule (first: a tied window's "
             f"gradient to its first maximum; every: to each tied maximum): the largest relative "
-            f"difference over its runs; tolerance, derived from float32 rounding: {tolerances}",
+            f"difference over its runs; tolerance, derived from float32 rounding: {tolerances}; "
+            f"under the every rule only the steps before a tie that rounding decides (a tied "
+            f"maximum neither 0 nor a bias: docs/fair.md)",
             ["data", "framework", "ties", "runs", "steps", "difference", "within"],
             [[r.dataset, r.framework, r.ties, str(r.runs), str(r.steps),
               "" if pd.isna(r.difference) else f"{r.difference:.2e}",
