@@ -147,9 +147,9 @@ def groups(rep: compare.Report) -> pd.DataFrame:
 
 def result_text(g) -> str:
     """A group's time to accuracy in a few words: "185.2 s (epoch 4)", "not reached (best
-    98.97% in 3 epochs)", or with how many of its runs reached it."""
+    98.97%, 3 epochs)", or with how many of its runs reached it."""
     if not g.reached:
-        return f"{NOT_REACHED} (best {g.best_accuracy_pct:.2f}% in {g.epochs_max} epoch(s))"
+        return f"{NOT_REACHED} (best {g.best_accuracy_pct:.2f}%, {_epochs(g.epochs_max)})"
     if not compare.present(g.time_s_median):
         text = f"epoch {g.epoch_median:g}, its time not recorded"
     else:
@@ -158,6 +158,10 @@ def result_text(g) -> str:
             text = (f"{_seconds(g.time_s_median)} s [{_seconds(g.time_s_min)}–"
                     f"{_seconds(g.time_s_max)}] (epoch {g.epoch_median:g})")
     return text + (f"; {g.reached} of {g.runs} runs" if g.reached < g.runs else "")
+
+
+def _epochs(n: int) -> str:
+    return f"{n} epoch" + ("s" if n != 1 else "")
 
 
 def _seconds(v: float) -> str:
@@ -178,7 +182,7 @@ def views(rep: compare.Report, section: compare.Section):
         return []
     rows = [[g.framework, g.dataset, g.model, g.device, g.profile, rounded(g.settings), f"{g.target_pct:g}%",
              result_text(g)] for g in found.itertuples()]
-    return [View("Time to accuracy: training time until the first epoch at or above the target "
+    return [View("Time to accuracy: training until the first epoch at or above the target "
                  "(training accuracy)", ["framework", "data", "model", "device", "profile",
                                          "settings", "target", "time to target"],
                  rows, numeric=set(), wrap={5, 7}, keys=KEYS, drop=DROP)]
