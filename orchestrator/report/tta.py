@@ -196,9 +196,4 @@ def records(rep: compare.Report) -> list[dict]:
         for r in found.to_dict(orient="records")]
 
 
-RULE = ("Time to accuracy: the training time (the epochs' times summed, test passes left out) "
-        "until the end of the first epoch whose training accuracy is at or above the target, "
-        "never interpolated; \"not reached\" where no epoch is. Default targets: the paper's "
-        "lowest published accuracy for the model, rounded down to a whole percent (MNIST 99%; "
-        "CIFAR-10: Caffe 75%, TensorFlow 86%, Torch7 65%, Theano 49%), else MNIST 99%, CIFAR-10 "
-        "75%; --target sets another.")
+RULE = compare.TTA_RULE         # the report's rules list it; compare cannot import this module
