@@ -791,8 +791,9 @@ def _warning(message, category, filename, lineno, file=None, line=None, _shown=w
 
 
 def _warn_line(text: str) -> None:
+    """One line in a log; in a terminal, wrapped between words."""
     err.print(f"dlbench: warning: {' '.join(text.split())}", markup=False, highlight=False,
-              soft_wrap=True)
+              soft_wrap=not err.is_terminal)
 
 
 def _fail(message: str, code: int, detail: str | None = None, exc: DlbenchError | None = None):
@@ -801,9 +802,9 @@ def _fail(message: str, code: int, detail: str | None = None, exc: DlbenchError 
     each."""
     for line in getattr(exc, "lines", None) or [message]:
         err.print(f"dlbench: error: {' '.join(line.split())}", markup=False, highlight=False,
-                  soft_wrap=True)
+                  soft_wrap=not err.is_terminal)      # in a terminal, wrapped between words
     if detail and _details:
-        err.print(f"dlbench: detail: {detail}", markup=False, highlight=False, soft_wrap=True)
+        err.print(f"dlbench: detail: {detail}", markup=False, highlight=False, soft_wrap=not err.is_terminal)
     sys.exit(code)
 
 
