@@ -134,10 +134,10 @@ class RichDisplay:
             if self.left is not None:
                 self.left.running(done / self.epochs)
             self.progress.update(self.current, completed=done,
-                                 detail=f"epoch {event.get('epoch')}/{self.epochs} loss {event.get('loss', 0):.4f}")
+                                 detail=f"epoch {event.get('epoch')}/{self.epochs:.3g} loss {event.get('loss', 0):.4f}")
         elif kind == "epoch":
             self.progress.update(self.current, completed=event.get("epoch", 0),
-                                 detail=f"epoch {event.get('epoch')}/{self.epochs} loss {event.get('loss', 0):.4f} "
+                                 detail=f"epoch {event.get('epoch')}/{self.epochs:.3g} loss {event.get('loss', 0):.4f} "
                                         f"train acc {100 * event.get('accuracy', 0):.2f}%")
 
     def job_finished(self, record):
