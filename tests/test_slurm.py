@@ -116,6 +116,15 @@ def _one_line_error(proc):
     return lines[0]
 
 
+def test_a_missing_data_directory_is_one_line_and_makes_no_results_folder(cluster, tmp_path):
+    results = tmp_path / "results"
+    proc = dlbench("run", "--scheduler", "slurm", "--frameworks", "caffe", "--datasets", "mnist",
+                   "--profile", "quick", "--results", results, "--data-dir", tmp_path / "no-data",
+                   env=cluster.env)
+    assert "no-data" in _one_line_error(proc)
+    assert not results.exists()             # nothing written before every input was checked
+
+
 def test_a_campaign_runs_as_one_array_over_both_nodes(cluster, data_root, tmp_path):
     results, name = tmp_path / "results", _campaign()
     proc = dlbench("run", "--scheduler", "slurm", "--frameworks", "mxnet,caffe", "--datasets", "mnist",

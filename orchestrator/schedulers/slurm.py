@@ -256,6 +256,8 @@ def submit(plan: Plan, results: Path, options: SlurmOptions, runtime: Runtime, d
 
     display = display or NullDisplay()
     check_commands()
+    if not resume:      # the data checked before anything is written (resume's folder exists)
+        ready = prepare(plan, results, data_dir, display, resume)
     check_results(results)
     if resume:
         active = [a for a in arrays(results) if a.array_id and queue(a.array_id)]
@@ -264,6 +266,7 @@ def submit(plan: Plan, results: Path, options: SlurmOptions, runtime: Runtime, d
                              f"wait for it (dlbench status) or scancel it before --resume")
         for array in arrays(results):
             reconcile(results, array)
+        ready = prepare(plan, results, data_dir, display, resume)    # the rows stored as ok by now
     submission = uuid.uuid4().hex[:12]
     name = f"dlbench-{plan.campaign or 'run'}"
     (_dir(results) / "logs").mkdir(parents=True, exist_ok=True)
@@ -271,7 +274,6 @@ def submit(plan: Plan, results: Path, options: SlurmOptions, runtime: Runtime, d
         probe = [Task(job=j, job_id="0" * 16) for j in plan.jobs]
         _command(sbatch_args(probe, options, results, name) + ["--test-only", "--wrap=true"],
                  "sbatch", check=True)
-    ready = prepare(plan, results, data_dir, display, resume)
     targets = resolve(plan, runtime)        # every image before the array is submitted
     todo = ready.todo(plan.jobs, targets, display)
     if not todo:
