@@ -29,7 +29,8 @@ EXIT_CODES = ("Exit status: 0 ok; 1 an error (one line on stderr); 2 a usage err
               "Ctrl-C (SIGINT), 143 SIGTERM, 129 SIGHUP (the rows stored so far are kept).")
 class _Readable:
     """A command whose options show their values by a word (TEXT, INTEGER, PATH,
-    table|csv|json), not by the Python type that Typer 0.2x shows (<str>, <list[str]>)."""
+    table|csv|json), and whose arguments their names alone, not the Python type that Typer
+    0.2x shows (<str>, <list[str]>)."""
 
     def get_params(self, ctx):
         params = super().get_params(ctx)
@@ -37,7 +38,13 @@ class _Readable:
             found = getattr(param, "type_descriptor", None)      # Typer 0.2x's own parser
             if param.metavar is None and found is not None and param.param_type_name == "option":
                 param.metavar = _metavar(param, found)
+            elif found is not None and param.param_type_name == "argument":
+                param.display_type_rich = _no_type       # its name says what it takes, and its help
         return params
+
+
+def _no_type(ctx) -> None:
+    return None
 
 
 def _metavar(param, found) -> str:
@@ -625,7 +632,7 @@ def report_(results: ResultsOpt = None,
 @app.command()
 def site(dirs: Annotated[list[Path], typer.Argument(
              help="Results folders; a folder holding results folders stands for each of them.",
-             metavar="DIR...", show_default=False)],
+             metavar="DIR", show_default=False)],
          out: Annotated[Path, typer.Option(
              "-o", "--out", help="The site's folder (made if missing; its pages replaced).",
              metavar="OUT")],

@@ -159,6 +159,13 @@ def test_run_help_fits_80_columns_with_readable_values_and_every_profile():
         assert name in profile.split("(default")[1], profile      # in the help, not only the metavar
 
 
+@pytest.mark.parametrize("command", [["compare"], ["site"], ["datasets", "import"], ["report"], ["tune"]])
+def test_arguments_show_their_names_not_python_types(command):
+    text = dlbench(*command, "--help", env={"COLUMNS": "80"}, check=True).stdout
+    assert not re.search(r"<(str|int|float|bool|path|list\[)", text, re.I), text
+    assert all(len(line) <= 80 for line in text.splitlines())
+
+
 def test_a_wrong_choice_is_said_in_dlbench_words():
     proc = dlbench("results", "--format", "xml")
     one_line_error(proc, 2, "--format 'xml': choose from table, csv, json")
