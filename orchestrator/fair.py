@@ -365,8 +365,9 @@ def reference_training(weights: dict, data: networks.FairData, steps: int, ties:
     the same rule).  Also how many of the first losses it predicts whatever a framework's
     rounding (``held``): under the every rule, the leading steps where the same training with
     every tie that rounding decides broken (``exact_maxima``) stays within the data set's
-    REFERENCE_TOLERANCE of it; ``steps`` under the first rule, to which such a tie makes no
-    difference (identical patches give identical gradients whichever takes it)."""
+    REFERENCE_TOLERANCE of it; ``steps`` under the first rule, where breaking such a tie
+    only moves a window's gradient between identical patches (the five first-rule frameworks
+    follow the reference to float32 rounding over all 10 steps)."""
     losses = _training(Layers(data.dataset, ties, dtype), weights, data, steps, dtype)
     if ties == "first":
         return losses, steps
