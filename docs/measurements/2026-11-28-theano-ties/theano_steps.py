@@ -4,7 +4,7 @@ Run inside the theano image (its Theano, OpenBLAS and runner), with the data set
 mounted:
 
     docker run --rm -v DATA:/data:ro -v OUT:/out --entrypoint python3 \
-        -v THIS_FOLDER:/work:ro dlbench/theano:<tag> /work/theano_steps.py mnist /data /out
+        -v THIS_FOLDER:/scripts:ro dlbench/theano:<tag> /scripts/theano_steps.py mnist /data /out
 
 It trains the fair network as the theano fair adapter does (float32, the same graph
 ops, the same update), and for each of the first STEPS steps writes the weights before
@@ -20,7 +20,7 @@ STEPS = 10
 
 def main(dataset, data_root, out):
     os.environ["THEANO_FLAGS"] = ("device=cpu,floatX=float32,blas.ldflags=-lopenblas,"
-                                  "base_compiledir=/tmp/theano")
+                                  "base_compiledir=" + os.path.join(os.environ.get("TMPDIR", "/var/tmp"), "theano"))
     import numpy as np
     import theano
     import theano.tensor as T
