@@ -33,6 +33,8 @@ import dataclasses
 import datetime as dt
 import functools
 import hashlib
+import json
+import math
 import os
 import re
 import shutil
@@ -165,6 +167,14 @@ class Builder:
         self._downloads: downloads.Proxy | None = None     # started by the first build that fetches
         self._downloads_lock = threading.Lock()
         self._sources_ready = set()    # (framework, variant) whose archives were checked
+
+    def expected_seconds(self, image: tuple[str, str]) -> float | None:
+        """How long the image's build is expected to take: its last on this machine, else
+        its framework's ``build_s`` (the CPU image from a bare Docker on 2 cores), else None."""
+        last = self.times.last(image_tag(*image)) if self.times else None
+        if last:
+            return sum(step.seconds for step in last)
+        return catalog.models(image[0]).get("build_s") if image[1] == "cpu" else None
 
     # -- stage 1: the root file system ------------------------------------------
     def root(self, rebuild: bool = False):
@@ -347,10 +357,13 @@ class Builder:
             for name, source in {**files, **archives}.items():
                 (Path(tmp) / name).parent.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(source, Path(tmp) / name)
+            with (Path(tmp) / "Dockerfile").open("a") as dockerfile:
+                dockerfile.write("\n" + label_instruction(labels) + "\n")
             log, tail = [], deque(maxlen=30)
             with docker_errors(f"building {tag}"):
                 stream = self.client.api.build(
-                    path=tmp, tag=tag, buildargs={**proxies, **buildargs}, labels=labels,
+                    path=tmp, tag=tag, buildargs={**proxies, **buildargs},
+                    container_limits={"cpushares": BUILD_CPU_SHARES},
                     rm=True, forcerm=True, decode=True, network_mode=network,
                     nocache=False)
                 for chunk in stream:
@@ -458,7 +471,8 @@ def build_images(builder: Builder, todo: dict, rebuild: bool = False, skip=lambd
                 yield image_tag(framework, variant), outcome(
                     functools.partial(builder.framework, framework, rebuild, variant))
         pool = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="dlbench-build")
-        pending = {pool.submit(builder.framework, fw, rebuild, v): (fw, v) for fw, v in start_order(missing, jobs)}
+        order = start_order(missing, jobs, builder.expected_seconds)
+        pending = {pool.submit(builder.framework, fw, rebuild, v): (fw, v) for fw, v in order}
         try:
             while pending:
                 done, _ = wait(pending, return_when=FIRST_COMPLETED)
@@ -473,16 +487,34 @@ def build_images(builder: Builder, todo: dict, rebuild: bool = False, skip=lambd
         builder.close()        # the download cache's proxy, if a build started it
 
 
-def start_order(images: list, jobs: int) -> list:
-    """The order the builds start in: with more than one at a time, the images that compile
-    pinned source archives first (Lua Torch7's takes 7 to 15 minutes on two cores, every
-    other CPU image installs packages in 1 to 3), so the longest build does not start last
-    and hold up the end; the others keep the plan's order, so the first framework's image,
-    and its first rows, still come early.  One at a time, the plan's order: the total is the
-    same either way, and the first rows come sooner."""
-    if jobs < 2:
-        return list(images)
-    return sorted(images, key=lambda image: not catalog.sources(*image))
+# The CPU weight of a build's steps, against a job container's 1024 (Docker's default): a
+# job that starts while other images still build (``dlbench run`` starts each job as soon as
+# its image is ready) gets four fifths of the CPUs the two contend for, not half, so its
+# timings are less disturbed; alone, a build still takes every CPU that is free.
+BUILD_CPU_SHARES = 256
+
+
+def label_instruction(labels: dict) -> str:
+    """The image's labels as one ``LABEL`` line, appended to its Dockerfile: Docker's build
+    API given ``labels`` adds a step for each, and the classic builder commits a layer a step
+    (several seconds each on an overlay file system in a busy machine: a framework image's
+    ten labels took 74 s of a 315 s build)."""
+    return "LABEL " + " ".join(f"{json.dumps(key)}={json.dumps(value, ensure_ascii=False)}"
+                               for key, value in labels.items())
+
+
+def start_order(images: list, jobs: int, expected=lambda image: None) -> list:
+    """The order the builds start in: the shortest expected first (``expected(image)``:
+    seconds, or None where unknown, taken as long), so that the first images, and the first
+    rows, come early; with more than one at a time, the images that compile pinned source
+    archives before them (Lua Torch7's takes 10 to 16 minutes on two cores, every other CPU
+    image installs packages in 2 to 6), so the longest build does not start last and hold up
+    the end.  Equal expectations keep the plan's order."""
+    def key(image):
+        seconds = expected(image)
+        compiles = jobs > 1 and bool(catalog.sources(*image))
+        return (not compiles, math.inf if seconds is None else seconds)
+    return sorted(images, key=key)
 
 
 def _declares(dockerfile: Path, arguments: dict) -> bool:

@@ -5,10 +5,11 @@ the legacy builder's, apt's and pip's own."""
 from __future__ import annotations
 
 import json
+import shlex
 
 import pytest
 
-from orchestrator import build
+from orchestrator import build, build_progress, catalog
 from orchestrator.build_progress import BuildProgress, Step, Times, duration
 
 
@@ -154,8 +155,34 @@ def test_a_job_counts_the_builds_running_as_it_starts_and_those_begun_after():
     assert activity.since(activity.mark()) == 0
 
 
-def test_side_by_side_the_image_that_compiles_sources_starts_first_and_the_rest_keep_the_plans_order():
+def test_side_by_side_the_image_that_compiles_sources_starts_first_and_the_rest_shortest_first():
     plan = [("caffe", "cpu"), ("tensorflow", "cpu"), ("torch", "cpu"), ("pytorch", "cpu")]
     assert build.start_order(plan, jobs=2) == [("torch", "cpu"), ("caffe", "cpu"),
                                                ("tensorflow", "cpu"), ("pytorch", "cpu")]
-    assert build.start_order(plan, jobs=1) == plan      # one at a time: the first rows come sooner
+    assert build.start_order(plan, jobs=1) == plan      # nothing known: the plan's order
+    expected = {"caffe": 300, "tensorflow": 200, "torch": 900}.get     # pytorch's unknown: last
+    assert build.start_order(plan, 2, lambda image: expected(image[0])) == [
+        ("torch", "cpu"), ("tensorflow", "cpu"), ("caffe", "cpu"), ("pytorch", "cpu")]
+    assert build.start_order(plan, 1, lambda image: expected(image[0])) == [   # the first rows soonest
+        ("tensorflow", "cpu"), ("caffe", "cpu"), ("torch", "cpu"), ("pytorch", "cpu")]
+
+
+def test_the_expected_build_time_is_the_last_one_here_else_the_frameworks_own(tmp_path, monkeypatch):
+    times = build_progress.Times(tmp_path / "times.json", host="h")
+    builder = build.Builder(None, times=times)
+    assert builder.expected_seconds(("mxnet", "cpu")) == catalog.models("mxnet")["build_s"] > 0
+    assert builder.expected_seconds(("mxnet", "gpu")) is None
+    times.keep(build.image_tag("mxnet"), [build_progress.Step("RUN a", 20.0, False),
+                                          build_progress.Step("COPY b", 1.5, False)])
+    assert builder.expected_seconds(("mxnet", "cpu")) == 21.5
+
+
+def test_the_labels_are_one_instruction_quoted_as_a_dockerfile_reads_it():
+    """Docker reads a LABEL's double-quoted words as a POSIX shell does (a backslash escapes
+    a quote or a backslash), so shlex reads them back; the images' own labels are checked
+    by the framework tests."""
+    labels = {"org.dlbench.sources.torch/nn": "200ae7d", "org.dlbench.framework-version":
+              'torch7@3e9e141 LuaJIT 2.1.0-beta1 "quoted" \\ back', "org.dlbench.cuda": "none"}
+    line = build.label_instruction(labels)
+    assert line.startswith("LABEL ") and "\n" not in line
+    assert dict(word.split("=", 1) for word in shlex.split(line[len("LABEL "):])) == labels
