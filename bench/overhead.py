@@ -299,7 +299,7 @@ def report(frameworks, runs, args):
         print(line)
     print(f"goal b/a >= {GOALS['b/a']}: {'met' if min(worst['b/a']) >= GOALS['b/a'] else 'MISSED'} "
           f"(lowest {min(worst['b/a']):.3f})")
-    print(f"goal fixed cost a job < {GOALS['per job']:.0f} s: "
+    print(f"goal fixed cost a job < {GOALS['per job']:g} s: "
           f"{'met' if max(worst['per job']) < GOALS['per job'] else 'MISSED'} "
           f"(highest {max(worst['per job']):.2f} s)")
     if worst["d/c"]:
