@@ -507,8 +507,8 @@ def start_order(images: list, jobs: int, expected=lambda image: None) -> list:
     """The order the builds start in: the shortest expected first (``expected(image)``:
     seconds, or None where unknown, taken as long), so that the first images, and the first
     rows, come early; with more than one at a time, the images that compile pinned source
-    archives before them (Lua Torch7's takes 10 to 16 minutes on two cores, every other CPU
-    image installs packages in 2 to 6), so the longest build does not start last and hold up
+    archives before them (Lua Torch7's took 8 minutes on two cores from a bare Docker, every
+    other CPU image, which installs packages, 1 to 4.5), so the longest build does not start last and hold up
     the end.  Equal expectations keep the plan's order."""
     def key(image):
         seconds = expected(image)
