@@ -127,19 +127,26 @@ def way_runner(client, job, data, scratch, owner):
 JOBS = 4      # way (c)'s jobs a run: the first gap also holds the first write's imports (once a run)
 
 
-def way_dlbench(framework, data, cpus, scratch, runtime="docker", python=None):
+def run_quick(framework, datasets, data, cpus, scratch, *options, what=""):
+    """`dlbench run` of the framework's quick profile on ``datasets`` into a fresh results
+    folder: its rows and its wall time."""
     results = Path(tempfile.mkdtemp(dir=scratch))
     command = [sys.executable, "-m", "orchestrator", "run", "--frameworks", framework,
-               "--datasets", "mnist", "--profile", "quick", "--cpus", str(cpus),
-               "--repeats", str(JOBS), "--results", str(results), "--data-dir", str(data)]
-    if runtime == "native":
-        command += ["--runtime", "native", "--python", python]
+               "--datasets", datasets, "--profile", "quick", "--cpus", str(cpus),
+               "--results", str(results), "--data-dir", str(data), *options]
     started = time.perf_counter()
     proc = subprocess.run(command, capture_output=True, text=True, cwd=REPO)
     wall = time.perf_counter() - started
     if proc.returncode != 0:
-        raise RuntimeError(f"dlbench run {framework} ({runtime}) failed: {proc.stderr[-500:]}")
-    rows = pd.read_parquet(Path(results) / "runs").sort_values("started_at")
+        raise RuntimeError(f"dlbench run {framework}{what} failed: {proc.stderr[-500:]}")
+    return pd.read_parquet(results / "runs"), wall
+
+
+def way_dlbench(framework, data, cpus, scratch, runtime="docker", python=None):
+    native_options = ["--runtime", "native", "--python", python] if runtime == "native" else []
+    rows, wall = run_quick(framework, "mnist", data, cpus, scratch, "--repeats", str(JOBS),
+                           *native_options, what=f" ({runtime})")
+    rows = rows.sort_values("started_at")
     checks = rows["migration_host_time_s"].fillna(0.0)
     # The runner's clock and the host's are the same kernel's: from one runner's end to the
     # next one's start, less the check the host ran on the first one's model in between.
@@ -153,14 +160,7 @@ def way_dlbench(framework, data, cpus, scratch, runtime="docker", python=None):
 
 def way_checks(framework, data, cpus, scratch, round_, rounds):
     """One quick run of the framework on both data sets, all its checks on: its rows."""
-    results = Path(tempfile.mkdtemp(dir=scratch))
-    command = [sys.executable, "-m", "orchestrator", "run", "--frameworks", framework,
-               "--datasets", "mnist,cifar10", "--profile", "quick", "--cpus", str(cpus),
-               "--results", str(results), "--data-dir", str(data)]
-    proc = subprocess.run(command, capture_output=True, text=True, cwd=REPO)
-    if proc.returncode != 0:
-        raise RuntimeError(f"dlbench run {framework} failed: {proc.stderr[-500:]}")
-    rows = pd.read_parquet(Path(results) / "runs")
+    rows, _ = run_quick(framework, "mnist,cifar10", data, cpus, scratch)
     sys.stderr.write(f"round {round_ + 1}/{rounds} {framework}: {len(rows)} jobs\n")
     return rows
 
