@@ -84,8 +84,7 @@ def execute(request: Request, display=None, say=print, campaign: Campaign | None
             check_gpu(gpu)
     # then the runtime: no Docker daemon is an error before anything is written
     runtime = runtimes.make(request.runtime, request.python, display, request.build)
-    if runtime.name == "docker":     # the archives of the images to build, before any build
-        runtime.builder.prepare_sources(the_plan.images)
+    runtime.prepare(the_plan.images)     # the archives of the images to build, before any build
     results = store.results_dir(request.results)
     if scheduler == "local":
         return Executed(results, run_plan(

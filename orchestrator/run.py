@@ -29,7 +29,7 @@ import threading
 import uuid
 from pathlib import Path
 
-from . import build, fair, hostinfo, jobdir, runtimes, store, transfer
+from . import fair, hostinfo, jobdir, runtimes, store, transfer
 from .collect import Collected, collect, failed, unsupported
 from .display import NullDisplay
 from .errors import DlbenchError, DockerUnavailable, StoreError
@@ -239,7 +239,7 @@ class _Loop:
         self.display.job_started(index, job)
         # the load average is the job's, not the run's (a job that runs has its runtime's
         # marks of its start and end, ``collect``)
-        provenance = dict(self.provenance_host, image=target.name if target else planned_image(job, runtime),
+        provenance = dict(self.provenance_host, image=target.name if target else runtime.planned_image(job),
                           image_id=target and target.id, dataset_sha256=dataset.sha256,
                           host_load_avg=hostinfo.load_average(),
                           **hostinfo.gpu_facts(gpu_device(job, runtime.gpus)))
@@ -300,12 +300,6 @@ class _Loop:
                 jobdir.remove(job_dir)
             raise
         return record
-
-
-def planned_image(job, runtime) -> str | None:
-    """The image a job planned unsupported would have run in: a container image's tag;
-    None for a runtime without images."""
-    return build.image_tag(job.framework, job.variant) if runtime.name == "docker" else None
 
 
 def _prepare(results: Path, run_id: str, index: int, job_dir: bool) -> tuple[store.Rescue, Path | None]:

@@ -1,11 +1,16 @@
 """What every runtime shares: the target a framework's jobs run on, what the host saw of a
 job (``Outcome``), following a job's output, and the ``Runtime`` protocol a runtime
-implements.  The job loop (``run.py``) sees runtimes only through this protocol.
+implements.  The job loop (``run.py``), ``execute`` and the schedulers see runtimes only
+through this protocol.
 
     class Runtime(Protocol):
         name: str                        # docker or native, stored in every row (``runtime``)
         default_memory: int | None       # the memory limit a job gets without --memory
         def host_facts(self) -> dict     # the host's provenance, on every row
+        def planned_image(job) -> str | None               # the image a job would run in,
+                                         # stored for one planned unsupported (None: no images)
+        def prepare(images)              # before any build: what building the (framework,
+                                         # variant) images needs (Docker: the source archives)
         def target(framework, variant) -> Target          # build or find what jobs run on
         # optional: targets(images) -> iterator of ((framework, variant), Target), each
         # yielded as soon as it is ready (the Docker runtime builds images side by side)
@@ -17,8 +22,8 @@ implements.  The job loop (``run.py``) sees runtimes only through this protocol.
         gpus: list[str] | None           # GPUs a scheduler assigned, that job indices select
 
 Docker containers (``docker.py``) and host processes (``native.py``) are the two
-runtimes; the Slurm scheduler (``schedulers/slurm.py``) runs the same loop on each
-node with either.
+runtimes, found by name in ``RUNTIMES`` (``__init__.py``); the Slurm scheduler
+(``schedulers/slurm.py``) runs the same loop on each node with either.
 """
 
 from __future__ import annotations
@@ -164,6 +169,10 @@ class Runtime(Protocol):
     gpus: list[str] | None          # the GPUs a scheduler assigned; None: the host's own
 
     def host_facts(self) -> dict: ...
+
+    def planned_image(self, job: Job) -> str | None: ...
+
+    def prepare(self, images: list[tuple[str, str]]) -> None: ...
 
     def target(self, framework: str, variant: str) -> Target: ...
 

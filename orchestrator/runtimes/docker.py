@@ -84,6 +84,14 @@ class DockerRuntime:
     def host_facts(self) -> dict:
         return hostinfo.host_facts(self.client.version().get("Version"))
 
+    def planned_image(self, job: Job) -> str | None:
+        return build.image_tag(job.framework, job.variant)
+
+    def prepare(self, images: list[tuple[str, str]]) -> None:
+        """Before any build: the pinned source archives of the images it must build, verified
+        (fetched if need be)."""
+        self.builder.prepare_sources(images)
+
     def target(self, framework: str, variant: str) -> Target:
         return dict(self.targets([(framework, variant)]))[(framework, variant)]
 

@@ -268,6 +268,12 @@ class NativeRuntime:
     def host_facts(self) -> dict:
         return hostinfo.host_facts(None)
 
+    def planned_image(self, job: Job) -> str | None:
+        return None                     # a host Python: no image
+
+    def prepare(self, images: list[tuple[str, str]]) -> None:
+        pass                            # nothing is built
+
     def target(self, framework: str, variant: str) -> Target:
         found = Interpreter(self.python, framework)
         return Target(found.name, found.id, found.reason)
