@@ -14,6 +14,11 @@ through this protocol.
         def target(framework, variant) -> Target          # build or find what jobs run on
         # optional: targets(images) -> iterator of ((framework, variant), Target), each
         # yielded as soon as it is ready (the Docker runtime builds images side by side)
+        def export(target, folder, say) -> Path | None     # the target as a file under folder,
+                                         # for other nodes (docker save); None: nothing to ship
+        def load(framework, variant, target, archive, say) -> Target   # on another node: the
+                                         # target a submitter resolved (and exported to
+                                         # archive), as this node's
         def unsupported(target, job) -> str | None         # why a job cannot run, if it cannot
         def run(job, target, run_id, job_id, job_dir, dataset_path, display) -> Outcome
         def cancel(self)                 # stop every job it is running and every build in
@@ -23,7 +28,9 @@ through this protocol.
 
 Docker containers (``docker.py``) and host processes (``native.py``) are the two
 runtimes, found by name in ``RUNTIMES`` (``__init__.py``); the Slurm scheduler
-(``schedulers/slurm.py``) runs the same loop on each node with either.
+(``schedulers/slurm.py``) runs the same loop on each node with either, shipping each
+target with ``export`` and ``load`` (the Docker runtime saves and loads its images; a
+host Python has nothing to ship and is checked again on the node that runs it).
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ import dataclasses
 import json
 import threading
 from collections import deque
+from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from dlbench_runner.contract import EVENT_TAG
@@ -175,6 +183,11 @@ class Runtime(Protocol):
     def prepare(self, images: list[tuple[str, str]]) -> None: ...
 
     def target(self, framework: str, variant: str) -> Target: ...
+
+    def export(self, target: Target, folder: Path, say) -> Path | None: ...
+
+    def load(self, framework: str, variant: str, target: Target, archive: Path | None,
+             say) -> Target: ...
 
     def unsupported(self, target: Target, job: Job) -> str | None: ...
 

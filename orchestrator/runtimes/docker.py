@@ -8,7 +8,10 @@ the host treats as hostile input (``jobdir.py``).  While it runs, a sampler
 thread records its resource trace (``traces.py``).  Images are built when
 missing (``build.py``).  A container left by a dlbench that died is found by its
 owner's lock file (``owners.py``) and removed at the next start, with its job
-directory.  Docker's errors are translated once, in ``errors.docker_errors``.
+directory.  For a scheduler that runs jobs on other nodes (Slurm), an image is
+shipped as a file: ``export`` saves it once (``docker save``), ``load`` loads it on
+a node whose Docker lacks it, checked by id.  Docker's errors are translated once,
+in ``errors.docker_errors``.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import threading
 from pathlib import Path
 
 from .. import build, build_progress, catalog, fair, hostinfo, jobdir, owners, store
-from ..errors import docker_errors
+from ..errors import DlbenchError, docker_errors
 from ..interrupts import signals_deferred
 from ..plan import Job
 from ..traces import Sampler
@@ -111,6 +114,22 @@ class DockerRuntime:
             else:
                 yield keys[tag], Target(tag, found.id, image_unsupported(found, tag))
 
+    def export(self, target: Target, folder: Path, say) -> Path | None:
+        """The target's image saved once under ``folder`` (``docker save``), for the nodes."""
+        with docker_errors(f"looking for image {target.name}"):
+            image = self.client.images.get(target.id)
+        return save_image(image, folder, say)
+
+    def load(self, framework: str, variant: str, target: Target, archive: Path | None,
+             say) -> Target:
+        """The image a submitter resolved, as this node's target: by id, loaded here from
+        its saved copy (``archive``) when missing, never built."""
+        if target.id is None:
+            return Target(target.name, None, f"no image {target.name} for this job")
+        if target.reason is None:
+            ensure_image(self.client, target, archive, say)
+        return target
+
     def unsupported(self, target: Target, job: Job) -> str | None:
         return target.reason
 
@@ -133,6 +152,50 @@ class DockerRuntime:
 
     def close(self) -> None:
         self.client.close()
+
+
+def save_image(image, folder: Path, say) -> Path:
+    """``docker save`` the image once into ``folder`` (shared with the nodes); returns the
+    file's path."""
+    final = folder / f"{image.id.replace(':', '-')}.tar"
+    if final.exists():
+        return final
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = final.parent / f".{final.name}.{os.getpid()}.tmp"
+    say(f"saving image {image.tags[0] if image.tags else image.short_id} for the nodes")
+    try:
+        with docker_errors(f"saving image {image.short_id}"), open(tmp, "wb") as out:
+            for chunk in image.save(named=True):
+                out.write(chunk)
+        os.replace(tmp, final)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return final
+
+
+def ensure_image(client, target: Target, archive: Path | None, say=lambda text: None):
+    """The target's image on this node, by id: loaded from its saved copy (``archive``)
+    when Docker lacks it."""
+    import docker.errors
+
+    with docker_errors(f"looking for image {target.name}"):
+        try:
+            found = client.images.get(target.id)
+        except docker.errors.ImageNotFound:
+            found = None
+    if found is None:
+        if archive is None or not archive.is_file():
+            raise DlbenchError(f"image {target.name} ({target.id}) is not on this node and there is "
+                               f"no saved copy of it" + (f" at {archive}" if archive else ""))
+        say(f"loading image {target.name} from {archive}")
+        with docker_errors(f"loading image {target.name}"), open(archive, "rb") as f:
+            client.images.load(f)
+            found = client.images.get(target.id)
+    if target.name not in found.tags:        # the node's tag pointed elsewhere: run the saved one
+        repository, _, tag = target.name.rpartition(":")
+        found.tag(repository, tag)
+    return found
 
 
 def remove_stale(client) -> list[str]:

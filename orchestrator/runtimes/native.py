@@ -278,6 +278,15 @@ class NativeRuntime:
         found = Interpreter(self.python, framework)
         return Target(found.name, found.id, found.reason)
 
+    def export(self, target: Target, folder: Path, say) -> Path | None:
+        return None                     # nothing to ship: each node has its own Python
+
+    def load(self, framework: str, variant: str, target: Target, archive: Path | None,
+             say) -> Target:
+        """A host Python is checked again here, on the node that runs it: the submitter's
+        says nothing of this node's."""
+        return self.target(framework, variant)
+
     def unsupported(self, target: Target, job: Job) -> str | None:
         return unsupported(target, job)
 
