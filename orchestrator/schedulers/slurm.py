@@ -44,6 +44,7 @@ from ..plan import Job, Plan
 from ..prepare import prepare, resolve
 from ..run import run_plan
 from ..runtimes import Runtime, Target, make
+from .base import Executed
 
 SLURM_DIR = "_slurm"
 COMMANDS = ("sbatch", "squeue", "sacct", "scancel")
@@ -499,3 +500,24 @@ def run_array(plan: Plan, results: Path, options: SlurmOptions, runtime: Runtime
     follow(results, array, say)
     reconcile(results, array)
     return array_id, list(rows_of(results, array_id).itertuples())
+
+
+class SlurmScheduler:
+    """``--scheduler slurm``: the plan as one job array (``run_array``), submitted with the
+    options given on the command line (``request.slurm``) laid over the campaign file's
+    ``[slurm]`` table."""
+
+    name = "slurm"
+
+    def check(self, plan: Plan) -> None:
+        pass        # a task runs on the GPU Slurm gives it; Slurm's commands are checked as it submits
+
+    def run(self, campaign, results, runtime, request, display, say) -> Executed:
+        given, table = request.slurm, campaign.slurm
+        options = SlurmOptions(
+            partition=given.partition or table.partition, account=given.account or table.account,
+            qos=given.qos or table.qos, sbatch_options=[*table.sbatch_options, *given.sbatch_options])
+        array_id, records = run_array(
+            campaign.plan, results, options, runtime, given.detach, say, display,
+            data_dir=request.data_dir, resume=request.resume)
+        return Executed(results, records, array_id)
