@@ -10,7 +10,8 @@ implements.  The job loop (``run.py``) sees runtimes only through this protocol.
         # optional: targets(images) -> iterator of ((framework, variant), Target), each
         # yielded as soon as it is ready (the Docker runtime builds images side by side)
         def unsupported(target, job) -> str | None         # why a job cannot run, if it cannot
-        def run(job, target, run_id, job_id, job_dir, dataset_path, display) -> Outcome
+        def run(job, target, run_id, job_id, job_dir, dataset_path, display, inputs) -> Outcome
+                                         # inputs: the files the job finds beside its spec
         def cancel(self)                 # stop every job it is running and every build in
                                          # flight (from another thread)
         def close(self)                  # give back what it holds (a lock, a client)
@@ -170,7 +171,7 @@ class Runtime(Protocol):
     def unsupported(self, target: Target, job: Job) -> str | None: ...
 
     def run(self, job: Job, target: Target, run_id: str, job_id: str, job_dir, dataset_path,
-            display) -> Outcome: ...
+            display, inputs: dict[str, bytes] | None = None) -> Outcome: ...
 
     def cancel(self) -> None: ...
 
