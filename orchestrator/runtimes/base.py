@@ -20,7 +20,8 @@ through this protocol.
                                          # target a submitter resolved (and exported to
                                          # archive), as this node's
         def unsupported(target, job) -> str | None         # why a job cannot run, if it cannot
-        def run(job, target, run_id, job_id, job_dir, dataset_path, display) -> Outcome
+        def run(job, target, run_id, job_id, job_dir, dataset_path, display, inputs) -> Outcome
+                                         # inputs: the files the job finds beside its spec
         def cancel(self)                 # stop every job it is running and every build in
                                          # flight (from another thread)
         def close(self)                  # give back what it holds (a lock, a client)
@@ -192,7 +193,7 @@ class Runtime(Protocol):
     def unsupported(self, target: Target, job: Job) -> str | None: ...
 
     def run(self, job: Job, target: Target, run_id: str, job_id: str, job_dir, dataset_path,
-            display) -> Outcome: ...
+            display, inputs: dict[str, bytes] | None = None) -> Outcome: ...
 
     def cancel(self) -> None: ...
 

@@ -21,7 +21,7 @@ import os
 import threading
 from pathlib import Path
 
-from .. import build, build_progress, catalog, fair, hostinfo, jobdir, owners, store
+from .. import build, build_progress, catalog, hostinfo, jobdir, owners, store
 from ..errors import DlbenchError, docker_errors
 from ..interrupts import signals_deferred
 from ..plan import Job
@@ -135,14 +135,14 @@ class DockerRuntime:
 
     gpus: list[str] | None = None
 
-    def run(self, job, target, run_id, job_id, job_dir, dataset_path, display) -> Outcome:
+    def run(self, job, target, run_id, job_id, job_dir, dataset_path, display, inputs=None) -> Outcome:
         # The image id checked and stored in the row, not the tag: a tag can be moved by
         # another build between the check and the start.
         # A job that runs while images build shares the CPUs with them: its row says so.
         mark = self.builder.activity.mark()
         outcome = run_container(self.client, job, target.id or target.name, run_id, job_id,
                                 job_dir, dataset_path, display, self.owner.token,
-                                gpu_device(job, self.gpus), self.running)
+                                gpu_device(job, self.gpus), self.running, inputs or {})
         outcome.builds_alongside = self.builder.activity.since(mark)
         return outcome
 
@@ -229,7 +229,8 @@ def _remove_job_dir(labels: dict) -> None:
 
 
 def container_options(job: Job, tag: str, run_id: str, job_id: str, job_dir: Path,
-                      dataset_path: Path, owner: str, device: str | None = None) -> dict:
+                      dataset_path: Path, owner: str, device: str | None = None,
+                      inputs: dict[str, bytes] | None = None) -> dict:
     """How a job's container is started: the Docker SDK's ``containers.run`` arguments
     (hardening, limits, mounts, labels).  ``bench/overhead.py`` starts its containers
     with these too."""
@@ -248,7 +249,7 @@ def container_options(job: Job, tag: str, run_id: str, job_id: str, job_dir: Pat
                  str((job_dir / jobdir.OUT).resolve()): {"bind": "/out", "mode": "rw"},
                  **{str((job_dir / name).resolve()): {"bind": os.path.join(os.path.dirname(SPEC), name),
                                                       "mode": "ro"}
-                    for name in fair.job_input_names(job)}},
+                    for name in inputs or {}}},
         labels={f"{LABEL}.run-id": run_id, f"{LABEL}.job-id": job_id,
                 f"{LABEL}.framework": job.framework, f"{LABEL}.role": "job",
                 f"{LABEL}.owner": owner, f"{LABEL}.results": str(job_dir.parent.parent.resolve()),
@@ -270,17 +271,19 @@ def container_options(job: Job, tag: str, run_id: str, job_id: str, job_dir: Pat
 
 def run_container(client, job: Job, tag: str, run_id: str, job_id: str, job_dir: Path,
                   dataset_path: Path, display, owner: str, device: str | None = None,
-                  running: Running | None = None) -> Outcome:
+                  running: Running | None = None, inputs: dict[str, bytes] | None = None) -> Outcome:
     """Run the job's container to its end, following its output and sampling its
     resources; the container is removed whatever happens.  ``running``: where the
-    runtime keeps its running containers, for ``cancel``."""
-    kwargs = container_options(job, tag, run_id, job_id, job_dir, dataset_path, owner, device)
+    runtime keeps its running containers, for ``cancel``; ``inputs``: the files it finds
+    beside its spec (``checks.stage``), mounted read-only."""
+    inputs = inputs or {}
+    kwargs = container_options(job, tag, run_id, job_id, job_dir, dataset_path, owner, device, inputs)
     timeout = job.timeout
     begun = hostinfo.mark(job.cpu_list)     # the host as the job starts: its noise facts
     started = begun.clock
     container, watchdog, sampler, timed_out = None, None, None, threading.Event()
     out_watch = None
-    log = prepare_job_dir(job_dir, job.spec(run_id, job_id), fair.job_inputs(job))
+    log = prepare_job_dir(job_dir, job.spec(run_id, job_id), inputs)
     try:
         with docker_errors(f"running {job.label}"):
             with signals_deferred():        # never a started container we do not know of
