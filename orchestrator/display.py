@@ -6,7 +6,6 @@ a file or a pipe (a log) lines stay whole."""
 
 from __future__ import annotations
 
-import re
 import threading
 
 from rich.console import Console
@@ -17,6 +16,7 @@ from rich.progress import (BarColumn, DownloadColumn, Progress, ProgressColumn, 
 from rich.table import Table
 from rich.text import Text
 
+from .terminal import shown
 
 # Lines of ``say`` shown without --verbose (besides "building" and "up to date").
 SHOWN = ("debootstrap", "pulling", "no registry", "importing", "removed", "resume", "fail-fast",
@@ -253,16 +253,6 @@ class TimeLeft:
         if unknown:
             text += (" + " if text else "") + f"{unknown} job(s) not estimated"
         return text
-
-
-CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-
-
-def shown(text) -> str:
-    """A job's words (its error, its log) as the terminal shows them, never as markup: rich's
-    ``[link=...]`` would be a live link, and a control character (an escape sequence) would
-    drive the terminal."""
-    return escape(CONTROL.sub("?", str(text)))
 
 
 def describe(job) -> str:

@@ -29,7 +29,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from ..display import shown
+from ..terminal import shown
 from ..errors import UsageError
 from . import ab, compare, reference_rows, tta, verification
 from .views import (COMPARISON_KEYS, REPORT_KEYS, View, comparison_view, correlation_records,
