@@ -41,7 +41,8 @@ On the CPU ``synchronize`` does nothing (an adapter defines it so).
 After the last timed span (the test pass) the runner asks the adapter to save the
 trained model (``save``) into a scratch folder of its own, in the temporary
 directory: ``model_size_bytes`` is what the files written there hold, and the
-folder is removed at once.  A fair job then times each layer of its network alone
+folder is removed at once.  Then come the after-training checks, in ``checks.py``'s order.
+A fair job times each layer of its network alone
 (``ops.py``; ``op_repeats`` times, 0: not at all).  Then, unless ``robust_images`` is 0,
 it attacks the trained model with the adapter's own input gradients (``robustness.py``), and keeps
 the FGSM images at ``pgd_epsilon`` as ``/out/transfer.npz`` for transfer attacks.  Then,
@@ -72,8 +73,8 @@ import tempfile
 import time
 import traceback
 
-from . import blas, data
-from .contract import (EVENT_TAG, SCHEMA_VERSION, THREAD_VARIABLES, TRANSFER_FILE, cpu_model, gpu_index,
+from . import blas, checks, data
+from .contract import (EVENT_TAG, SCHEMA_VERSION, THREAD_VARIABLES, cpu_model, gpu_index,
                        FAIR_PROFILE, openmp_threads, thread_environment)
 
 PROGRESS_INTERVAL_S = 1.0
@@ -385,38 +386,16 @@ def run(spec, framework_dir, data_dir, out_dir):
         emit("phase", phase="save")
         result["model_size_bytes"] = saved_model_bytes(adapter)
         ctx.swallowed.check()
-        if spec["profile"] == FAIR_PROFILE and ctx.hp.get("op_repeats"):
-            from . import ops
-            phase = "ops"
-            emit("phase", phase="ops")
+        for phase, wanted, check, skipped in checks.CHECKS:     # after training: checks.py
+            if not wanted(spec, ctx.hp):
+                if skipped is not None:
+                    skipped(result)
+                continue
+            emit("phase", phase=phase)
             t0 = ctx.now()
-            result["ops"] = ops.measure(adapter, ctx, result["train_time_s"] / ctx.hp["steps"])
+            check(adapter, ctx, result, out_dir)
             ctx.swallowed.check()
-            result["ops_time_s"] = ctx.now() - t0
-        if ctx.hp.get("robust_images"):
-            from . import robustness    # numpy, as the data readers: imported where used
-            phase = "robustness"
-            emit("phase", phase="robustness")
-            t0 = ctx.now()
-            images, labels = ctx.test_arrays()
-            check = robustness.gradient_check(adapter, images, labels, ctx.seed)
-            result["gradient_check"] = check
-            result["robustness"] = robustness.attack(adapter, images, labels, ctx.hp, ctx.seed,
-                                                     ctx.now, check,
-                                                     os.path.join(out_dir, TRANSFER_FILE))
-            ctx.swallowed.check()
-            result["robustness_time_s"] = ctx.now() - t0     # the whole check: its cost
-        if ctx.hp.get("export_onnx", 1):
-            from . import migration
-            phase = "migration"
-            emit("phase", phase="migration")
-            t0 = ctx.now()
-            images = ctx.test_arrays()[0][:ctx.test_samples or None]
-            result.update(migration.export(adapter, images, out_dir))
-            ctx.swallowed.check()
-            result["migration_time_s"] = ctx.now() - t0      # the export and the predictions
-        else:
-            result["migration_reason"] = "not asked for (export_onnx=0)"
+            result[phase + "_time_s"] = ctx.now() - t0      # the whole check: its cost
         phase = "describe"
         result.update(adapter.describe())
         result["threads"]["env"] = env_threads
