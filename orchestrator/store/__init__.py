@@ -97,9 +97,9 @@ import pyarrow.parquet as pq
 
 from dlbench_runner import contract
 
-from . import files, jobdir, rowcheck
-from .errors import StoreError, StoreWarning
-from .schema import (ADDED_IN, ARROW_SCHEMA, OPS_SCHEMA, RENAMED_IN, ROBUSTNESS_SCHEMA, SCHEMA_VERSION, STEPS_SCHEMA,
+from .. import files, jobdir, rowcheck
+from ..errors import StoreError, StoreWarning
+from ..schema import (ADDED_IN, ARROW_SCHEMA, OPS_SCHEMA, RENAMED_IN, ROBUSTNESS_SCHEMA, SCHEMA_VERSION, STEPS_SCHEMA,
                      TRACE_SCHEMA, upgrade_robustness,
                      RunRecord)
 
