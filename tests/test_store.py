@@ -921,11 +921,11 @@ def test_robustness_files_are_compacted_rescued_and_recovered_with_the_rows(tmp_
         if side is store.ROBUSTNESS:
             raise OSError(28, "No space left on device")
         return real(results_, side, run_id, rows)
-    monkeypatch.setattr(store, "write_side", full)
+    monkeypatch.setattr(store.rescue, "write_side", full)
     rescue = store.Rescue(results, "d")
     with pytest.raises(StoreError, match="its robustness: No space left on device"):
         store.store_row(results, record.model_copy(update={"run_id": "d"}), [], rescue, {"robustness": ROBUST})
-    monkeypatch.setattr(store, "write_side", real)
+    monkeypatch.setattr(store.rescue, "write_side", real)
     assert store.recover(results) == (1, [])
     assert store.load_robustness(results, ["d"])["attack"].tolist() == ["none", "fgsm", "pgd"]
     assert len(store.load(results)) == 4                     # the row, stored once
