@@ -22,7 +22,7 @@ from ..schema import ARROW_SCHEMA
 from .layout import RUNS, SIDE_TABLES, row_files, side_files
 from .read import _gather, _in_groups
 from .settle import _settle_locked, _swap
-from .upgrades import _read_rows, _refuse_newer, _migrate_locked, _side_reader
+from .upgrades import _read_rows, _refuse_newer, _rewrite_locked, _side_reader
 from .write import _lock, _stamp, _write_hidden
 
 COMPACT_AFTER = 200           # row files; ``dlbench run`` compacts past this many
@@ -47,7 +47,7 @@ def _merge(results: Path, paths: list[Path], folder: Path, schema: pa.Schema, re
 
 
 def counted(counts: tuple[int, ...]) -> str:
-    """What ``migrate`` or ``compact`` returned, in words: "3 row files, 2 trace files,
+    """What ``rewrite`` or ``compact`` returned, in words: "3 row files, 2 trace files,
     0 robustness files, 0 step loss files and 0 op time files"."""
     words = [f"{count} {kind} files" for count, kind in
              zip(counts, ["row"] + [side.kind for side in SIDE_TABLES])]
@@ -55,7 +55,7 @@ def counted(counts: tuple[int, ...]) -> str:
 
 
 def compact(results: Path) -> tuple[int, ...]:
-    """Migrate (``upgrades.migrate``), then merge the row files into one and each side
+    """Rewrite (``upgrades.rewrite``), then merge the row files into one and each side
     table's files into one (each made visible by ``_swap``; into more than one where they
     declare more than half the readers' bound, ``_in_groups``); returns how many files were
     merged: rows, then each of ``SIDE_TABLES``.  Safe beside running writers and readers,
@@ -68,7 +68,7 @@ def compact(results: Path) -> tuple[int, ...]:
 
     with _lock(results):
         _settle_locked(results)
-        _, left = _migrate_locked(results)      # those already said to be left in place
+        _, left = _rewrite_locked(results)      # those already said to be left in place
         merged = [sum(_merge(results, group, results / RUNS, ARROW_SCHEMA, _read_rows, "row", name(),
                              lambda table: _refuse_newer(table, results), rowcheck.ROWS)
                       for group in _in_groups([p for p in row_files(results) if p not in left]))]

@@ -17,7 +17,7 @@ reader may open.
     RESULTS/_rescued/<run id>.json                   a row that could not be stored (``recover``)
     RESULTS/.compact.lock                            the lock (``write._lock``)
     RESULTS/.compaction.json                         a compaction's journal, while it swaps files
-    RESULTS/.schema_version                          the version the last migration brought it to
+    RESULTS/.schema_version                          the version the last rewrite brought it to
 
 Every file in ``runs/`` has the current schema, so any Parquet reader reads the folder
 whole with no options: ``pandas.read_parquet("RESULTS/runs")``, DuckDB's
@@ -25,7 +25,7 @@ whole with no options: ``pandas.read_parquet("RESULTS/runs")``, DuckDB's
 Names starting with ``_`` or ``.`` are ignored by Parquet readers.
 
 Traces, robustness, step losses and layer times are a job's side tables (``SideTable``:
-``TRACE``, ``ROBUSTNESS``, ``STEPS``, ``OPS``), written, read, migrated, compacted and
+``TRACE``, ``ROBUSTNESS``, ``STEPS``, ``OPS``), written, read, rewritten, compacted and
 rescued alike, each with its own schema version.  A job's ONNX model and its FGSM images
 are written and rescued as they are, never merged.
 
@@ -54,7 +54,7 @@ JOBS = "_jobs"
 RESCUED = "_rescued"
 OLD_ROWS = "runs-*.parquet"   # rows before schema version 4, at the top of the directory
 OLD_TRACES = "_traces"        # traces before schema version 4
-MIGRATED = ".schema_version"  # the version the last migration brought every file to
+REWRITTEN = ".schema_version"  # the version the last rewrite brought every file to
 LOCK = ".compact.lock"
 JOURNAL = ".compaction.json"    # a compaction making its file visible: the names involved
 

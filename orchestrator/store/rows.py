@@ -18,7 +18,7 @@ from .layout import (OPS, ROBUSTNESS, RUNS, STEPS, TRACE, SideTable, model_path,
                      transfer_path)
 from .read import READ_ATTEMPTS, _gather, _integers, _suggest_compacting
 from .settle import _settle_for_reading, _superseded
-from .upgrades import _read_rows, _refuse_newer, _migrate_once, _side_reader
+from .upgrades import _read_rows, _refuse_newer, _rewrite_once, _side_reader
 from .write import _lock, _stamp, _write_atomic
 
 if TYPE_CHECKING:
@@ -27,8 +27,8 @@ if TYPE_CHECKING:
 
 # -- rows ------------------------------------------------------------------------------------
 def append(results: Path, records: list[RunRecord]) -> Path:
-    """Write the records as one new Parquet file, atomically (migrating an old directory first)."""
-    _migrate_once(results)
+    """Write the records as one new Parquet file, atomically (rewriting an old directory first)."""
+    _rewrite_once(results)
     rows = [r.model_dump() for r in records]
     table = pa.Table.from_pylist(rows, schema=ARROW_SCHEMA)
     with _lock(results, shared=True):
@@ -49,7 +49,7 @@ def load(results: Path) -> pd.DataFrame:
             _suggest_compacting(results, paths)
             table, _ = _gather(paths, ARROW_SCHEMA, _read_rows, "row", "skipped", rowcheck.ROWS)
         except FileNotFoundError:
-            continue            # compacted or migrated under us: read the directory again
+            continue            # compacted or rewritten under us: read the directory again
         # a row can still be in two files (an old layout's file and its rewrite, after a
         # crash between the two): each run is read once
         frame = _refuse_newer(table, results).to_pandas(types_mapper=_integers).sort_values("recorded_at", kind="stable")
@@ -71,7 +71,7 @@ def ok_job_ids(results: Path, campaign: str | None = None) -> set[str]:
 # -- side tables: resource traces, robustness, step losses, layer times ----------------------
 def write_side(results: Path, side: SideTable, run_id: str, rows: list[dict]) -> Path:
     """A job's rows of a side table as one Parquet file, atomically (possibly with none)."""
-    _migrate_once(results)
+    _rewrite_once(results)
     table = pa.Table.from_pylist([dict(row, run_id=run_id) for row in rows], schema=side.schema)
     with _lock(results, shared=True):
         return _write_atomic(table, side_path(results, side, run_id))
@@ -92,7 +92,7 @@ def load_side(results: Path, side: SideTable, run_ids=None) -> pd.DataFrame:
             _suggest_compacting(results, paths)
             table, _ = _gather(paths, side.schema, _side_reader(side), side.kind, "skipped", side.rules)
         except FileNotFoundError:
-            continue            # compacted or migrated under us: read the directory again
+            continue            # compacted or rewritten under us: read the directory again
         if run_ids is not None:
             table = table.filter(pc.is_in(table["run_id"], pa.array(list(run_ids), pa.string())))
         frame = table.to_pandas(types_mapper=_integers if side.integers else None)

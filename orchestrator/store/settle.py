@@ -23,7 +23,7 @@ import os
 from pathlib import Path
 
 from .. import files
-from .layout import JOURNAL, MODELS, RESCUED, MIGRATED, RUNS, SIDE_TABLES, TRANSFER, _warn, _why
+from .layout import JOURNAL, MODELS, RESCUED, REWRITTEN, RUNS, SIDE_TABLES, TRANSFER, _warn, _why
 from .write import _fsync_folder, _lock
 
 JOURNAL_LIMIT = 64 << 20        # bytes (a name per file replaced: 100,000 files take ~6 MiB)
@@ -125,12 +125,12 @@ def _complete(results: Path, final: Path, pending: Path, replaced: list[Path]) -
 
 def _sweep(results: Path) -> None:
     """Remove the temporary files of writers that died (under the exclusive lock no writer
-    is writing): half-written rows, traces and compactions, a journal or a migration mark
+    is writing): half-written rows, traces and compactions, a journal or a rewrite's mark
     never renamed into place."""
     for folder, pattern in ((results / RUNS, ".*.tmp"), (results / MODELS, ".*.tmp"),
                             (results / TRANSFER, ".*.tmp"),
                             *((results / side.folder, ".*.tmp") for side in SIDE_TABLES),
-                            (results, f"{JOURNAL}.*.tmp"), (results, f"{MIGRATED}.*.tmp")):
+                            (results, f"{JOURNAL}.*.tmp"), (results, f"{REWRITTEN}.*.tmp")):
         for path in folder.glob(pattern):
             with contextlib.suppress(OSError):
                 path.unlink()

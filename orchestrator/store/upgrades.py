@@ -1,14 +1,14 @@
-"""Older schema versions: rows upgraded step by step as they are read, and the migration of a
+"""Older schema versions: rows upgraded step by step as they are read, and the rewrite of a
 whole results directory into the current layout and schema (``dlbench upgrade``).
 
 Directories written before schema version 4 kept rows as ``RESULTS/runs-*.parquet``
 and traces in ``RESULTS/_traces/``, each row as its version wrote it.  Readers read
 them as they are, upgrading older rows step by step in memory (``upgrade``; the
-history is in ``UPGRADES``' comment and ``schema.py``).  ``migrate`` (``dlbench upgrade``,
+history is in ``UPGRADES``' comment and ``schema.py``).  ``rewrite`` (``dlbench upgrade``,
 and ``dlbench run`` at its first write to a directory) rewrites every such file into the
 current layout and schema, each new file written and fsynced before the old one is
-removed; ``compact`` migrates before it merges.  A file that cannot be read (truncated,
-garbage, another schema) is left out by readers and left in place by ``migrate`` and
+removed; ``compact`` rewrites before it merges.  A file that cannot be read (truncated,
+garbage, another schema) is left out by readers and left in place by ``rewrite`` and
 ``compact``, each time with a ``StoreWarning`` naming it.  Rows of a newer schema
 version are refused.
 """
@@ -29,7 +29,7 @@ from dlbench_runner import contract
 from .. import files, rowcheck
 from ..errors import StoreError
 from ..schema import ADDED_IN, ARROW_SCHEMA, RENAMED_IN, SCHEMA_VERSION
-from .layout import OLD_TRACES, MIGRATED, RUNS, SIDE_TABLES, SideTable, _warn, _why, row_files, side_files
+from .layout import OLD_TRACES, REWRITTEN, RUNS, SIDE_TABLES, SideTable, _warn, _why, row_files, side_files
 from .read import _gather, _is_current, _read_table, _Unreadable
 from .settle import _settle_locked
 from .write import _lock, _write_atomic
@@ -180,23 +180,23 @@ def _side_reader(side: SideTable) -> Callable[[Path], pa.Table]:
     return read
 
 
-# -- migration -----------------------------------------------------------------------------
-def _migrated(results: Path) -> int | None:
+# -- the rewrite ---------------------------------------------------------------------------
+def _rewritten(results: Path) -> int | None:
     try:
-        return int(files.read_regular(results / MIGRATED, 64))
+        return int(files.read_regular(results / REWRITTEN, 64))
     except (OSError, files.Refused, ValueError):
         return None
 
 
-def _migrate_once(results: Path) -> None:
-    """Before the first write to a directory this dlbench has not migrated: migrate it."""
-    if _migrated(results) != SCHEMA_VERSION:
+def _rewrite_once(results: Path) -> None:
+    """Before the first write to a directory this dlbench has not rewritten: rewrite it."""
+    if _rewritten(results) != SCHEMA_VERSION:
         results.mkdir(parents=True, exist_ok=True)
         with _lock(results):
-            _migrate_locked(results)
+            _rewrite_locked(results)
 
 
-def _rewrite(paths: list[Path], folder: Path, schema: pa.Schema, read_one, kind: str,
+def _rewrite_files(paths: list[Path], folder: Path, schema: pa.Schema, read_one, kind: str,
              verify: bool, rules: dict[str, str] | None = None) -> tuple[int, set]:
     """Every file of ``paths`` not in ``folder`` with ``schema``, rewritten there; the old
     file is removed once its new one is on disk.  Returns how many were rewritten, and the
@@ -225,25 +225,25 @@ def _rewrite(paths: list[Path], folder: Path, schema: pa.Schema, read_one, kind:
     return len(todo), left
 
 
-def _migrate_locked(results: Path, verify: bool = False) -> tuple[tuple[int, ...], set]:
+def _rewrite_locked(results: Path, verify: bool = False) -> tuple[tuple[int, ...], set]:
     """Returns how many files were rewritten (rows, then each side table) and those left."""
-    rows, left = _rewrite(row_files(results), results / RUNS, ARROW_SCHEMA, _read_rows, "row",
-                          verify, rowcheck.ROWS)
+    rows, left = _rewrite_files(row_files(results), results / RUNS, ARROW_SCHEMA, _read_rows, "row",
+                                verify, rowcheck.ROWS)
     counts = [rows]
     for side in SIDE_TABLES:
-        count, left_side = _rewrite(side_files(results, side), results / side.folder, side.schema,
-                                    _side_reader(side), side.kind, verify, side.rules)
+        count, left_side = _rewrite_files(side_files(results, side), results / side.folder, side.schema,
+                                          _side_reader(side), side.kind, verify, side.rules)
         counts.append(count)
         left |= left_side
     with contextlib.suppress(OSError):
         (results / OLD_TRACES).rmdir()           # unless a file was left in place
-    tmp = results / f"{MIGRATED}.{os.getpid()}.tmp"
+    tmp = results / f"{REWRITTEN}.{os.getpid()}.tmp"
     tmp.write_text(f"{SCHEMA_VERSION}\n")
-    os.replace(tmp, results / MIGRATED)
+    os.replace(tmp, results / REWRITTEN)
     return tuple(counts), left
 
 
-def migrate(results: Path) -> tuple[int, ...]:
+def rewrite(results: Path) -> tuple[int, ...]:
     """Bring a results directory to the current layout and schema (``dlbench upgrade``):
     every row file of an older version or layout rewritten into ``runs/`` with its rows
     upgraded, every side table's file into its folder (traces into ``traces/``); the files
@@ -254,4 +254,4 @@ def migrate(results: Path) -> tuple[int, ...]:
         raise StoreError(f"{results}: no such results directory")
     with _lock(results):
         _settle_locked(results)
-        return _migrate_locked(results, verify=True)[0]
+        return _rewrite_locked(results, verify=True)[0]

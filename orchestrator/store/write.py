@@ -3,7 +3,7 @@
 Each write goes to a hidden temporary name and is renamed into place, so a file
 appears whole or not at all, and concurrent writers (two ``dlbench run`` processes on
 the same directory) never touch the same file: every name holds the run id.  Writers
-hold the results directory's lock shared, and a migration, a compaction and ``settle``
+hold the results directory's lock shared, and a rewrite, a compaction and ``settle``
 exclusive (``_lock``).
 """
 
@@ -81,7 +81,7 @@ def write_json(path: Path, document) -> None:
 
 @contextlib.contextmanager
 def _lock(results: Path, shared: bool = False, wait: bool = True):
-    """The results directory's lock: exclusive for migration, compaction and ``settle``,
+    """The results directory's lock: exclusive for a rewrite, compaction and ``settle``,
     shared for a job's writes (its side tables and row); so under the exclusive lock every
     temporary file in ``runs/`` and the side tables' folders is a dead writer's.  Without ``wait``,
     ``BlockingIOError`` when someone holds it."""
