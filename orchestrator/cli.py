@@ -582,7 +582,7 @@ def upgrade(results: ResultsOpt = None):
     from . import store
 
     target = store.results_dir(results)
-    out.print(f"{target}: upgraded {store.counted(store.migrate(target))} to schema version "
+    out.print(f"{target}: upgraded {store.counted(store.rewrite(target))} to schema version "
               f"{store.SCHEMA_VERSION}", highlight=False)
 
 

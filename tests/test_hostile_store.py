@@ -218,7 +218,7 @@ def test_a_few_hundred_one_row_files_are_read_and_compacting_is_suggested_past_t
     frame = store.load(results)                     # no warning under the count
     assert sorted(frame["run_id"]) == [f"run{i:04d}" for i in range(store.BATCH_FILES + 44)]
     assert frame["train_time_s"].tolist() == [60.0] * len(frame)
-    monkeypatch.setattr(store, "MANY_FILES", 100)
+    monkeypatch.setattr(store.read, "MANY_FILES", 100)
     with pytest.warns(StoreWarning, match=r"more than 100 files in one of its tables, each read on its "
                                           r"own: `dlbench compact --results .*` merges them"):
         assert len(store.load(results)) == store.BATCH_FILES + 44
@@ -228,10 +228,10 @@ def test_compaction_keeps_each_merged_file_within_half_the_readers_bound(tmp_pat
     good = record_for(tmp_path, good_result()).model_dump()
     results = tmp_path / "results"
     paths = write_rows(results, {f"run{i}": dict(good, run_id=f"run{i}", job_id=f"job{i}") for i in range(6)})
-    one = store._declared_size(pq.read_metadata(paths["run0"]))
-    monkeypatch.setattr(store, "FILE_BYTES", 5 * one)      # two files a merged file, at most
+    one = store.read._declared_size(pq.read_metadata(paths["run0"]))
+    monkeypatch.setattr(store.read, "FILE_BYTES", 5 * one)      # two files a merged file, at most
     assert store.compact(results)[0] == 6
     merged = sorted((results / "runs").glob("*.parquet"))
     assert len(merged) == 3 and all("-compacted-" in path.name for path in merged)
-    assert all(store._declared_size(pq.read_metadata(path)) <= store.FILE_BYTES // 2 for path in merged)
+    assert all(store.read._declared_size(pq.read_metadata(path)) <= store.read.FILE_BYTES // 2 for path in merged)
     assert sorted(store.load(results)["run_id"]) == [f"run{i}" for i in range(6)]

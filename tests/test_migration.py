@@ -299,10 +299,10 @@ def test_a_model_the_directory_cannot_take_is_rescued_and_recovered(exported, da
 
     def full(*args):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-    monkeypatch.setattr(store, "write_model", full)
+    monkeypatch.setattr(store.rescue, "write_model", full)
     with pytest.raises(StoreError, match="its ONNX model: No space left on device"):
         store.store_row(results, collected.record, [], store.Rescue(results, "run1"), {}, collected.model)
-    monkeypatch.setattr(store, "write_model", real)
+    monkeypatch.setattr(store.rescue, "write_model", real)
     assert store.recover(results) == (1, [])
     assert store.model_path(results, "run1").read_bytes() == found.model
     assert len(store.load(results)) == 1

@@ -32,7 +32,7 @@ TODAY = dumps(compare.defaults("torch", "mnist", "quick"))     # today's quick d
 def committed() -> dict[int, RunRecord]:
     """The committed rows by their epochs: 1 (the quick defaults of the day) and 2."""
     rows = [RunRecord(**dict(row, schema_version=SCHEMA_VERSION))      # upgraded, as read
-            for f in store.row_files(TORCH7) for row in store._read_rows(f).to_pylist()]
+            for f in store.row_files(TORCH7) for row in store.upgrades._read_rows(f).to_pylist()]
     return {len(r.epoch_time_s): r for r in rows}
 
 

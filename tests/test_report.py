@@ -82,7 +82,7 @@ UNLOADED = dict(host_load_avg=None, host_load_end=None, host_load_max=None, othe
 def records(results: Path) -> list[RunRecord]:
     """The stored rows as records, to be stored again (as this dlbench writes them: rows of
     an older schema version upgraded first, as reading them does)."""
-    rows = [row for f in store.row_files(results) for row in store._read_rows(f).to_pylist()]
+    rows = [row for f in store.row_files(results) for row in store.upgrades._read_rows(f).to_pylist()]
     return sorted((RunRecord(**dict(row, schema_version=SCHEMA_VERSION)) for row in rows),
                   key=lambda r: r.repeat)
 

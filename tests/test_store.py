@@ -148,7 +148,7 @@ def files_of(results) -> dict[str, bytes]:
 
 def test_rows_of_schema_version_1_are_read_upgraded(tmp_path):
     """Golden files written by dlbench 0.1.0 (schema version 1), read as they are, then
-    beside a current row (whose write migrates the directory)."""
+    beside a current row (whose write rewrites the directory)."""
     from orchestrator.schema import ADDED_IN
 
     results = copy_fixture("results-v1", tmp_path / "results")
@@ -245,7 +245,7 @@ def test_version_3_golden_directory_read_then_upgraded_in_place(tmp_path):
     assert proc.stdout.strip().endswith(f"upgraded 0 row files, 0 trace files, 0 robustness files, 0 step loss files and 0 op time files to schema version {SCHEMA_VERSION}")
 
 
-def test_the_first_write_migrates_an_old_directory(tmp_path):
+def test_the_first_write_rewrites_an_old_directory(tmp_path):
     results = copy_fixture("results-v3", tmp_path / "results")
     rows = store.load(results)
     store.write_trace(results, "run1", [{"t_s": 0.0, "cpu_percent": 50.0, "memory_bytes": 1}])
@@ -281,7 +281,7 @@ def test_a_mixed_version_directory_reads_alike_in_pandas_duckdb_and_polars(tmp_p
         shutil.copytree(FIXTURES / f"results-v{version}", results, dirs_exist_ok=True)
     old = store.load(results)                               # read as they are, upgraded
     assert sorted(old["written_schema_version"]) == [1, 1, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7, 8, 8]
-    fill(results, tmp_path, ["now1", "now2"])                # the first write migrates
+    fill(results, tmp_path, ["now1", "now2"])                # the first write rewrites
     fill(results, tmp_path, ["now3"])
     expected = store.load(results)
     pd.testing.assert_frame_equal(expected[expected["run_id"].isin(old["run_id"])]
@@ -921,11 +921,11 @@ def test_robustness_files_are_compacted_rescued_and_recovered_with_the_rows(tmp_
         if side is store.ROBUSTNESS:
             raise OSError(28, "No space left on device")
         return real(results_, side, run_id, rows)
-    monkeypatch.setattr(store, "write_side", full)
+    monkeypatch.setattr(store.rescue, "write_side", full)
     rescue = store.Rescue(results, "d")
     with pytest.raises(StoreError, match="its robustness: No space left on device"):
         store.store_row(results, record.model_copy(update={"run_id": "d"}), [], rescue, {"robustness": ROBUST})
-    monkeypatch.setattr(store, "write_side", real)
+    monkeypatch.setattr(store.rescue, "write_side", real)
     assert store.recover(results) == (1, [])
     assert store.load_robustness(results, ["d"])["attack"].tolist() == ["none", "fgsm", "pgd"]
     assert len(store.load(results)) == 4                     # the row, stored once

@@ -338,7 +338,7 @@ def test_a_model_too_big_for_the_room_goes_aside_and_the_row_stays_whole(tmp_pat
     read back.  Now the model goes to the temporary directory and the kept row names it."""
     results, aside = tmp_path / "results", tmp_path / "aside"
     aside.mkdir()
-    monkeypatch.setattr(store.tempfile, "tempdir", str(aside))
+    monkeypatch.setattr(store.rescue.tempfile, "tempdir", str(aside))
     with mounted(results, "size=4m"):
         before = a_stored_row(results, tmp_path)
         record = record_for(tmp_path / "second", good_result()).model_copy(update={"run_id": "run2"})
@@ -364,7 +364,7 @@ def test_a_model_too_big_for_the_room_goes_aside_and_the_row_stays_whole(tmp_pat
 
 def test_a_rescued_row_whose_model_file_is_gone_is_stored_without_it(tmp_path, monkeypatch):
     results = tmp_path / "results"
-    monkeypatch.setattr(store.tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(store.rescue.tempfile, "tempdir", str(tmp_path))
     with mounted(results, "size=4m"):
         record = record_for(tmp_path / "job", good_result())
         rescue = store.Rescue(results, record.run_id)
