@@ -293,8 +293,7 @@ class _Loop:
                 record = collected.record
                 handed = True
                 # or keeps them and says how to recover
-                store.store_row(self.results, record, samples, rescue, collected.sides,
-                                collected.files.get("model"), collected.files.get("transfer"))
+                store.store_row(self.results, record, samples, rescue, collected.sides, collected.files)
         except BaseException:           # interrupted (Ctrl-C, SIGTERM, SIGHUP): no row, no directory
             if rescue is not None:
                 rescue.release()        # unless it holds a row kept by store_row

@@ -27,6 +27,7 @@ from conftest import dlbench
 from dlbench_runner import migration as exporting
 from dlbench_runner.contract import formats
 from orchestrator import store
+from orchestrator import checks
 from orchestrator.checks import migration
 from orchestrator.collect import collect
 from orchestrator.errors import StoreError
@@ -280,6 +281,11 @@ def test_dlbench_run_stores_the_reason_and_no_model(framework_path, data_root, t
     assert not (results / "models").exists()
 
 
+def migration_taken(found) -> list:
+    """What the checks took of a job whose migration check found ``found`` (the others: nothing)."""
+    return [found if check.name == "migration" else None for check in checks.CHECKS]
+
+
 def test_a_model_the_directory_cannot_take_is_rescued_and_recovered(exported, data_root, tmp_path,
                                                                     monkeypatch):
     """The results directory full when the model is written: the row and the model are kept
@@ -292,7 +298,7 @@ def test_a_model_the_directory_cannot_take_is_rescued_and_recovered(exported, da
     plan_job, = make_plan(["pytorch"], ["mnist"], "quick", host_cpus=2).jobs
     found = migration.evaluate(job, "mnist", data_root)
     collected = collect(plan_job, "run1", "job1", job, Outcome(exit_code=0, wall_time_s=1.0, log_tail=[]),
-                        {"image": "x"}, found)
+                        {"image": "x"}, taken=migration_taken(found))
     results = tmp_path / "results"
     results.mkdir()
     real = store.write_model
@@ -301,7 +307,7 @@ def test_a_model_the_directory_cannot_take_is_rescued_and_recovered(exported, da
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
     monkeypatch.setattr(store.rescue, "write_model", full)
     with pytest.raises(StoreError, match="its ONNX model: No space left on device"):
-        store.store_row(results, collected.record, [], store.Rescue(results, "run1"), {}, collected.model)
+        store.store_row(results, collected.record, [], store.Rescue(results, "run1"), {}, collected.files)
     monkeypatch.setattr(store.rescue, "write_model", real)
     assert store.recover(results) == (1, [])
     assert store.model_path(results, "run1").read_bytes() == found.model
@@ -320,8 +326,8 @@ def test_a_row_takes_the_hosts_figures_only_on_the_images_the_job_tested(exporte
                                 ("none", None, "the job left no ONNX model to check")):
         job = tmp_path / name
         shutil.copytree(exported, job)
-        collected = collect(plan_job, name, name, job, outcome, {"image": "x"}, given)
-        record, model = collected.record, collected.model
+        collected = collect(plan_job, name, name, job, outcome, {"image": "x"}, taken=migration_taken(given))
+        record, model = collected.record, collected.files.get("model")
         assert record.status == "ok" and record.migration_reason == reason
         assert (record.migration_mismatches == 0) == (reason is None)
         assert model == (None if given is None else found.model)

@@ -346,7 +346,7 @@ def test_a_model_too_big_for_the_room_goes_aside_and_the_row_stays_whole(tmp_pat
         filler = fill(results)
         model, images = os.urandom(3 << 20), os.urandom(1000)
         with pytest.raises(store.StoreError) as error:
-            store.store_row(results, record, [{"t": 1.0}], rescue, model=model, transfer=images)
+            store.store_row(results, record, [{"t": 1.0}], rescue, blobs={"model": model, "transfer": images})
         line = str(error.value)
         assert "its row: No space left on device" in line and f"it is kept in {rescue.path}" in line
         onnx, = aside.glob("dlbench-rescued-run2-*.onnx")
@@ -370,7 +370,7 @@ def test_a_rescued_row_whose_model_file_is_gone_is_stored_without_it(tmp_path, m
         rescue = store.Rescue(results, record.run_id)
         filler = fill(results)
         with pytest.raises(store.StoreError):
-            store.store_row(results, record, [], rescue, model=os.urandom(2 << 20))
+            store.store_row(results, record, [], rescue, blobs={"model": os.urandom(2 << 20)})
         onnx, = tmp_path.glob("dlbench-rescued-*.onnx")
         onnx.unlink()                   # the temporary directory was emptied meanwhile
         filler.unlink()

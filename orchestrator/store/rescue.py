@@ -162,16 +162,14 @@ class Rescue:
             raise
 
     def keep(self, record: RunRecord, samples: list[dict], row_stored: bool,
-             sides: dict[str, list[dict]] | None = None, model: bytes | None = None,
-             transfer: bytes | None = None) -> Kept:
+             sides: dict[str, list[dict]] | None = None, blobs: dict[str, bytes] | None = None) -> Kept:
         """Keep the row, its trace samples and its rows of the other side tables (``sides``:
-        by folder, as ``Collected`` holds them) in the room set aside, with
-        the ONNX model and the FGSM images when the room can take them too; when it cannot
-        (the room is sized for the row), those two go to files in the temporary directory
-        that the kept row names.  When even the row does not fit, everything goes to one
-        file in the temporary directory."""
-        blobs = {name: blob for name, blob in (("model", model), ("transfer", transfer))
-                 if blob is not None}
+        by folder, as ``Collected`` holds them) in the room set aside, with its files
+        (``blobs``, by kind: the ONNX model, the FGSM images) when the room can take them
+        too; when it cannot (the room is sized for the row), those go to files in the
+        temporary directory that the kept row names.  When even the row does not fit,
+        everything goes to one file in the temporary directory."""
+        blobs = {name: blob for name, blob in (blobs or {}).items() if blob is not None}
         document = {"row": record.model_dump(mode="json"), "trace": samples,
                     **{folder: list(rows) for folder, rows in (sides or {}).items()},
                     "row_stored": row_stored}
@@ -227,12 +225,11 @@ class Rescue:
 
 
 def store_row(results: Path, record: RunRecord, samples: list[dict], rescue: Rescue,
-              sides: dict[str, list[dict]] | None = None, model: bytes | None = None,
-              transfer: bytes | None = None) -> None:
+              sides: dict[str, list[dict]] | None = None, blobs: dict[str, bytes] | None = None) -> None:
     """Store a finished job's trace, its rows of the other side tables (``sides``, by
-    folder: robustness, steps, ops), ONNX model and FGSM images (if it has them) and row; if the
-    results directory cannot take them, keep them in the rescue file and raise one
-    StoreError saying how to recover them."""
+    folder: robustness, steps, ops), its files (``blobs``, by kind: the ONNX model, the FGSM
+    images; as ``Collected`` holds them) and its row; if the results directory cannot take
+    them, keep them in the rescue file and raise one StoreError saying how to recover them."""
     problems = []
     sides = sides or {}
     for side, rows in ((TRACE, samples), *((t, sides.get(t.folder)) for t in RESULT_TABLES)):
@@ -242,16 +239,13 @@ def store_row(results: Path, record: RunRecord, samples: list[dict], rescue: Res
             write_side(results, side, record.run_id, rows)
         except (OSError, pa.ArrowException, OverflowError, ValueError) as exc:
             problems.append(f"its {side.kind}: {_reason(exc)}")
-    if model is not None:
+    blobs = blobs or {}
+    writers = {"model": write_model, "transfer": write_transfer}     # by kind, as BLOB_WORDS
+    for name, blob in blobs.items():
         try:
-            write_model(results, record.run_id, model)
+            writers[name](results, record.run_id, blob)
         except OSError as exc:
-            problems.append(f"its ONNX model: {_reason(exc)}")
-    if transfer is not None:
-        try:
-            write_transfer(results, record.run_id, transfer)
-        except OSError as exc:
-            problems.append(f"its FGSM images: {_reason(exc)}")
+            problems.append(f"its {BLOB_WORDS[name]}: {_reason(exc)}")
     try:
         append(results, [record])
     except (OSError, pa.ArrowException, OverflowError, ValueError) as exc:
@@ -262,7 +256,7 @@ def store_row(results: Path, record: RunRecord, samples: list[dict], rescue: Res
     if not problems:
         rescue.release()
         return
-    kept = rescue.keep(record, samples, stored, sides, model, transfer)
+    kept = rescue.keep(record, samples, stored, sides, blobs)
     what = (f"{results}: cannot store job {record.run_id} ({record.framework}/{record.dataset}, "
             f"{record.status}): {'; '.join(problems)}")
     if kept.path is None:
