@@ -50,6 +50,10 @@ class Axis:
         return "--" + self.name.replace("_", "-")
 
     def parse_one(self, value):
+        """One value, as the command line and a campaign file read it; a setting's
+        ``default`` is None (each image's or framework's own)."""
+        if self.setting and value == "default":
+            return None
         return self.parse(value) if self.parse is not None else self.item(value)
 
 

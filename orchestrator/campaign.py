@@ -119,8 +119,8 @@ class SlurmTable(BaseModel):
 def _file_type(axis: axes_.Axis):
     """An axis's values as a campaign file writes them: a list of at least one (or one
     value), each read as the command line reads it (``Axis.parse``)."""
-    if axis.parse is not None:
-        one = Annotated[Optional[axis.item], PlainValidator(axis.parse)]
+    if axis.parse is not None or axis.setting:
+        one = Annotated[Optional[axis.item], PlainValidator(axis.parse_one)]
     else:
         one = StrictInt if axis.item is int else axis.item
     if not axis.many:
