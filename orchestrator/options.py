@@ -81,7 +81,7 @@ class Limits(BaseModel):
     timeout: float | None = None
 
 
-class _Matrix(BaseModel):
+class _AxesBase(BaseModel):
     """What a matrix holds beside its axes (``axes.AXES``, the fields ``Axes`` adds)."""
 
     model_config = ConfigDict(extra="forbid")
@@ -100,7 +100,7 @@ def axis_type(axis: axes_.Axis):
     return Optional[list[one]] if axis.default is None else list[one]
 
 
-Axes = create_model("Axes", __base__=_Matrix,
+Axes = create_model("Axes", __base__=_AxesBase,
                     __doc__="The matrix of a campaign, from a campaign file or from the command line.",
                     **{axis.name: (axis_type(axis), axis.default) for axis in axes_.AXES})
 
