@@ -1,4 +1,4 @@
-"""What the host's check of a job's model takes in its child process (orchestrator/untrusted.py):
+"""What the host's check of a job's model takes in its child process (orchestrator/checks/untrusted.py):
 wall-clock time, CPU time and peak memory, against the limits.
 
 The models: the stored MNIST models of the paper profile in docs/measurements (MXNet's and
@@ -25,7 +25,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from dlbench_runner.contract import formats      # noqa: E402
-from orchestrator import untrusted              # noqa: E402
+from orchestrator.checks import untrusted              # noqa: E402
 
 STORED = REPO / "docs" / "measurements" / "2026-11-26-mnist-paper-checks" / "models"
 

@@ -3,4 +3,4 @@ command line lists them before it loads anything heavier (``cli.py``: ``dlbench 
 starts without pydantic), and ``options.py`` holds the values to them."""
 
 VARIANTS = ("cpu", "gpu")           # the images of a framework: build.image_tag(framework, variant)
-SCHEDULERS = ("local", "slurm")     # where a run's jobs run (``execute``; ``schedulers/``)
+SCHEDULERS = ("local", "slurm")     # where a run's jobs run: ``schedulers.SCHEDULERS`` makes each

@@ -14,9 +14,9 @@ row comes out:
     unsupported  never started: the image cannot run the job (a GPU job on a CPU image)
     no_result    exited with 0, but result.json is missing, too big or invalid
 
-An ok row also holds the migration check's figures: the ONNX model the runner exported,
-run by the host (``migration.evaluate``, before the job is collected), or why there are none;
-its FGSM images for transfer attacks (``transfer.taken``) are stored beside it.
+An ok row also holds the after-training checks' share (``checks``: their columns, their
+rows of the side tables, the files stored beside the row), from what the checks took of
+the job once it had ended (``checks.take``, before it is collected).
 """
 
 from __future__ import annotations
@@ -33,12 +33,11 @@ from pydantic import ValidationError
 
 from dlbench_runner import contract
 
-from . import __version__, fair, hostinfo, jobdir, rowcheck
-from .migration import Migration
+from . import __version__, checks, hostinfo, jobdir, rowcheck
 from .plan import Job
 from .runtimes.base import Outcome
-from .schema import (ARROW_SCHEMA, MAX_RESULT_BYTES, OPS_SCHEMA, ROBUSTNESS_SCHEMA, RunnerResult,
-                     RunRecord, dumps)
+from .schema import (ARROW_SCHEMA, MAX_RESULT_BYTES, OPS_SCHEMA, ROBUSTNESS_SCHEMA, STEPS_SCHEMA,
+                     RunnerResult, RunRecord, dumps)
 
 
 def read_result(job_dir: Path) -> tuple[RunnerResult | None, str | None]:
@@ -84,26 +83,27 @@ def failed(job: Job, run_id: str, job_id: str, error: str, provenance: dict) -> 
 
 
 class Collected(NamedTuple):
-    """What a job leaves to store: its row, and those of an ok row's side tables."""
+    """What a job leaves to store: its row, and an ok row's rows of the side tables and its
+    files stored beside it."""
 
     record: RunRecord
     sides: dict[str, list[dict]] = {}   # side table folder -> rows (robustness, steps, ops)
-    model: bytes | None = None      # the exported ONNX model
-    transfer: bytes | None = None   # the FGSM images kept for transfer attacks (transfer.py)
+    files: dict[str, bytes] = {}        # kind -> bytes: the ONNX model, the FGSM images
 
 
 def collect(job: Job, run_id: str, job_id: str, job_dir: Path, outcome: Outcome,
-            provenance: dict, migration: Migration | None = None,
-            transfer: bytes | None = None, data_root: Path | None = None,
-            transfer_reason: str | None = None) -> Collected:
-    """The job's row, its robustness rows, a fair job's step losses, its ONNX model and its
-    FGSM images (those of an ok row only); ``migration``: what the host found of the model
-    the job exported; ``transfer``: the images it kept (``transfer.taken``), or
-    ``transfer_reason``, why the host did not take the file it left; ``data_root``:
-    where the data sets are (a fair job's logits are checked on its test images)."""
+            provenance: dict, after: checks.After | None = None, taken: list | None = None) -> Collected:
+    """The job's row, and for an ok row the checks' share of it (``checks.found``, from
+    ``taken``: what each check took of the job once it had ended, ``checks.take``; None:
+    nothing); ``after``: the job as its checks see it (None: its directory alone, with no
+    staged files and no data sets)."""
     result, problem = read_result(job_dir)
-    if result is not None and (untrue := _untrue(result)) is not None:
-        result, problem = None, f"result.json is invalid: {untrue}"
+    found = None
+    if result is not None and result.status == "ok":
+        after = after or checks.After(job, run_id, job_dir, None, {})
+        found = checks.found(after, result, taken if taken is not None else [None] * len(checks.CHECKS))
+    if result is not None and (untrue := _untrue(result, found)) is not None:
+        result, found, problem = None, None, f"result.json is invalid: {untrue}"
     status, error = _status(outcome, result, problem)
     fields = _job_fields(job, run_id, job_id, provenance)
     fields.update(status=status, error=error, exit_code=outcome.exit_code,
@@ -116,19 +116,10 @@ def collect(job: Job, run_id: str, job_id: str, job_dir: Path, outcome: Outcome,
                                       fields.get("host_load_max"), fields.get("host_cpus")))
     if result is not None:
         fields.update(_measured(result))
-    if result is None or status != "ok":
+    if result is None or status != "ok" or found is None:
         return Collected(RunRecord(**fields))
-    sides = {"robustness": [r.model_dump() for r in result.robustness],
-             "ops": [r.model_dump(by_alias=True) for r in result.ops]}
-    if result.fair is not None and data_root is not None:
-        found_fair, sides["steps"] = fair.checked(result.fair, job_dir, job.dataset, data_root, run_id)
-        fields.update(found_fair)
-    found = _migrated(result, migration)
-    # the host's model is the one stored: a layer list's is built on the host
-    fields.update(found.fields(), migration_model_bytes=(result.migration_model_bytes if found.model is None
-                                                         else len(found.model)),
-                  migration_time_s=result.migration_time_s, transfer_reason=transfer_reason)
-    return Collected(RunRecord(**fields), sides, found.model, transfer)
+    fields.update(found.fields)
+    return Collected(RunRecord(**fields), found.sides, found.files)
 
 
 def _measured(result: RunnerResult) -> dict:
@@ -144,8 +135,6 @@ def _measured(result: RunnerResult) -> dict:
         train_samples=result.train_samples, test_samples=result.test_samples,
         param_count=result.param_count, param_bytes=result.param_bytes,
         model_size_bytes=result.model_size_bytes,
-        robustness_time_s=result.robustness_time_s,
-        gradient_error=result.gradient_check.relative_error if result.gradient_check else None,
         epoch_loss=[e.loss for e in result.epochs],
         epoch_accuracy=[e.accuracy for e in result.epochs],
         epoch_time_s=[e.time_s or 0.0 for e in result.epochs],
@@ -158,39 +147,30 @@ def _measured(result: RunnerResult) -> dict:
         started_at=result.started_at, finished_at=result.finished_at)
 
 
-def _untrue(result: RunnerResult) -> str | None:
+# the side tables whose rows come from a job's result: their schemas and rules
+_SIDES = {"robustness": (ROBUSTNESS_SCHEMA, rowcheck.ROBUSTNESS), "ops": (OPS_SCHEMA, rowcheck.OPS),
+          "steps": (STEPS_SCHEMA, rowcheck.STEPS)}
+
+
+def _untrue(result: RunnerResult, found: checks.Found | None) -> str | None:
     """Why a valid result cannot be true, by the rules every stored row keeps
     (``rowcheck``: a time of -inf or NaN, an epoch accuracy of 150 %, a negative count, a
-    string past the cap), in the row and in its robustness and layer-time rows; None when
-    it keeps them."""
-    for rows, schema, rules, where in (
-            ([_measured(result)], ARROW_SCHEMA, rowcheck.ROWS, ""),
-            ([r.model_dump() for r in result.robustness], ROBUSTNESS_SCHEMA, rowcheck.ROBUSTNESS,
-             "robustness: "),
-            ([r.model_dump(by_alias=True) for r in result.ops], OPS_SCHEMA, rowcheck.OPS, "ops: ")):
+    string past the cap), in the row's measured and checked columns and in the checks'
+    rows of the side tables; None when it keeps them."""
+    measured = dict(_measured(result), **(found.fields if found else {}))
+    tables = [("", [measured], ARROW_SCHEMA, rowcheck.ROWS)]
+    for folder, rows in (found.sides if found else {}).items():
+        schema, rules = _SIDES[folder]
+        tables.append((f"{folder}: ", rows, schema, rules))
+    for where, rows, schema, rules in tables:
         if not rows:
             continue
         table = pa.Table.from_pylist(rows, schema=pa.schema([field for field in schema
                                                              if field.name in rows[0]]))
-        found = rowcheck.problems(table, rules)
-        if found:
-            return where + found[min(found)]
+        found_problems = rowcheck.problems(table, rules)
+        if found_problems:
+            return where + found_problems[min(found_problems)]
     return None
-
-
-def _migrated(result: RunnerResult, migration: Migration | None) -> Migration:
-    """The migration check of an ok result: the runner's reason where it exported nothing
-    (nothing at all from a runner before the check), else what the host found, on the
-    images the job tested on."""
-    if result.migration_time_s is None or result.migration_reason is not None:
-        return Migration(migration_reason=result.migration_reason)
-    if migration is None:
-        return Migration(migration_reason="the job left no ONNX model to check")
-    if migration.migration_reason is None and migration.images != result.test_samples:
-        return Migration(migration_reason=f"the framework predicted {migration.images} test images, "
-                                          f"not the {result.test_samples} it tested",
-                         model=migration.model, seconds=migration.seconds)
-    return migration
 
 
 def _exited(code: int | None, ran_as: str = "container") -> str:

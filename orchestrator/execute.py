@@ -1,15 +1,12 @@
-"""One ``dlbench run``, carried out: the plan, the GPUs it names, the runtime (Docker
-reached), the source archives of the images it must build, then its scheduler.
+"""One ``dlbench run``, carried out: the plan, the scheduler's checks (the GPUs it names),
+the runtime (Docker reached), what the images it must build need, then the scheduler.
 
 The command line turns its options into a ``Request`` (a plain value) and calls
 ``execute``; nothing else decides where a run goes.  The campaign file, if any,
 is read once here (``campaign.read``): the plan, and the file's ``scheduler`` and
 ``[slurm]`` table, which options given on the command line replace.  A *scheduler*
-says where and when the jobs run; a *runtime* (``runtimes/``) how each job executes.
-
-    local   the job loop (``run.run_plan``) on this host, one job after another
-    slurm   one Slurm job array (``schedulers/slurm.py``); each of its tasks runs
-            that same job loop on its node
+(``schedulers/``: local or slurm, found by name) says where and when the jobs run; a
+*runtime* (``runtimes/``: docker or native, found by name) how each job executes.
 """
 
 from __future__ import annotations
@@ -17,13 +14,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import runtimes, store
+from . import runtimes, schedulers, store
 from .build import BuildOptions
 from .campaign import Campaign, read
 from .display import NullDisplay
-from .hostinfo import check_gpu
 from .options import RunOptions
-from .run import run_plan
+from .schedulers import Executed
 
 
 @dataclass(frozen=True)
@@ -54,20 +50,6 @@ class Request:
     slurm: SlurmRequest = SlurmRequest()
 
 
-@dataclass
-class Executed:
-    """What a run left: its rows (None for a Slurm array submitted detached, or with
-    nothing left to run)."""
-
-    results: Path
-    records: list | None
-    array_id: str | None = None     # the Slurm array, if one was submitted
-
-    @property
-    def not_ok(self) -> list:
-        return [r for r in self.records or [] if r.status != "ok"]
-
-
 def plan(request: Request) -> Campaign:
     """The plan of the request, touching nothing."""
     return read(request.campaign, request.options)
@@ -77,27 +59,9 @@ def execute(request: Request, display=None, say=print, campaign: Campaign | None
     """Run the request's plan where it asks; every job's row is stored as it ends."""
     display = display or NullDisplay()
     campaign = campaign or plan(request)
-    the_plan = campaign.plan
-    scheduler = request.scheduler or campaign.scheduler or "local"
-    if scheduler == "local":    # first: a GPU this host lacks is an error before any download
-        for gpu in the_plan.gpus:       # (a Slurm task uses the GPU its scheduler gave it)
-            check_gpu(gpu)
+    scheduler = schedulers.make(request.scheduler or campaign.scheduler or schedulers.DEFAULT)
+    scheduler.check(campaign.plan)      # first: what this host lacks, before any download
     # then the runtime: no Docker daemon is an error before anything is written
     runtime = runtimes.make(request.runtime, request.python, display, request.build)
-    if runtime.name == "docker":     # the archives of the images to build, before any build
-        runtime.builder.prepare_sources(the_plan.images)
-    results = store.results_dir(request.results)
-    if scheduler == "local":
-        return Executed(results, run_plan(
-            the_plan, results, runtime, request.data_dir, display=display, resume=request.resume,
-            fail_fast=request.fail_fast))
-    from .schedulers import slurm
-
-    given, table = request.slurm, campaign.slurm
-    options = slurm.SlurmOptions(
-        partition=given.partition or table.partition, account=given.account or table.account,
-        qos=given.qos or table.qos, sbatch_options=[*table.sbatch_options, *given.sbatch_options])
-    array_id, records = slurm.run_array(
-        the_plan, results, options, runtime, given.detach, say, display, data_dir=request.data_dir,
-        resume=request.resume)
-    return Executed(results, records, array_id)
+    runtime.prepare(campaign.plan.images)   # the archives of the images to build, before any build
+    return scheduler.run(campaign, store.results_dir(request.results), runtime, request, display, say)

@@ -259,7 +259,7 @@ def fair_weights(axes: Axes, datasets: list[str]) -> dict:
         raise PlanError("a weights file holds one data set's network: give one data set",
                         ("weights",), f"--weights {axes.weights}: a weights file holds one data "
                                       "set's network: run it with --datasets mnist or cifar10")
-    from . import fair      # numpy: only for a run that gives weights
+    from .checks import fair    # numpy: only for a run that gives weights
     path = Path(axes.weights).expanduser().resolve()
     try:
         arrays = fair.user_weights(path, datasets[0])

@@ -29,12 +29,11 @@ import threading
 import uuid
 from pathlib import Path
 
-from . import build, fair, hostinfo, jobdir, runtimes, store, transfer
+from . import checks, hostinfo, jobdir, runtimes, store
 from .collect import Collected, collect, failed, unsupported
 from .display import NullDisplay
 from .errors import DlbenchError, DockerUnavailable, StoreError
 from .interrupts import signals_deferred
-from .migration import evaluate as evaluate_migration
 from .plan import Plan
 from .prepare import Prepared, Targets, prepare, resumed, stream
 from .runtimes import Outcome, gpu_device
@@ -239,7 +238,7 @@ class _Loop:
         self.display.job_started(index, job)
         # the load average is the job's, not the run's (a job that runs has its runtime's
         # marks of its start and end, ``collect``)
-        provenance = dict(self.provenance_host, image=target.name if target else planned_image(job, runtime),
+        provenance = dict(self.provenance_host, image=target.name if target else runtime.planned_image(job),
                           image_id=target and target.id, dataset_sha256=dataset.sha256,
                           host_load_avg=hostinfo.load_average(),
                           **hostinfo.gpu_facts(gpu_device(job, runtime.gpus)))
@@ -252,11 +251,14 @@ class _Loop:
                 rescue, job_dir = _prepare(self.results, run_id, index,
                                            job_dir=reason is None and broken is None)
             if reason is None and broken is None:
+                staged = {}
                 try:
-                    outcome = runtime.run(job, target, run_id, job_id, job_dir, dataset.path, self.display)
+                    staged = checks.stage(job)  # the checks' files beside its spec, made once
+                    outcome = runtime.run(job, target, run_id, job_id, job_dir, dataset.path, self.display,
+                                          inputs=staged)
                 except DockerUnavailable:
                     raise
-                except DlbenchError as exc:     # Docker refused this job's container
+                except DlbenchError as exc:     # Docker refused its container, its files changed
                     outcome = Outcome(exit_code=None, wall_time_s=0.0, log_tail=[], error=str(exc))
                 except OSError as exc:          # the host could not write the job's files
                     if exc.errno not in store.DISK_ERRORS:
@@ -268,10 +270,11 @@ class _Loop:
                     jobdir.remove(job_dir)
                     rescue.release()
                     return None
-                # the exported model run with onnxruntime (seconds): before the row, which a
-                # stop signal waits for; in a child process that the interrupt kills
-                migration = evaluate_migration(job_dir, job.dataset, dataset.root, stop=self.cancelled)
-                kept, kept_reason = transfer.taken(job_dir, job.dataset)   # before collect removes out/
+                # the checks' look at what the job left (the exported model run with
+                # onnxruntime: seconds): before the row, which a stop signal waits for; in a
+                # child process that the interrupt kills; before collect removes out/
+                after = checks.After(job, run_id, job_dir, dataset.root, staged)
+                taken = checks.take(after, stop=self.cancelled)
                 if self.cancelled.is_set():     # stopped during the check: as during the job
                     jobdir.remove(job_dir)
                     rescue.release()
@@ -282,17 +285,16 @@ class _Loop:
                 if broken is not None:
                     collected, samples = Collected(failed(job, run_id, job_id, broken, provenance)), []
                 elif reason is None:
-                    collected = collect(job, run_id, job_id, job_dir, outcome, provenance, migration, kept,
-                                        dataset.root, kept_reason)
-                    jobdir.remove_inputs(job_dir, fair.job_input_names(job))
+                    collected = collect(job, run_id, job_id, job_dir, outcome, provenance, after, taken)
+                    jobdir.remove_inputs(job_dir, staged)
                     samples = outcome.samples
                 else:
                     collected, samples = Collected(unsupported(job, run_id, job_id, reason, provenance)), []
                 record = collected.record
                 handed = True
                 # or keeps them and says how to recover
-                store.store_row(self.results, record, samples, rescue, collected.sides, collected.model,
-                                collected.transfer)
+                store.store_row(self.results, record, samples, rescue, collected.sides,
+                                collected.files.get("model"), collected.files.get("transfer"))
         except BaseException:           # interrupted (Ctrl-C, SIGTERM, SIGHUP): no row, no directory
             if rescue is not None:
                 rescue.release()        # unless it holds a row kept by store_row
@@ -300,12 +302,6 @@ class _Loop:
                 jobdir.remove(job_dir)
             raise
         return record
-
-
-def planned_image(job, runtime) -> str | None:
-    """The image a job planned unsupported would have run in: a container image's tag;
-    None for a runtime without images."""
-    return build.image_tag(job.framework, job.variant) if runtime.name == "docker" else None
 
 
 def _prepare(results: Path, run_id: str, index: int, job_dir: bool) -> tuple[store.Rescue, Path | None]:

@@ -136,9 +136,11 @@ import types
 import typing
 
 import pyarrow as pa
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, create_model
 
 from dlbench_runner.contract import SCHEMA_VERSION as RUNNER_SCHEMA_VERSION
+
+from .checks import row_fields
 
 SCHEMA_VERSION = 15
 TRACE_SCHEMA_VERSION = 1
@@ -264,8 +266,8 @@ class RunnerResult(BaseModel):
     finished_at: dt.datetime | None = None
 
 
-class RunRecord(BaseModel):
-    """One stored row: one job's outcome, the runner's measurements, host provenance."""
+class _Job(BaseModel):
+    """A row's first columns: the job's outcome, what it was, what the runner measured."""
 
     schema_version: int = SCHEMA_VERSION
     written_schema_version: int = SCHEMA_VERSION   # kept through upgrades
@@ -314,20 +316,11 @@ class RunRecord(BaseModel):
     param_count: int | None = None
     param_bytes: int | None = None       # parameters times their element size
     model_size_bytes: int | None = None  # the trained model saved as its framework's users save it
-    robustness_time_s: float | None = None   # the robustness check after training, seconds
-    gradient_error: float | None = None      # its finite-difference check of the input gradient
-    # the migration check: the model exported to ONNX, run by the host with onnxruntime
-    migrated_accuracy: float | None = None
-    migration_mismatches: int | None = None      # images classified otherwise than by the framework
-    migration_max_logit_error: float | None = None   # relative, on the runner's batch
-    migration_reason: str | None = None          # why the three above are empty
-    migration_model_bytes: int | None = None     # RESULTS/models/<run id>.onnx
-    migration_time_s: float | None = None        # the export in the job, outside every span
-    migration_host_time_s: float | None = None   # the ONNX run on the host, after the job
-    transfer_reason: str | None = None           # why the host did not take the job's FGSM images
-    # the fair profile's checks (steps/ has its step losses)
-    fair_weights_sha256: str | None = None       # the initial weights' digest
-    fair_logit_error: float | None = None        # probe logits against the NumPy reference
+
+
+class _Host(BaseModel):
+    """A row's last columns: its epochs, what the runner saw, what the host adds."""
+
     epoch_loss: list[float] = []
     epoch_accuracy: list[float] = []
     epoch_time_s: list[float] = []
@@ -377,6 +370,16 @@ class RunRecord(BaseModel):
     slurm_job_id: str | None = None          # the array's job id
     slurm_array_task_id: int | None = None
     recorded_at: dt.datetime
+
+
+# One stored row: one job's outcome, the runner's measurements, the after-training checks'
+# columns (``checks.row_fields``: each check declares its own), host provenance.
+RunRecord = create_model(
+    "RunRecord", __doc__="One stored row: one job's outcome, its measurements, its checks', "
+                         "host provenance.",
+    **{name: (field.annotation, field) for name, field in _Job.model_fields.items()},
+    **row_fields(),
+    **{name: (field.annotation, field) for name, field in _Host.model_fields.items()})
 
 
 def dumps(value) -> str:

@@ -1,4 +1,4 @@
-"""The fair profile's reference training (orchestrator/fair.py): the fair network's loss, its
+"""The fair profile's reference training (orchestrator/checks/fair.py): the fair network's loss, its
 gradient and the first SGD steps in NumPy, float64, under either max-pooling tie rule; each
 framework's stored step losses held to its own rule's reference.  The reference is checked
 itself (its gradient against finite differences, its tie rules on a window built by hand), and
@@ -15,7 +15,8 @@ import pytest
 
 from conftest import dlbench
 from dlbench_runner import contract, fair as networks
-from orchestrator import fair, store
+from orchestrator import store
+from orchestrator.checks import fair
 from orchestrator.report import verification
 
 FAIR_OPS = Path(__file__).resolve().parent.parent / "docs" / "measurements" / "2026-11-27-fair-ops"

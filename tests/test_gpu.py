@@ -102,6 +102,9 @@ class GivenAGpu:
     def host_facts(self):
         return hostinfo.host_facts(None)
 
+    def planned_image(self, job):
+        return build.image_tag(job.framework, job.variant)
+
     def target(self, framework, variant):
         return runtimes.Target(build.image_tag(framework, variant), "sha256:" + "0" * 64)
 

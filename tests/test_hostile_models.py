@@ -1,5 +1,5 @@
 """A job's ONNX model is an untrusted program: the host runs it in a child process that
-reads no file but the model and stops at the host's limits (orchestrator/untrusted.py).
+reads no file but the model and stops at the host's limits (orchestrator/checks/untrusted.py).
 
 The hostile models are built here with the onnx package's helpers, as a job could write
 them: a tensor stored as external data naming a host file (relative to the working
@@ -31,7 +31,8 @@ import pytest
 from onnx import TensorProto, external_data_helper, helper
 
 from conftest import REPO, dlbench
-from orchestrator import migration, store, transfer, untrusted
+from orchestrator import store
+from orchestrator.checks import migration, transfer, untrusted
 from orchestrator.interrupts import Interrupted
 from test_hostile_npz import LYING_MIGRATION, LYING_TRANSFER, TERA
 
@@ -209,7 +210,7 @@ def test_a_model_past_the_wall_clock_limit_is_stopped_with_a_reason(data_root, t
 
 def no_check_running() -> bool:
     import psutil
-    return not [p for p in psutil.Process().children(recursive=True) if "orchestrator.untrusted" in p.cmdline()]
+    return not [p for p in psutil.Process().children(recursive=True) if "orchestrator.checks.untrusted" in p.cmdline()]
 
 
 def test_a_model_past_the_cpu_limit_is_stopped_by_the_kernel(tmp_path, monkeypatch):
@@ -357,14 +358,14 @@ def test_dlbench_run_stores_a_reason_for_a_model_past_the_memory_limit(framework
 
 
 def wait_for_check(process: subprocess.Popen, limit_s: float = 300, after=lambda: True) -> None:
-    """Until ``process`` runs a model's check (a child ``orchestrator.untrusted``) once
+    """Until ``process`` runs a model's check (a child ``orchestrator.checks.untrusted``) once
     ``after()`` holds."""
     import psutil
     deadline = time.monotonic() + limit_s
     while time.monotonic() < deadline:
         assert process.poll() is None, process.communicate()
         try:
-            if after() and any("orchestrator.untrusted" in p.cmdline() for p in psutil.Process(process.pid).children(True)):
+            if after() and any("orchestrator.checks.untrusted" in p.cmdline() for p in psutil.Process(process.pid).children(True)):
                 return
         except psutil.NoSuchProcess:
             pass
@@ -380,7 +381,7 @@ def signalled_during_check(process: subprocess.Popen, signum: int, limit_s: floa
     import psutil
     try:
         wait_for_check(process, limit_s, after)
-        checks = [p for p in psutil.Process(process.pid).children(True) if "orchestrator.untrusted" in p.cmdline()]
+        checks = [p for p in psutil.Process(process.pid).children(True) if "orchestrator.checks.untrusted" in p.cmdline()]
         time.sleep(1.0)             # well inside the Loop
         sent = time.monotonic()
         process.send_signal(signum)

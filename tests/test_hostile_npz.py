@@ -30,7 +30,8 @@ import pytest
 
 from conftest import dlbench
 from dlbench_runner import fair as networks
-from orchestrator import fair, files, migration, onnx_layers, store, transfer
+from orchestrator import files, store
+from orchestrator.checks import fair, migration, onnx_layers, transfer
 from orchestrator.errors import UsageError
 
 FIXTURE = Path(__file__).parent / "fixtures" / "numpy_softmax"

@@ -116,7 +116,9 @@ def test_the_host_modules_import_no_cycle():
 # The stages from the top down: a module imports only from its own layer or the ones below;
 # every module not named here is in the lowest layer (planning, images, runtimes, storage).
 LAYERS = {"orchestrator.__main__": 6, "orchestrator.entry": 6, "orchestrator.cli": 5,
-          "orchestrator.execute": 4, "orchestrator.tune": 4, "orchestrator.schedulers": 3, "orchestrator.schedulers.slurm": 3,
+          "orchestrator.execute": 4, "orchestrator.tune": 4,
+          "orchestrator.schedulers": 3, "orchestrator.schedulers.base": 3,
+          "orchestrator.schedulers.local": 3, "orchestrator.schedulers.slurm": 3,
           "orchestrator.run": 2, "orchestrator.prepare": 1}
 
 

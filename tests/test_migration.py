@@ -2,8 +2,8 @@
 
 The runner's test adapter (a numpy softmax regression, tests/fixtures/numpy_softmax) builds
 its graph with the onnx package's helpers, or hands over its layer list for the host to
-build (orchestrator/onnx_layers.py); the runner runs it on the real MNIST, and the
-host's check (orchestrator/migration.py) runs the file it wrote with the real onnxruntime.
+build (orchestrator/checks/onnx_layers.py); the runner runs it on the real MNIST, and the
+host's check (orchestrator/checks/migration.py) runs the file it wrote with the real onnxruntime.
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ import pytest
 from conftest import dlbench
 from dlbench_runner import migration as exporting
 from dlbench_runner.contract import formats
-from orchestrator import migration, store
+from orchestrator import store
+from orchestrator.checks import migration
 from orchestrator.collect import collect
 from orchestrator.errors import StoreError
 from orchestrator.runtimes.base import Outcome

@@ -1,4 +1,4 @@
-"""The host's builder of ONNX graphs from layer lists (orchestrator/onnx_layers.py).
+"""The host's builder of ONNX graphs from layer lists (orchestrator/checks/onnx_layers.py).
 
 Each kind of layer is built into a graph, run with the real onnxruntime, and held
 against a NumPy reference written from the format's definition (in float64, loops over
@@ -17,8 +17,8 @@ import onnx
 import onnxruntime
 import pytest
 
-from orchestrator import onnx_layers
-from orchestrator.onnx_layers import Refused
+from orchestrator.checks import onnx_layers
+from orchestrator.checks.onnx_layers import Refused
 
 
 def files(layers: list[dict], arrays: dict, shape, dtype="float32", **header) -> tuple[bytes, bytes]:

@@ -295,8 +295,9 @@ def test_a_node_without_the_image_loads_the_saved_copy_checked_by_id(tmp_path):
     missing by the node's check and loaded back from the saved file, the same id."""
     import docker
 
-    from orchestrator.schedulers import slurm
-    from orchestrator.display import NullDisplay
+    from orchestrator.errors import DlbenchError
+    from orchestrator.runtimes import Target
+    from orchestrator.runtimes import docker as docker_runtime
 
     client = docker.from_env()
     tag = f"dlbench-test/slurm-load:{uuid.uuid4().hex[:8]}"
@@ -306,19 +307,18 @@ def test_a_node_without_the_image_loads_the_saved_copy_checked_by_id(tmp_path):
         f"FROM dlbench/root:bullseye\nLABEL org.dlbench.role=test\nRUN echo {tag} > /marker\n")
     image, _ = client.images.build(path=str(context), tag=tag, rm=True, forcerm=True,
                                    labels={"org.dlbench.role": "test"})
-    results = tmp_path / "results"
+    folder = tmp_path / "results" / "_slurm" / "images"
     try:
-        archive = slurm.save_image(client, image, results, NullDisplay())
-        assert (results / archive).stat().st_size > 0
+        archive = docker_runtime.save_image(image, folder, lambda text: None)
+        assert archive.parent == folder and archive.stat().st_size > 0
         client.images.remove(image.id, force=True)
         with pytest.raises(docker.errors.ImageNotFound):
             client.images.get(image.id)
-        ref = slurm.Image(tag=tag, id=image.id, archive=archive)
-        loaded = slurm.ensure_image(client, ref, results)
+        loaded = docker_runtime.ensure_image(client, Target(tag, image.id), archive)
         assert loaded.id == image.id and tag in loaded.tags
-        missing = slurm.Image(tag=tag + "x", id="sha256:" + "0" * 64, archive=None)
-        with pytest.raises(slurm.DlbenchError, match="not on this node and there is no saved copy"):
-            slurm.ensure_image(client, missing, results)
+        missing = Target(tag + "x", "sha256:" + "0" * 64)
+        with pytest.raises(DlbenchError, match="not on this node and there is no saved copy"):
+            docker_runtime.ensure_image(client, missing, None)
     finally:
         try:
             client.images.remove(tag, force=True)

@@ -13,7 +13,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from conftest import REPO
 from dlbench_runner import migration as exporting
 from dlbench_runner.runner import adapter_module
-from orchestrator import onnx_layers
+from orchestrator.checks import onnx_layers
 
 
 @pytest.fixture(scope="module")

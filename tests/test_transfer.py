@@ -22,8 +22,9 @@ import pytest
 from conftest import dlbench
 from dlbench_runner import robustness
 from dlbench_runner.contract import formats
-from orchestrator import store, transfer
-from orchestrator.migration import Refused
+from orchestrator import store
+from orchestrator.checks import transfer
+from orchestrator.checks.migration import Refused
 
 FIXTURE = Path(__file__).parent / "fixtures" / "numpy_softmax"
 # the frameworks of the matrix: the test adapter under four names, each with its own settings

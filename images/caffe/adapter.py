@@ -216,7 +216,7 @@ def _pair(single, repeated, h, w, default):
 
 
 def caffe_layers(np, spec, params, first, last):
-    """The layer list (``orchestrator/onnx_layers.py``) of a chain of Caffe layers in
+    """The layer list (``orchestrator/checks/onnx_layers.py``) of a chain of Caffe layers in
     ``spec`` (a NetParameter) from the blob ``first`` to the blob ``last``, with the
     trained ``params`` (net.params).  The kinds these nets use; another, or an option
     the list cannot say, is ``NoExport``."""

@@ -1133,7 +1133,7 @@ class Adapter:
             return self._logits(tf.constant(pixels)).numpy()
 
     def export_layers(self, pixels):
-        """model_input() and the model as a layer list (``orchestrator/onnx_layers.py``), in
+        """model_input() and the model as a layer list (``orchestrator/checks/onnx_layers.py``), in
         NCHW, with the weights test() scores with (CIFAR-10: the moving averages).  MNIST's
         pixels are its input (read_data_sets' x / 255), given a channel; CIFAR-10's are
         already 3 x 32 x 32: back to the bytes' scale, then _central's crop and per-image

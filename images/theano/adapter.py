@@ -588,7 +588,7 @@ class LeNet5:
         return pixels, pixels.flatten(2) * self.np.asarray(255 * PIXEL_SCALE, dtype=floatX)
 
     def layers(self):
-        """The graph of ``build`` as a layer list (``orchestrator/onnx_layers.py``), from
+        """The graph of ``build`` as a layer list (``orchestrator/checks/onnx_layers.py``), from
         pixels (``pixel_input``'s scale, then the 1 x 28 x 28 image) to p_y_given_x:
         conv2d is a true convolution (filter_flip), so the kernels are flipped for the
         list's cross-correlation; the bias is added after the pooling."""
@@ -811,7 +811,7 @@ class ReslabConvnet:
         return pixels, T.unbroadcast(pixels.mean(axis=1, keepdims=True), 1)
 
     def layers(self):
-        """The graph of ``build`` as a layer list (``orchestrator/onnx_layers.py``), from
+        """The graph of ``build`` as a layer list (``orchestrator/checks/onnx_layers.py``), from
         pixels (grey: their channels' mean, as a 1 x 1 convolution by 1/3) to
         p_y_given_x; conv2d's kernels flipped, as in LeNet5's ``layers``."""
         np = self.np

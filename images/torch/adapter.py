@@ -271,7 +271,7 @@ class Adapter:
 
     def export_layers(self, pixels):
         """The script's preprocessing and trained model as a layer list
-        (``orchestrator/onnx_layers.py``): the harness writes the trained modules and the
+        (``orchestrator/checks/onnx_layers.py``): the harness writes the trained modules and the
         preprocessing's constants (``layers`` request); they become, after the preprocessing
         the harness rebuilds (``MNIST_PREPROCESSING``, ``cifar_preprocessing``), conv
         (SpatialConvolutionMM's nOut x (nIn kH kW) weight as nOut x nIn x kH x kW; a

@@ -27,9 +27,9 @@ from pathlib import Path
 import pandas as pd
 
 from .. import store
-from .. import transfer as kept
+from ..checks import transfer as kept
 from ..errors import StoreWarning
-from ..migration import Refused
+from ..checks.migration import Refused
 from . import compare
 
 

@@ -5,7 +5,7 @@ the same batches in every framework, so three things can be read from them that 
 default-settings tables cannot say:
 
     logits   each framework's logits of the probe images before training against the
-             host's NumPy reference (``orchestrator.fair``): the largest difference over
+             host's NumPy reference (``orchestrator.checks.fair``): the largest difference over
              the largest reference logit, within LOGIT_TOLERANCE or not
     training each framework's first REFERENCE_STEPS step losses against the host's NumPy
              reference training (float64) under the framework's max-pooling tie rule
@@ -36,7 +36,7 @@ import pandas as pd
 
 from dlbench_runner import contract
 
-from .. import fair
+from ..checks import fair
 
 FAMILY = ["section", "dataset", "device", "fair_weights_sha256", "settings"]
 
@@ -105,7 +105,7 @@ def references(rows: pd.DataFrame, steps: pd.DataFrame | None, data_root) -> pd.
                 reasons.append("no stored step losses")
                 continue
             if ties is None:
-                reasons.append("no tie rule stated for it (orchestrator/fair.py TIE_RULES)")
+                reasons.append("no tie rule stated for it (orchestrator/checks/fair.py TIE_RULES)")
                 continue
             try:
                 reference, held = fair.reference_check(row, ties, data_root)

@@ -8,7 +8,7 @@ import re
 
 import pandas as pd
 
-from .. import fair
+from ..checks import fair
 from . import ab, compare, correlations, verification
 
 

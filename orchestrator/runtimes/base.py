@@ -1,24 +1,37 @@
 """What every runtime shares: the target a framework's jobs run on, what the host saw of a
 job (``Outcome``), following a job's output, and the ``Runtime`` protocol a runtime
-implements.  The job loop (``run.py``) sees runtimes only through this protocol.
+implements.  The job loop (``run.py``), ``execute`` and the schedulers see runtimes only
+through this protocol.
 
     class Runtime(Protocol):
         name: str                        # docker or native, stored in every row (``runtime``)
         default_memory: int | None       # the memory limit a job gets without --memory
         def host_facts(self) -> dict     # the host's provenance, on every row
+        def planned_image(job) -> str | None               # the image a job would run in,
+                                         # stored for one planned unsupported (None: no images)
+        def prepare(images)              # before any build: what building the (framework,
+                                         # variant) images needs (Docker: the source archives)
         def target(framework, variant) -> Target          # build or find what jobs run on
         # optional: targets(images) -> iterator of ((framework, variant), Target), each
         # yielded as soon as it is ready (the Docker runtime builds images side by side)
+        def export(target, folder, say) -> Path | None     # the target as a file under folder,
+                                         # for other nodes (docker save); None: nothing to ship
+        def load(framework, variant, target, archive, say) -> Target   # on another node: the
+                                         # target a submitter resolved (and exported to
+                                         # archive), as this node's
         def unsupported(target, job) -> str | None         # why a job cannot run, if it cannot
-        def run(job, target, run_id, job_id, job_dir, dataset_path, display) -> Outcome
+        def run(job, target, run_id, job_id, job_dir, dataset_path, display, inputs) -> Outcome
+                                         # inputs: the files the job finds beside its spec
         def cancel(self)                 # stop every job it is running and every build in
                                          # flight (from another thread)
         def close(self)                  # give back what it holds (a lock, a client)
         gpus: list[str] | None           # GPUs a scheduler assigned, that job indices select
 
 Docker containers (``docker.py``) and host processes (``native.py``) are the two
-runtimes; the Slurm scheduler (``schedulers/slurm.py``) runs the same loop on each
-node with either.
+runtimes, found by name in ``RUNTIMES`` (``__init__.py``); the Slurm scheduler
+(``schedulers/slurm.py``) runs the same loop on each node with either, shipping each
+target with ``export`` and ``load`` (the Docker runtime saves and loads its images; a
+host Python has nothing to ship and is checked again on the node that runs it).
 """
 
 from __future__ import annotations
@@ -27,6 +40,7 @@ import dataclasses
 import json
 import threading
 from collections import deque
+from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from dlbench_runner.contract import EVENT_TAG
@@ -165,12 +179,21 @@ class Runtime(Protocol):
 
     def host_facts(self) -> dict: ...
 
+    def planned_image(self, job: Job) -> str | None: ...
+
+    def prepare(self, images: list[tuple[str, str]]) -> None: ...
+
     def target(self, framework: str, variant: str) -> Target: ...
+
+    def export(self, target: Target, folder: Path, say) -> Path | None: ...
+
+    def load(self, framework: str, variant: str, target: Target, archive: Path | None,
+             say) -> Target: ...
 
     def unsupported(self, target: Target, job: Job) -> str | None: ...
 
     def run(self, job: Job, target: Target, run_id: str, job_id: str, job_dir, dataset_path,
-            display) -> Outcome: ...
+            display, inputs: dict[str, bytes] | None = None) -> Outcome: ...
 
     def cancel(self) -> None: ...
 

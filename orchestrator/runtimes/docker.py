@@ -8,7 +8,10 @@ the host treats as hostile input (``jobdir.py``).  While it runs, a sampler
 thread records its resource trace (``traces.py``).  Images are built when
 missing (``build.py``).  A container left by a dlbench that died is found by its
 owner's lock file (``owners.py``) and removed at the next start, with its job
-directory.  Docker's errors are translated once, in ``errors.docker_errors``.
+directory.  For a scheduler that runs jobs on other nodes (Slurm), an image is
+shipped as a file: ``export`` saves it once (``docker save``), ``load`` loads it on
+a node whose Docker lacks it, checked by id.  Docker's errors are translated once,
+in ``errors.docker_errors``.
 """
 
 from __future__ import annotations
@@ -18,8 +21,8 @@ import os
 import threading
 from pathlib import Path
 
-from .. import build, build_progress, catalog, fair, hostinfo, jobdir, owners, store
-from ..errors import docker_errors
+from .. import build, build_progress, catalog, hostinfo, jobdir, owners, store
+from ..errors import DlbenchError, docker_errors
 from ..interrupts import signals_deferred
 from ..plan import Job
 from ..traces import Sampler
@@ -84,6 +87,14 @@ class DockerRuntime:
     def host_facts(self) -> dict:
         return hostinfo.host_facts(self.client.version().get("Version"))
 
+    def planned_image(self, job: Job) -> str | None:
+        return build.image_tag(job.framework, job.variant)
+
+    def prepare(self, images: list[tuple[str, str]]) -> None:
+        """Before any build: the pinned source archives of the images it must build, verified
+        (fetched if need be)."""
+        self.builder.prepare_sources(images)
+
     def target(self, framework: str, variant: str) -> Target:
         return dict(self.targets([(framework, variant)]))[(framework, variant)]
 
@@ -103,19 +114,35 @@ class DockerRuntime:
             else:
                 yield keys[tag], Target(tag, found.id, image_unsupported(found, tag))
 
+    def export(self, target: Target, folder: Path, say) -> Path | None:
+        """The target's image saved once under ``folder`` (``docker save``), for the nodes."""
+        with docker_errors(f"looking for image {target.name}"):
+            image = self.client.images.get(target.id)
+        return save_image(image, folder, say)
+
+    def load(self, framework: str, variant: str, target: Target, archive: Path | None,
+             say) -> Target:
+        """The image a submitter resolved, as this node's target: by id, loaded here from
+        its saved copy (``archive``) when missing, never built."""
+        if target.id is None:
+            return Target(target.name, None, f"no image {target.name} for this job")
+        if target.reason is None:
+            ensure_image(self.client, target, archive, say)
+        return target
+
     def unsupported(self, target: Target, job: Job) -> str | None:
         return target.reason
 
     gpus: list[str] | None = None
 
-    def run(self, job, target, run_id, job_id, job_dir, dataset_path, display) -> Outcome:
+    def run(self, job, target, run_id, job_id, job_dir, dataset_path, display, inputs=None) -> Outcome:
         # The image id checked and stored in the row, not the tag: a tag can be moved by
         # another build between the check and the start.
         # A job that runs while images build shares the CPUs with them: its row says so.
         mark = self.builder.activity.mark()
         outcome = run_container(self.client, job, target.id or target.name, run_id, job_id,
                                 job_dir, dataset_path, display, self.owner.token,
-                                gpu_device(job, self.gpus), self.running)
+                                gpu_device(job, self.gpus), self.running, inputs or {})
         outcome.builds_alongside = self.builder.activity.since(mark)
         return outcome
 
@@ -125,6 +152,50 @@ class DockerRuntime:
 
     def close(self) -> None:
         self.client.close()
+
+
+def save_image(image, folder: Path, say) -> Path:
+    """``docker save`` the image once into ``folder`` (shared with the nodes); returns the
+    file's path."""
+    final = folder / f"{image.id.replace(':', '-')}.tar"
+    if final.exists():
+        return final
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = final.parent / f".{final.name}.{os.getpid()}.tmp"
+    say(f"saving image {image.tags[0] if image.tags else image.short_id} for the nodes")
+    try:
+        with docker_errors(f"saving image {image.short_id}"), open(tmp, "wb") as out:
+            for chunk in image.save(named=True):
+                out.write(chunk)
+        os.replace(tmp, final)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return final
+
+
+def ensure_image(client, target: Target, archive: Path | None, say=lambda text: None):
+    """The target's image on this node, by id: loaded from its saved copy (``archive``)
+    when Docker lacks it."""
+    import docker.errors
+
+    with docker_errors(f"looking for image {target.name}"):
+        try:
+            found = client.images.get(target.id)
+        except docker.errors.ImageNotFound:
+            found = None
+    if found is None:
+        if archive is None or not archive.is_file():
+            raise DlbenchError(f"image {target.name} ({target.id}) is not on this node and there is "
+                               f"no saved copy of it" + (f" at {archive}" if archive else ""))
+        say(f"loading image {target.name} from {archive}")
+        with docker_errors(f"loading image {target.name}"), open(archive, "rb") as f:
+            client.images.load(f)
+            found = client.images.get(target.id)
+    if target.name not in found.tags:        # the node's tag pointed elsewhere: run the saved one
+        repository, _, tag = target.name.rpartition(":")
+        found.tag(repository, tag)
+    return found
 
 
 def remove_stale(client) -> list[str]:
@@ -158,7 +229,8 @@ def _remove_job_dir(labels: dict) -> None:
 
 
 def container_options(job: Job, tag: str, run_id: str, job_id: str, job_dir: Path,
-                      dataset_path: Path, owner: str, device: str | None = None) -> dict:
+                      dataset_path: Path, owner: str, device: str | None = None,
+                      inputs: dict[str, bytes] | None = None) -> dict:
     """How a job's container is started: the Docker SDK's ``containers.run`` arguments
     (hardening, limits, mounts, labels).  ``bench/overhead.py`` starts its containers
     with these too."""
@@ -177,7 +249,7 @@ def container_options(job: Job, tag: str, run_id: str, job_id: str, job_dir: Pat
                  str((job_dir / jobdir.OUT).resolve()): {"bind": "/out", "mode": "rw"},
                  **{str((job_dir / name).resolve()): {"bind": os.path.join(os.path.dirname(SPEC), name),
                                                       "mode": "ro"}
-                    for name in fair.job_input_names(job)}},
+                    for name in inputs or {}}},
         labels={f"{LABEL}.run-id": run_id, f"{LABEL}.job-id": job_id,
                 f"{LABEL}.framework": job.framework, f"{LABEL}.role": "job",
                 f"{LABEL}.owner": owner, f"{LABEL}.results": str(job_dir.parent.parent.resolve()),
@@ -199,17 +271,19 @@ def container_options(job: Job, tag: str, run_id: str, job_id: str, job_dir: Pat
 
 def run_container(client, job: Job, tag: str, run_id: str, job_id: str, job_dir: Path,
                   dataset_path: Path, display, owner: str, device: str | None = None,
-                  running: Running | None = None) -> Outcome:
+                  running: Running | None = None, inputs: dict[str, bytes] | None = None) -> Outcome:
     """Run the job's container to its end, following its output and sampling its
     resources; the container is removed whatever happens.  ``running``: where the
-    runtime keeps its running containers, for ``cancel``."""
-    kwargs = container_options(job, tag, run_id, job_id, job_dir, dataset_path, owner, device)
+    runtime keeps its running containers, for ``cancel``; ``inputs``: the files it finds
+    beside its spec (``checks.stage``), mounted read-only."""
+    inputs = inputs or {}
+    kwargs = container_options(job, tag, run_id, job_id, job_dir, dataset_path, owner, device, inputs)
     timeout = job.timeout
     begun = hostinfo.mark(job.cpu_list)     # the host as the job starts: its noise facts
     started = begun.clock
     container, watchdog, sampler, timed_out = None, None, None, threading.Event()
     out_watch = None
-    log = prepare_job_dir(job_dir, job.spec(run_id, job_id), fair.job_inputs(job))
+    log = prepare_job_dir(job_dir, job.spec(run_id, job_id), inputs)
     try:
         with docker_errors(f"running {job.label}"):
             with signals_deferred():        # never a started container we do not know of

@@ -1,4 +1,4 @@
-"""The native back-end: the same runner and adapters in a Python of the host, no Docker.
+"""The native runtime: the same runner and adapters in a Python of the host, no Docker.
 
 For hosts where Docker is not allowed (many HPC clusters) and to measure what the
 container itself costs.  ``--runtime native --python PATH`` runs each job as
@@ -33,7 +33,7 @@ from pathlib import Path
 
 import psutil
 
-from .. import catalog, fair, hostinfo, jobdir
+from .. import catalog, hostinfo, jobdir
 from ..errors import UsageError
 from ..interrupts import signals_deferred
 from ..plan import Job
@@ -116,7 +116,7 @@ def unsupported(target: Target, job: Job) -> str | None:
 
 def run_process(job: Job, python: str, run_id: str, job_id: str, job_dir: Path,
                 dataset_path: Path, display, device: str | None = None,
-                running: Running | None = None) -> Outcome:
+                running: Running | None = None, inputs: dict[str, bytes] | None = None) -> Outcome:
     """Run one job as a child process; what it left behind becomes the row as for a
     container.  ``running``: where the runtime keeps its running processes, for ``cancel``.
 
@@ -124,7 +124,7 @@ def run_process(job: Job, python: str, run_id: str, job_id: str, job_dir: Path,
     default results folder, ``dlbench-results``; a relative ``DLBENCH_FRAMEWORKS_PATH``)
     would name something inside out/ instead."""
     job_dir = job_dir.absolute()
-    log = jobdir.prepare(job_dir, job.spec(run_id, job_id), inputs=fair.job_inputs(job))
+    log = jobdir.prepare(job_dir, job.spec(run_id, job_id), inputs=inputs)
     env = {**_quiet_env(), **job.thread_environment, "PYTHONUNBUFFERED": "1",
            **({"CUDA_VISIBLE_DEVICES": device} if device is not None else {}),
            "PYTHONPATH": os.pathsep.join([str(runner_dir())] + _absolute_paths(os.environ.get("PYTHONPATH")))}
@@ -268,18 +268,33 @@ class NativeRuntime:
     def host_facts(self) -> dict:
         return hostinfo.host_facts(None)
 
+    def planned_image(self, job: Job) -> str | None:
+        return None                     # a host Python: no image
+
+    def prepare(self, images: list[tuple[str, str]]) -> None:
+        pass                            # nothing is built
+
     def target(self, framework: str, variant: str) -> Target:
         found = Interpreter(self.python, framework)
         return Target(found.name, found.id, found.reason)
+
+    def export(self, target: Target, folder: Path, say) -> Path | None:
+        return None                     # nothing to ship: each node has its own Python
+
+    def load(self, framework: str, variant: str, target: Target, archive: Path | None,
+             say) -> Target:
+        """A host Python is checked again here, on the node that runs it: the submitter's
+        says nothing of this node's."""
+        return self.target(framework, variant)
 
     def unsupported(self, target: Target, job: Job) -> str | None:
         return unsupported(target, job)
 
     gpus: list[str] | None = None
 
-    def run(self, job, target, run_id, job_id, job_dir, dataset_path, display) -> Outcome:
+    def run(self, job, target, run_id, job_id, job_dir, dataset_path, display, inputs=None) -> Outcome:
         return run_process(job, self.python, run_id, job_id, job_dir, dataset_path, display,
-                           gpu_device(job, self.gpus), self.running)
+                           gpu_device(job, self.gpus), self.running, inputs)
 
     def cancel(self) -> None:
         self.running.cancel()

@@ -2,13 +2,14 @@
 
 ``submit`` checks what can be checked before anything is submitted (the Slurm
 commands, the results directory, the job options through ``sbatch --test-only``),
-builds or finds the images on this host, saves each once (``docker save``) into
-the results directory, writes the plan there as JSON and submits ONE
-``sbatch --array`` job.  Each array task runs ``dlbench run --plan-file FILE
---plan-index I`` on its node (``run_task``): the image is loaded from the saved
-file if the node's Docker lacks it (checked by image id), then the very same
-``run_plan`` runs the one job, as a local run does, and its row records the node
-and the Slurm ids.
+builds or finds the images on this host, has the runtime export each target once
+into the results directory (``Runtime.export``: the Docker runtime's ``docker save``),
+writes the plan there as JSON and submits ONE ``sbatch --array`` job.  Each array
+task runs ``dlbench run --plan-file FILE --plan-index I`` on its node (``run_task``):
+the runtime loads the target there (``Runtime.load``: an image from its saved file if
+the node's Docker lacks it, checked by image id; a host Python checked on the node),
+then the very same ``run_plan`` runs the one job, as a local run does, and its row
+records the node and the Slurm ids.
 
 The results directory must be on a file system the nodes share: the plan, the
 saved images, the rows, traces and job directories all live there.
@@ -38,11 +39,12 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from .. import store
-from ..errors import DlbenchError, docker_errors
+from ..errors import DlbenchError
 from ..plan import Job, Plan
 from ..prepare import prepare, resolve
 from ..run import run_plan
 from ..runtimes import Runtime, Target, make
+from .base import Executed
 
 SLURM_DIR = "_slurm"
 COMMANDS = ("sbatch", "squeue", "sacct", "scancel")
@@ -76,7 +78,7 @@ class Image(BaseModel):
     tag: str
     id: str | None
     reason: str | None = None           # why its jobs cannot run (stored as unsupported)
-    archive: str | None = None          # docker save output, relative to the results directory
+    archive: str | None = None          # its export (docker save), relative to the results directory
 
 
 class Task(BaseModel):
@@ -280,13 +282,11 @@ def submit(plan: Plan, results: Path, options: SlurmOptions, runtime: Runtime, d
         return None, None
     images = {f"{fw}:{variant}": Image(tag=target.name, id=target.id, reason=target.reason)
               for (fw, variant), target in targets.items()}
-    if runtime.name == "docker":
-        for (fw, variant), target in targets.items():
-            if target.reason is None and any((j.framework, j.variant) == (fw, variant)
-                                             for j, _ in todo):
-                with docker_errors(f"looking for image {target.name}"):
-                    image = runtime.client.images.get(target.id)
-                images[f"{fw}:{variant}"].archive = save_image(runtime.client, image, results, display)
+    for (fw, variant), target in targets.items():       # each target a task runs, for the nodes
+        if target.reason is None and any((j.framework, j.variant) == (fw, variant) for j, _ in todo):
+            archive = runtime.export(target, _dir(results) / "images", display.say)
+            if archive is not None:
+                images[f"{fw}:{variant}"].archive = str(archive.relative_to(results))
     tasks = [Task(job=job, job_id=job_id) for job, job_id in todo]
     array = ArrayFile(submission=submission, campaign=plan.campaign, tasks=tasks, images=images,
                       data_dir=str(Path(data_dir).resolve()) if data_dir else None,
@@ -305,49 +305,6 @@ def submit(plan: Plan, results: Path, options: SlurmOptions, runtime: Runtime, d
     array.submitted_at = dt.datetime.now(dt.timezone.utc)
     _write_json(array_path(results, array.array_id), array.model_dump_json(indent=1))
     return array.array_id, array
-
-
-def save_image(client, image, results: Path, display) -> str:
-    """``docker save`` the image once into the shared directory; returns its path there."""
-    relative = f"{SLURM_DIR}/images/{image.id.replace(':', '-')}.tar"
-    final = results / relative
-    if final.exists():
-        return relative
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = final.parent / f".{final.name}.{os.getpid()}.tmp"
-    display.say(f"saving image {image.tags[0] if image.tags else image.short_id} for the nodes")
-    try:
-        with docker_errors(f"saving image {image.short_id}"), open(tmp, "wb") as out:
-            for chunk in image.save(named=True):
-                out.write(chunk)
-        os.replace(tmp, final)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-    return relative
-
-
-def ensure_image(client, image: Image, results: Path, say=lambda text: None):
-    """The image on this node, by id: loaded from its saved archive when Docker lacks it."""
-    import docker.errors
-
-    with docker_errors(f"looking for image {image.tag}"):
-        try:
-            found = client.images.get(image.id)
-        except docker.errors.ImageNotFound:
-            found = None
-    if found is None:
-        if not image.archive or not (results / image.archive).is_file():
-            raise DlbenchError(f"image {image.tag} ({image.id}) is not on this node and there is "
-                               f"no saved copy of it under {results / SLURM_DIR / 'images'}")
-        say(f"loading image {image.tag} from {image.archive}")
-        with docker_errors(f"loading image {image.tag}"), open(results / image.archive, "rb") as f:
-            client.images.load(f)
-            found = client.images.get(image.id)
-    if image.tag not in found.tags:        # the node's tag pointed elsewhere: run the saved one
-        repository, _, tag = image.tag.rpartition(":")
-        found.tag(repository, tag)
-    return found
 
 
 # -- a task, on its node ---------------------------------------------------------------------
@@ -381,22 +338,15 @@ def run_task(plan_file: Path, index: int, results: Path, display=None) -> list:
     # The node runs this one job: its CPUs are the ones Slurm gave the task, never a
     # side-by-side share of a single host's (``plan.share_cpus``).
     one = Plan(jobs=[task.job.model_copy(update={"first_cpu": 0})], campaign=array.campaign)
-    targets = None                  # a host Python: checked here, on the node that runs it
-    if runtime.name == "docker":
-        targets = {key: given_image(runtime.client, array.images[f"{key[0]}:{key[1]}"], results,
-                                    display) for key in one.images}
+    say = display.say if display else print
+    targets = {}                    # the submitter's, as this node's (an image: loaded here)
+    for framework, variant in one.images:
+        image = array.images[f"{framework}:{variant}"]
+        targets[framework, variant] = runtime.load(
+            framework, variant, Target(image.tag, image.id, image.reason),
+            results / image.archive if image.archive else None, say)
     return run_plan(one, results, runtime, array.data_dir, display=display, row_fields=fields,
                     targets=targets)
-
-
-def given_image(client, image: Image, results: Path, display=None) -> Target:
-    """The image the submitter resolved, as this node's target: by id, loaded here from its
-    saved copy when missing, never built."""
-    if image.id is None:
-        return Target(image.tag, None, f"no image {image.tag} for this job")
-    if image.reason is None:
-        ensure_image(client, image, results, display.say if display else print)
-    return Target(image.tag, image.id, image.reason)
 
 
 class _Quiet:
@@ -550,3 +500,24 @@ def run_array(plan: Plan, results: Path, options: SlurmOptions, runtime: Runtime
     follow(results, array, say)
     reconcile(results, array)
     return array_id, list(rows_of(results, array_id).itertuples())
+
+
+class SlurmScheduler:
+    """``--scheduler slurm``: the plan as one job array (``run_array``), submitted with the
+    options given on the command line (``request.slurm``) laid over the campaign file's
+    ``[slurm]`` table."""
+
+    name = "slurm"
+
+    def check(self, plan: Plan) -> None:
+        pass        # a task runs on the GPU Slurm gives it; Slurm's commands are checked as it submits
+
+    def run(self, campaign, results, runtime, request, display, say) -> Executed:
+        given, table = request.slurm, campaign.slurm
+        options = SlurmOptions(
+            partition=given.partition or table.partition, account=given.account or table.account,
+            qos=given.qos or table.qos, sbatch_options=[*table.sbatch_options, *given.sbatch_options])
+        array_id, records = run_array(
+            campaign.plan, results, options, runtime, given.detach, say, display,
+            data_dir=request.data_dir, resume=request.resume)
+        return Executed(results, records, array_id)

@@ -3,7 +3,7 @@
     python theano_ties.py DATA theano-steps-mnist.npz [mnist]
 
 Reads what theano_steps.py kept of Theano's first steps (its losses, and the input of
-each max-pooling layer) and trains the NumPy reference (float64, orchestrator/fair.py)
+each max-pooling layer) and trains the NumPy reference (float64, orchestrator/checks/fair.py)
 three ways from the same initial weights on the same batches:
 
     first       a tied window's gradient to its first maximum
@@ -22,7 +22,7 @@ import sys
 import numpy as np
 
 from dlbench_runner import contract, fair as networks
-from orchestrator import fair
+from orchestrator.checks import fair
 
 STEPS = 10
 

@@ -27,7 +27,7 @@ everything between a test image and its class:
         # -> the classes the model predicts (the robustness check's)
 
 A framework without an ONNX exporter (or whose image cannot take one) describes its
-model instead, and the host builds the graph (``orchestrator/onnx_layers.py`` defines
+model instead, and the host builds the graph (``orchestrator/checks/onnx_layers.py`` defines
 the layers and their fields):
 
     def export_layers(self, pixels):

@@ -59,7 +59,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import interrupts
+from .. import interrupts
 
 WALL_SECONDS = 900              # the child's wall-clock time, at most (see above)
 THREADS = 2                     # onnxruntime's threads in the child

@@ -72,7 +72,7 @@ from typing import Annotated, Literal, Union
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from . import files
+from .. import files
 
 FORMAT = "dlbench-layers"
 VERSION = 1

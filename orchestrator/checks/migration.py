@@ -20,8 +20,8 @@ external data, a wall-clock, CPU and memory limit), and compares:
 
 Whatever onnxruntime makes of the file (it cannot load it, an operator it lacks, a wrong
 shape, a limit it meets) is a reason, never a failed job; the file is still stored, so
-that it can be looked at.  ``collect`` puts the figures into an ok row; ``store`` keeps
-the file as ``RESULTS/models/<run id>.onnx``.
+that it can be looked at.  ``MigrationCheck`` puts the figures into an ok row; ``store``
+keeps the file as ``RESULTS/models/<run id>.onnx``.
 """
 
 from __future__ import annotations
@@ -35,7 +35,9 @@ import numpy as np
 
 from dlbench_runner.contract import MAX_MODEL_BYTES, TEST_IMAGES, formats
 
-from . import files, jobdir, onnx_layers, untrusted
+from .. import files, jobdir
+from . import onnx_layers, untrusted
+from .base import After, Check, Found
 from .untrusted import Refused     # why the files cannot be checked: the reason in the row
 
 MODEL = "model.onnx"
@@ -163,3 +165,48 @@ def logit_error(found: np.ndarray, expected: np.ndarray) -> float:
     scale = np.abs(expected).max(axis=1)
     error = np.abs(found - expected).max(axis=1) / np.where(scale > 0, scale, 1.0)
     return float(error.max())
+
+
+class MigrationCheck(Check):
+    """The migration check in the after-training stage: the model taken once the job has
+    ended (``evaluate``), its figures in an ok row, the file stored beside it."""
+
+    name = "migration"
+    row_fields = {
+        "migrated_accuracy": (float | None, None),
+        "migration_mismatches": (int | None, None),        # images classified otherwise than by the framework
+        "migration_max_logit_error": (float | None, None),  # relative, on the runner's batch
+        "migration_reason": (str | None, None),            # why the three above are empty
+        "migration_model_bytes": (int | None, None),       # RESULTS/models/<run id>.onnx
+        "migration_time_s": (float | None, None),          # the export in the job, outside every span
+        "migration_host_time_s": (float | None, None),     # the ONNX run on the host, after the job
+    }
+
+    def take(self, after: After, stop) -> Migration | None:
+        return evaluate(after.job_dir, after.job.dataset, after.data_root, stop=stop)
+
+    def found(self, after: After, result, taken: Migration | None) -> Found:
+        found = _migrated(result, taken)
+        # the host's model is the one stored: a layer list's is built on the host
+        fields = dict(found.fields(), migration_time_s=result.migration_time_s,
+                      migration_model_bytes=(result.migration_model_bytes if found.model is None
+                                             else len(found.model)))
+        return Found(fields, files={} if found.model is None else {"model": found.model})
+
+
+CHECK = MigrationCheck()
+
+
+def _migrated(result, migration: Migration | None) -> Migration:
+    """The migration check of an ok result: the runner's reason where it exported nothing
+    (nothing at all from a runner before the check), else what the host found, on the
+    images the job tested on."""
+    if result.migration_time_s is None or result.migration_reason is not None:
+        return Migration(migration_reason=result.migration_reason)
+    if migration is None:
+        return Migration(migration_reason="the job left no ONNX model to check")
+    if migration.migration_reason is None and migration.images != result.test_samples:
+        return Migration(migration_reason=f"the framework predicted {migration.images} test images, "
+                                          f"not the {result.test_samples} it tested",
+                         model=migration.model, seconds=migration.seconds)
+    return migration

@@ -19,7 +19,9 @@ import numpy as np
 
 from dlbench_runner.contract import IMAGE_SHAPES, MAX_MODEL_BYTES, MAX_TRANSFER_BYTES, TEST_IMAGES, TRANSFER_FILE
 
-from . import files, jobdir, untrusted
+from .. import files, jobdir
+from . import untrusted
+from .base import After, Check, Found
 from .migration import CLASSES, Refused
 
 MEMBERS = ("images", "labels", "epsilon")
@@ -111,3 +113,21 @@ def accuracies(model: bytes, sets: list[Images]) -> list[float | Refused]:
     found = untrusted.classify(model, [images.images for images in sets])
     return [result if isinstance(result, Refused) else float(np.mean(result[0] == images.labels))
             for result, images in zip(found, sets)]
+
+
+class TransferCheck(Check):
+    """The FGSM images a job kept, taken once it has ended (``taken``) and stored beside
+    its ok row as they are; ``transfer_reason`` says why a file it left was not taken."""
+
+    name = "transfer"
+    row_fields = {"transfer_reason": (str | None, None)}
+
+    def take(self, after: After, stop) -> tuple[bytes | None, str | None]:
+        return taken(after.job_dir, after.job.dataset)
+
+    def found(self, after: After, result, kept: tuple[bytes | None, str | None]) -> Found:
+        images, reason = kept or (None, None)
+        return Found({"transfer_reason": reason}, files={} if images is None else {"transfer": images})
+
+
+CHECK = TransferCheck()

@@ -31,8 +31,9 @@ import numpy as np
 
 from dlbench_runner import contract, fair as networks
 
-from . import cache, files
-from .errors import DlbenchError, UsageError
+from .. import cache, files
+from ..errors import DlbenchError, UsageError
+from .base import After, Check, Found
 
 
 LOGIT_TOLERANCE = 1e-4             # max |framework - reference| / max |reference|
@@ -75,15 +76,6 @@ def _planned_weights(path: Path, dataset: str, digest: str | None) -> dict:
         raise UsageError(f"--weights {path}: the file changed after the run was planned; "
                          "its jobs would not start from the weights they name")
     return weights
-
-
-def job_weights(job_dir: Path, dataset: str) -> dict | None:
-    """The weights a fair job was given (its ``weights.npz``); None: it was given none, or
-    the file is no longer one the host reads (a native job can replace it)."""
-    try:
-        return load(Path(job_dir) / networks.WEIGHTS_FILE, dataset)
-    except (OSError, files.Refused):
-        return None
 
 
 def user_weights(path: Path, dataset: str) -> dict:
@@ -187,16 +179,38 @@ def probe_inputs(dataset: str, data_root: str, images: int) -> np.ndarray:
     return networks.inputs(contract.formats.test_split(dataset, data_root)[0][:images], dataset)
 
 
-def checked(fair_result, job_dir: Path, dataset: str, data_root: Path, run_id: str) -> tuple[dict, list[dict]]:
-    """A fair job's row fields (the weights' digest, its logits against the reference) and
-    its step-loss rows."""
-    fields = {"fair_weights_sha256": fair_result.weights_sha256}
-    weights = job_weights(job_dir, dataset)
-    if weights is not None and fair_result.logits:
-        probe = probe_inputs(dataset, str(data_root), len(fair_result.logits))
-        fields["fair_logit_error"] = logit_error(fair_result.logits, forward(weights, probe, dataset))
-    steps = [{"run_id": run_id, "step": step, "loss": loss} for step, loss in enumerate(fair_result.losses)]
-    return fields, steps
+class FairCheck(Check):
+    """A fair job's initial weights staged beside its spec (``job_inputs``), and once it has
+    trained: the weights' digest and its logits of the probe images against the reference
+    from the same weights (those it was given, not its job directory's file, which a
+    native job could replace), and its step losses (the ``steps`` side table)."""
+
+    name = "fair"
+    row_fields = {
+        "fair_weights_sha256": (str | None, None),     # the initial weights' digest
+        "fair_logit_error": (float | None, None),      # probe logits against the NumPy reference
+    }
+
+    def stage(self, job) -> dict[str, bytes]:
+        return job_inputs(job)
+
+    def found(self, after: After, result, taken) -> Found:
+        fair_result = result.fair
+        if fair_result is None or after.data_root is None:
+            return Found()
+        fields = {"fair_weights_sha256": fair_result.weights_sha256}
+        given = after.staged.get(networks.WEIGHTS_FILE)
+        if given is not None and fair_result.logits:
+            with np.load(io.BytesIO(given)) as arrays:      # the host's own file
+                weights = dict(arrays)
+            probe = probe_inputs(after.job.dataset, str(after.data_root), len(fair_result.logits))
+            fields["fair_logit_error"] = logit_error(fair_result.logits,
+                                                     forward(weights, probe, after.job.dataset))
+        steps = [{"step": step, "loss": loss} for step, loss in enumerate(fair_result.losses)]
+        return Found(fields, sides={"steps": steps})
+
+
+CHECK = FairCheck()
 
 
 # -- the reference training ----------------------------------------------------------------------
