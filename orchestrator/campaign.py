@@ -15,6 +15,7 @@ A campaign file is TOML::
                                     # ("caffe/mnist": its MNIST defaults on every data set)
     blas = ["openblas", "blis"]     # the BLAS library (default: each image's own)
     onednn = ["on", "off"]          # TensorFlow's and MXNet's oneDNN kernels
+                                    # (each axis is declared once: axes.AXES)
 
     [hyperparameters]               # every framework: a list is an axis, one value is fixed
     batch_size = [32, 64]
@@ -28,6 +29,10 @@ A campaign file is TOML::
 
     [limits.torch]                  # only torch's jobs
     memory = "3g"
+
+    [[matrix]]                      # several matrices: each the file's, its own axes on top
+    label = "one thread"            # ([[variants]], the old name, is read too)
+    threads = [1]
 
 Every problem is one line that names the file, the line and the key; a file with
 several problems gets them all, first to last (at most ``MAX_PROBLEMS``), in one error.
@@ -56,10 +61,9 @@ from typing import Annotated, Literal, NamedTuple, Optional
 from pydantic import (BaseModel, ConfigDict, Field, PlainValidator, StrictInt, ValidationError,
                       create_model, model_validator)
 
-from . import catalog, files
+from . import axes as axes_, catalog, files
 from .errors import DeprecatedName, UsageError, UsageErrors
-from .options import (SCHEDULERS, Axes, Limits, PlanError, RunOptions, blas_library, device,
-                      from_file, merge, onednn_switch, settings_source)
+from .options import SCHEDULERS, Axes, Limits, PlanError, RunOptions, from_file, merge
 from .plan import Job, Plan, expand
 
 if sys.version_info >= (3, 11):
@@ -70,6 +74,7 @@ else:  # pragma: no cover - Python 3.10
 MAX_BYTES = 1 << 20         # a campaign of thousands of jobs takes a few kB
 MAX_NESTING = 32            # arrays and inline tables within each other, parts of a key; a campaign needs 3
 MAX_PROBLEMS = 20           # the problems of one file shown; the rest are counted
+OLD_MATRIX = "variants"     # the old name of [[matrix]], still read
 
 
 # -- the file's schema ----------------------------------------------------------------------
@@ -111,44 +116,46 @@ class SlurmTable(BaseModel):
     sbatch_options: list[str] = []
 
 
-class Variant(BaseModel):
-    """``[[variants]]``: one of several matrices in one file, each the file's axes with its
+def _file_type(axis: axes_.Axis):
+    """An axis's values as a campaign file writes them: a list of at least one (or one
+    value), each read as the command line reads it (``Axis.parse``)."""
+    if axis.parse is not None or axis.setting:
+        one = Annotated[Optional[axis.item], PlainValidator(axis.parse_one)]
+    else:
+        one = StrictInt if axis.item is int else axis.item
+    if not axis.many:
+        return (Optional[one], None) if axis.default is None else (one, axis.default)
+    field = Field(axis.default, min_length=1)
+    return (Optional[list[one]] if axis.default is None else list[one]), field
+
+
+class _Matrix(BaseModel):
+    """``[[matrix]]``: one of several matrices in one file, each the file's axes with its
     own on top (an axis it gives replaces the file's; its hyper-parameters join the file's,
     every framework's).  ``dlbench tune --write`` writes the best trial beside the default
-    so."""
+    so.  The axes it may give are ``Matrix``'s fields."""
 
     model_config = ConfigDict(extra="forbid")
     label: str = ""                         # what it is, for the reader (not stored)
-    threads: Optional[list[StrictInt]] = Field(None, min_length=1)
-    blas: Optional[list[Annotated[Optional[str], PlainValidator(blas_library)]]] = Field(None, min_length=1)
-    onednn: Optional[list[Annotated[Optional[str], PlainValidator(onednn_switch)]]] = Field(None, min_length=1)
     hyperparameters: dict[str, Values] = {}
 
 
-class CampaignFile(BaseModel):
-    """A campaign file, as written."""
+Matrix = create_model("Matrix", __base__=_Matrix, __doc__=_Matrix.__doc__,
+                      **{axis.name: (Optional[_file_type(axis)[0]], Field(None, min_length=1))
+                         for axis in axes_.AXES if axis.matrix})
+
+
+class _CampaignFile(BaseModel):
+    """A campaign file, as written: these keys, and one for each axis (``CampaignFile``)."""
 
     model_config = ConfigDict(extra="forbid")
     name: str                               # the values: checked with the merged axes (options)
     description: str = ""
-    frameworks: Optional[list[str]] = Field(None, min_length=1)
-    datasets: Optional[list[str]] = Field(None, min_length=1)
-    profiles: list[str] = Field(["paper"], min_length=1)
-    threads: Optional[list[StrictInt]] = Field(None, min_length=1)
-    devices: list[Annotated[Optional[int], PlainValidator(device)]] = Field([None], min_length=1)
-    variant: Optional[str] = None
-    repeats: StrictInt = 1
-    seed: Optional[StrictInt] = None        # None: each model's own (1 unless models.json says)
-    settings_from: list[Annotated[Optional[str], PlainValidator(settings_source)]] = Field(
-        [None], min_length=1)
-    blas: list[Annotated[Optional[str], PlainValidator(blas_library)]] = Field([None], min_length=1)
-    onednn: list[Annotated[Optional[str], PlainValidator(onednn_switch)]] = Field([None], min_length=1)
-    weights: Optional[str] = None           # the fair profile's initial weights (.npz)
     hyperparameters: Hyperparameters = Hyperparameters()     # their tables for each framework:
     limits: FileLimits = FileLimits()                         # the subclass ``file_model`` makes
     scheduler: Optional[Literal[SCHEDULERS]] = None     # where it runs (default: local)
     slurm: SlurmTable = SlurmTable()
-    variants: list[Variant] = []            # several matrices, each the file's with its own on top
+    matrix: list[Matrix] = []               # several matrices, each the file's with its own on top
 
     @model_validator(mode="before")
     @classmethod
@@ -163,18 +170,18 @@ class CampaignFile(BaseModel):
         return data
 
     def matrices(self) -> list[Axes]:
-        """The file's matrix, or one for each of its variants."""
+        """The file's matrix, or one for each of its ``[[matrix]]`` tables."""
         axes = self.axes()
-        if not self.variants:
+        if not self.matrix:
             return [axes]
         found = []
-        for variant in self.variants:
-            given = {k: v for k, v in (("threads", variant.threads), ("blas", variant.blas),
-                                       ("onednn", variant.onednn)) if v is not None}
-            if variant.hyperparameters:
-                given["hyperparameters"] = {**axes.hyperparameters, **variant.hyperparameters}
+        for matrix in self.matrix:
+            given = {axis.name: _unique(axis, getattr(matrix, axis.name)) for axis in axes_.AXES
+                     if axis.matrix and getattr(matrix, axis.name) is not None}
+            if matrix.hyperparameters:
+                given["hyperparameters"] = {**axes.hyperparameters, **matrix.hyperparameters}
                 given["framework_hyperparameters"] = {
-                    fw: {k: v for k, v in table.items() if k not in variant.hyperparameters}
+                    fw: {k: v for k, v in table.items() if k not in matrix.hyperparameters}
                     for fw, table in axes.framework_hyperparameters.items()}
             found.append(axes.model_copy(update=given))
         return found
@@ -183,15 +190,20 @@ class CampaignFile(BaseModel):
         hp = self.hyperparameters
         limits = {fw: Limits(**value.model_dump()) for fw, value in self.limits
                   if fw not in FileLimits.model_fields and value is not None}
-        return Axes(campaign=self.name, frameworks=self.frameworks, datasets=self.datasets,
-                    profiles=self.profiles, hyperparameters=dict(hp.__pydantic_extra__ or {}),
+        return Axes(campaign=self.name, hyperparameters=dict(hp.__pydantic_extra__ or {}),
                     framework_hyperparameters={fw: value for fw, value in hp
                                                if fw in type(hp).model_fields and value},
-                    threads=self.threads or [None], devices=self.devices, variant=self.variant,
-                    repeats=self.repeats, seed=self.seed, settings_from=self.settings_from,
-                    blas=list(dict.fromkeys(self.blas)), onednn=list(dict.fromkeys(self.onednn)),
-                    weights=self.weights, limits=Limits(memory=self.limits.memory, timeout=self.limits.timeout),
-                    framework_limits=limits)
+                    limits=Limits(memory=self.limits.memory, timeout=self.limits.timeout),
+                    framework_limits=limits,
+                    **{axis.name: _unique(axis, getattr(self, axis.name)) for axis in axes_.AXES})
+
+
+def _unique(axis: axes_.Axis, values):
+    return list(dict.fromkeys(values)) if axis.unique and values is not None else values
+
+
+CampaignFile = create_model("CampaignFile", __base__=_CampaignFile, __doc__=_CampaignFile.__doc__,
+                            **{axis.name: _file_type(axis) for axis in axes_.AXES})
 
 
 @functools.cache
@@ -437,12 +449,19 @@ def load(path: Path) -> tuple[dict, Source]:
 def validate(document: dict) -> tuple[CampaignFile | None, list[tuple[tuple, str]]]:
     """The file as written, and its problems of form (unknown keys, wrong types), every
     one; with problems, the file less the keys they name (None where that cannot be made),
-    so that its other values can be checked too."""
+    so that its other values can be checked too.  ``[[variants]]``, the old name of
+    ``[[matrix]]``, is read as it, its problems named as the file writes them."""
+    old = OLD_MATRIX in document
+    if old and "matrix" in document:
+        return None, [((OLD_MATRIX,), f"give matrix, not {OLD_MATRIX} as well (its old name)")]
+    if old:
+        document = {("matrix" if key == OLD_MATRIX else key): value for key, value in document.items()}
     try:
         return file_model(tuple(catalog.names())).model_validate(document), []
     except ValidationError as exc:
         errors = exc.errors(include_url=False)
-    problems = [(tuple(error["loc"]), _message(error)) for error in errors]
+    problems = [((OLD_MATRIX,) + tuple(error["loc"])[1:] if old and error["loc"][:1] == ("matrix",)
+                 else tuple(error["loc"]), _message(error)) for error in errors]
     if len(problems) > MAX_PROBLEMS:        # enough to show: the rest is not looked at
         return None, problems
     rest = _tables(document)
@@ -500,15 +519,15 @@ class Campaign(NamedTuple):
 
 
 def joined(plans: list[Plan]) -> Plan:
-    """The plans of a file's variants as one: their jobs in the file's order, repeats still
-    the outer loop, a job two variants both give once."""
+    """The plans of a file's matrices as one: their jobs in the file's order, repeats still
+    the outer loop, a job two matrices both give once."""
     if len(plans) == 1:
         return plans[0]
     first: dict[str, Job] = {}
     for job in (job for plan in plans for job in plan.jobs):
         first.setdefault(job.model_dump_json(), job)
     jobs = list(first.values())
-    jobs.sort(key=lambda job: job.repeat)       # stable: each round in the variants' order
+    jobs.sort(key=lambda job: job.repeat)       # stable: each round in the matrices' order
     return Plan(jobs=jobs, skipped=list(dict.fromkeys(s for p in plans for s in p.skipped)),
                 campaign=plans[0].campaign)
 

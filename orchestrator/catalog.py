@@ -32,6 +32,7 @@ import os
 import re
 import sys
 from pathlib import Path
+from typing import Callable, NamedTuple
 
 from dlbench_runner import contract
 
@@ -293,35 +294,106 @@ def gpu_unsupported(framework: str, dataset: str) -> str | None:
 
 
 def job_unsupported(framework: str, dataset: str, variant: str, gpu: int | None,
-                    blas: str | None = None, onednn: str | None = None,
+                    settings: tuple[tuple[str, str | None], ...] = (),
                     profile: str | None = None) -> str | None:
     """Why a job cannot run whatever the runtime, decided while planning: its framework
     has no image of that variant, no fair network for the data set, its model no GPU
-    version, or the framework no such switch of its compute libraries; None where it can."""
+    version, or the framework no such compute setting (``settings``: (axis, value) pairs,
+    ``check_setting``); None where it can."""
     if profile == contract.FAIR_PROFILE and dataset not in fair_offered(framework):
         return f"{framework} has no fair network for {dataset} (its fair.py builds none)"
-    return variant_unsupported(framework, variant) or (
-        gpu_unsupported(framework, dataset) if gpu is not None else None) or (
-        compute_unsupported(framework, variant, blas, onednn))
+    found = variant_unsupported(framework, variant) or (
+        gpu_unsupported(framework, dataset) if gpu is not None else None)
+    for axis, value in settings if found is None else ():
+        refused = check_setting(framework, axis, value, variant)
+        if refused is not None:
+            return refused.why
+    return found
 
 
-def compute_unsupported(framework: str, variant: str, blas: str | None, onednn: str | None) -> str | None:
-    """Why the framework's image cannot run on that BLAS library or oneDNN switch, or None.
-    (A BLAS its CPU image does not hold is a usage error: ``plan.compute_problems``.)"""
-    info = models(framework)
-    if blas is not None and not info.get("blas"):
-        return f"{framework} cannot switch its BLAS library: {info.get('blas_unsupported', 'its image offers none')}"
-    if blas is not None and variant != "cpu":
-        return f"{framework}'s {variant.upper()} image holds one BLAS library (its CPU image holds several)"
-    if onednn is not None and not onednn_variable(framework):
-        return f"{framework} has no oneDNN switch: {info.get('onednn_unsupported', 'it runs no oneDNN kernels')}"
+# -- the compute settings: what each framework offers, read from its models.json -------------
+class Refusal(NamedTuple):
+    """Why a framework does not run a setting's value: ``usage`` where it has the setting
+    but not that value (a usage error, before any job: ``plan.compute_problems``); else it
+    has no such setting at all, and its jobs are stored as ``unsupported``."""
+
+    why: str
+    usage: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class _Setting:
+    """How models.json declares what a framework offers on a setting, and the words for it."""
+
+    offered: Callable[[dict], list]
+    cannot: str                     # the framework has no such setting: {framework}, {why}
+    why: str                        # ... where its models.json's NAME_unsupported says nothing
+    refused: str                    # the framework has it, not this value: {framework}, {value}, {offered}
+    nowhere: str                    # no framework of the run has it: {value}, {frameworks}, {able}
+    cpu_only: str | None = None     # only its CPU image switches: {framework}, {variant}
+
+
+_SETTINGS = {
+    "blas": _Setting(
+        offered=lambda info: list(info.get("blas", [])),
+        cannot="{framework} cannot switch its BLAS library: {why}", why="its image offers none",
+        refused="--blas {value}: {framework}'s image does not hold it (it holds {offered})",
+        nowhere="--blas {value}: {frameworks} cannot switch BLAS libraries ({able} can)",
+        cpu_only="{framework}'s {variant} image holds one BLAS library (its CPU image holds several)"),
+    "onednn": _Setting(
+        offered=lambda info: ["on", "off"] if info.get("onednn", {}).get("variable") else [],
+        cannot="{framework} has no oneDNN switch: {why}", why="it runs no oneDNN kernels",
+        refused="--onednn {value}: {framework} takes on or off",
+        nowhere="--onednn: no oneDNN switch in {frameworks} (only in {able})"),
+}
+
+
+def _setting(axis: str) -> _Setting:
+    """A setting models.json declares as ``blas`` is: a list of the values, under its name."""
+    option = "--" + axis.replace("_", "-")
+    return _SETTINGS.get(axis) or _Setting(
+        offered=lambda info: list(info.get(axis, [])),
+        cannot=f"{{framework}} has no {axis} setting: {{why}}", why=f"its models.json offers no {axis}",
+        refused=f"{option} {{value}}: {{framework}} does not offer it (it offers {{offered}})",
+        nowhere=f"{option} {{value}}: {{frameworks}} have no {axis} setting ({{able}} have)")
+
+
+def offered(framework: str, axis: str) -> list:
+    """The values of a compute setting a job of the framework may ask for, its default
+    first; none where the framework has no such setting."""
+    return _setting(axis).offered(models(framework))
+
+
+def check_setting(framework: str, axis: str, value, variant: str = "cpu") -> Refusal | None:
+    """Whether the framework runs a job on this value of a compute setting (None: each
+    image's default, which every framework runs), in this image variant: None where it
+    does, else why not.  The one place a setting is held against a framework: the planner
+    asks it of every value (``plan.compute_problems``) and of every job (``job_unsupported``)."""
+    if value is None:
+        return None
+    rule, info = _setting(axis), models(framework)
+    values = rule.offered(info)
+    if not values:
+        why = info.get(f"{axis}_unsupported") or rule.why
+        return Refusal(rule.cannot.format(framework=framework, why=why), usage=False)
+    if rule.cpu_only and variant != "cpu":
+        return Refusal(rule.cpu_only.format(framework=framework, variant=variant.upper()), usage=False)
+    if value not in values:
+        return Refusal(rule.refused.format(framework=framework, value=value, offered=", ".join(map(str, values))),
+                       usage=True)
     return None
+
+
+def offered_nowhere(axis: str, value, frameworks: list[str]) -> str:
+    """The usage error of a setting's value that no framework of the run has the setting for."""
+    able = [fw for fw in names() if offered(fw, axis)]
+    return _setting(axis).nowhere.format(value=value, frameworks=", ".join(frameworks), able=", ".join(able))
 
 
 def blas_offered(framework: str) -> list[str]:
     """The BLAS libraries a job of the framework may ask for (its CPU image holds them side
     by side, the first its default); none where the framework cannot switch."""
-    return list(models(framework).get("blas", []))
+    return offered(framework, "blas")
 
 
 def fair_offered(framework: str) -> list[str]:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 import enum
+import functools
+import inspect
 import json
 import sys
 import warnings
 from pathlib import Path
-from typing import Annotated, Optional, get_args
+from typing import Annotated, Any, Callable, Optional, get_args
 
 import typer
 from typer.exceptions import TyperException
@@ -15,7 +18,7 @@ from rich.console import Console
 
 # Each command imports what it uses: dlbench --help loads none of store (pyarrow), execute (the
 # Docker SDK, the job loop), options (pydantic), datasets, downloads or sources
-from . import __version__, build, catalog
+from . import __version__, axes, build, catalog
 from .choices import SCHEDULERS, VARIANTS
 from .interrupts import interrupted, received
 from .runtimes import RUNTIMES
@@ -172,10 +175,58 @@ def _help_without_a_command(ctx: typer.Context):
         out.print(ctx.get_help(), markup=False, highlight=False)
 
 
-def _build_options(base, mirror, ca_bundle, network, sources_dir=None,
+@dataclasses.dataclass(frozen=True)
+class _Options:
+    """Options that several commands take, declared once: (name, annotation, default) each,
+    and what ``make`` makes of their values, the one argument a command gets for them."""
+
+    options: tuple[tuple[str, Any, Any], ...]
+    make: Callable[..., Any]
+
+
+def _taking(**groups: _Options):
+    """The command takes each group's options where its parameter of the group's name
+    stands (which Typer never sees), and that parameter gets what the group makes of them."""
+    def decorate(command):
+        signature = inspect.signature(command, eval_str=True)
+        params = []
+        for param in signature.parameters.values():
+            params += [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=kind,
+                                         default=default) for name, kind, default in groups[param.name].options] \
+                if param.name in groups else [param]
+
+        @functools.wraps(command)
+        def taking(**given):
+            for name, group in groups.items():
+                given[name] = group.make(**{option: given.pop(option) for option, _, _ in group.options})
+            return command(**given)
+
+        taking.__signature__ = signature.replace(parameters=params)
+        taking.__annotations__ = {param.name: param.annotation for param in params}
+        return taking
+    return decorate
+
+
+def _build_options(base, mirror, ca_bundle, build_network, sources_dir=None,
                    download_cache=True) -> build.BuildOptions:
     return build.BuildOptions(base_source=base.value, mirror=mirror, ca_bundle=ca_bundle,
-                              network=network, sources_dir=sources_dir, download_cache=download_cache)
+                              network=build_network, sources_dir=sources_dir, download_cache=download_cache)
+
+
+# How the images are built: build-images, and run and tune where an image is missing.
+BUILD = _Options((("base", BaseOpt, BaseSource["auto"]), ("mirror", MirrorOpt, build.DEFAULT_MIRROR),
+                  ("ca_bundle", CaOpt, None), ("build_network", NetworkOpt, None),
+                  ("sources_dir", SourcesOpt, None), ("download_cache", DownloadCacheOpt, True)),
+                 _build_options)
+# Where --scheduler slurm submits: run's and tune's (partition, account, QOS).
+SLURM = _Options((("partition", Annotated[Optional[str], typer.Option(help="Slurm partition.")], None),
+                  ("account", Annotated[Optional[str], typer.Option(help="Slurm account.")], None),
+                  ("qos", Annotated[Optional[str], typer.Option(help="Slurm QOS.")], None)),
+                 lambda **given: tuple(given.values()))
+# The compute settings run sweeps, one option each, as axes.AXES declares them: --blas, --onednn.
+SETTINGS = _Options(tuple((axis.name, Annotated[Optional[str], typer.Option(axis.option, help=axis.help)], None)
+                          for axis in axes.settings()),
+                    lambda **given: given)
 
 
 def _skipped(reason: str) -> None:
@@ -183,10 +234,8 @@ def _skipped(reason: str) -> None:
 
 
 @app.command("build-images")
-def build_images(frameworks: Frameworks = None, base: BaseOpt = BaseSource["auto"],
-                 mirror: MirrorOpt = build.DEFAULT_MIRROR, ca_bundle: CaOpt = None,
-                 build_network: NetworkOpt = None, sources_dir: SourcesOpt = None,
-                 download_cache: DownloadCacheOpt = True,
+@_taking(build_options=BUILD)
+def build_images(frameworks: Frameworks = None, build_options: build.BuildOptions = None,
                  rebuild: Annotated[bool, typer.Option(help="Build again even if nothing changed.")] = False,
                  variant: Annotated[str, typer.Option(
                      metavar=f"[{_one_of(VARIANTS)}],...",
@@ -203,8 +252,7 @@ def build_images(frameworks: Frameworks = None, base: BaseOpt = BaseSource["auto
     names = catalog.check_frameworks(_names(frameworks)) if frameworks else catalog.names()
     todo = build.images_to_build(names, variants, named=bool(frameworks))
     display = RichDisplay(err, verbose=verbose)
-    builder = build.Builder(docker_client(), _build_options(base, mirror, ca_bundle, build_network,
-                                                            sources_dir, download_cache),
+    builder = build.Builder(docker_client(), build_options,
                             say=display.say, log_dir=cache.folder("build-logs"), on_step=display.build_step,
                             times=build_progress.Times())
     for tag, image in build.build_images(builder, todo, rebuild, skip=_skipped, jobs=jobs):
@@ -233,6 +281,7 @@ def _warn_unstable() -> None:
 
 
 @app.command()
+@_taking(settings=SETTINGS, build_options=BUILD, slurm=SLURM)
 def run(frameworks: Frameworks = None,
         datasets_: Annotated[Optional[str], typer.Option(
             "--datasets", help=f"Comma-separated: {', '.join(catalog.DATASETS)} (default: all).")] = None,
@@ -271,12 +320,7 @@ def run(frameworks: Frameworks = None,
                                     "batch size, learning rate and training length (GTDLBench's "
                                     "cross-settings), e.g. caffe; own,caffe for both; caffe/mnist: "
                                     "caffe's MNIST defaults on every data set.")] = None,
-        blas: Annotated[Optional[str], typer.Option(
-            help="BLAS libraries to sweep, e.g. openblas,blis,atlas (Caffe, Theano, Torch7, "
-                 "PyTorch; default: each image's OpenBLAS).")] = None,
-        onednn: Annotated[Optional[str], typer.Option(
-            help="TensorFlow's and MXNet's oneDNN kernels: on, off or on,off (default: as each "
-                 "framework has them).")] = None,
+        settings: dict = None,
         weights: Annotated[Optional[Path], typer.Option(
             help="With --profile fair: the initial weights (.npz, one data set's network; "
                  "default: drawn from each job's seed).")] = None,
@@ -300,18 +344,14 @@ def run(frameworks: Frameworks = None,
         python: Annotated[Optional[str], typer.Option(
             help="With --runtime native: the Python that has the frameworks "
                  "(default: the one running dlbench).")] = None,
-        base: BaseOpt = BaseSource["auto"], mirror: MirrorOpt = build.DEFAULT_MIRROR,
-        ca_bundle: CaOpt = None, build_network: NetworkOpt = None, sources_dir: SourcesOpt = None,
-        download_cache: DownloadCacheOpt = True,
+        build_options: build.BuildOptions = None,
         scheduler: Annotated[Optional[Scheduler], typer.Option(
             help="Where and when the jobs run: local (one job after another on this host; the "
                  "default) or slurm (one Slurm job array; the results directory must be shared "
                  "with the nodes).")] = None,
         backend: Annotated[Optional[Scheduler], typer.Option(
             hidden=True, help="Deprecated name of --scheduler.")] = None,
-        partition: Annotated[Optional[str], typer.Option(help="Slurm partition.")] = None,
-        account: Annotated[Optional[str], typer.Option(help="Slurm account.")] = None,
-        qos: Annotated[Optional[str], typer.Option(help="Slurm QOS.")] = None,
+        slurm: tuple = (),
         sbatch_option: Annotated[list[str], typer.Option(
             "--sbatch-option", help="Another sbatch option, e.g. --sbatch-option=--time=30 "
                                     "(repeatable; given last, so it wins).")] = [],
@@ -341,13 +381,11 @@ def run(frameworks: Frameworks = None,
             name=name, frameworks=frameworks, datasets=datasets_, profile=profile, cpus=cpus,
             threads=threads, gpu=gpu, devices=devices, variant=variant, set_=set_, sweep=sweep,
             batch_sizes=batch_sizes, learning_rates=learning_rates, settings_from=settings_from,
-            repeats=repeats, seed=seed, memory=memory, timeout=timeout, blas=blas, onednn=onednn,
-            weights=weights),
-        campaign=campaign, results=results, data_dir=data_dir,
-        build=_build_options(base, mirror, ca_bundle, build_network, sources_dir, download_cache),
+            repeats=repeats, seed=seed, memory=memory, timeout=timeout, weights=weights, **settings),
+        campaign=campaign, results=results, data_dir=data_dir, build=build_options,
         runtime=runtime.value, python=python, resume=resume, fail_fast=fail_fast,
         scheduler=scheduler.value if scheduler else None,
-        slurm=execute.SlurmRequest(partition, account, qos, tuple(sbatch_option), detach))
+        slurm=execute.SlurmRequest(*slurm, tuple(sbatch_option), detach))
     planned = execute.plan(request)
     for note in planned.plan.skipped:
         err.print(f"[yellow]skipped:[/yellow] {note}")
@@ -373,6 +411,7 @@ def run(frameworks: Frameworks = None,
 
 
 @app.command()
+@_taking(build_options=BUILD, slurm=SLURM)
 def tune(frameworks: Annotated[str, typer.Option(help="The framework to tune (one).")],
          datasets_: Annotated[str, typer.Option("--datasets", help="The data set (one).")],
          profile: Annotated[str, typer.Option(help="paper or quick: the default to start from.")] = "quick",
@@ -401,14 +440,10 @@ def tune(frameworks: Annotated[str, typer.Option(help="The framework to tune (on
          results: ResultsOpt = None, data_dir: DataOpt = None,
          runtime: Annotated[Runtime, typer.Option(help="docker or native, as for run.")] = Runtime["docker"],
          python: Annotated[Optional[str], typer.Option(help="With --runtime native: its Python.")] = None,
-         base: BaseOpt = BaseSource["auto"], mirror: MirrorOpt = build.DEFAULT_MIRROR,
-         ca_bundle: CaOpt = None, build_network: NetworkOpt = None, sources_dir: SourcesOpt = None,
-         download_cache: DownloadCacheOpt = True,
+         build_options: build.BuildOptions = None,
          scheduler: Annotated[Optional[Scheduler], typer.Option(
              help="local (the default) or slurm: each round of --parallel trials one job array.")] = None,
-         partition: Annotated[Optional[str], typer.Option(help="Slurm partition.")] = None,
-         account: Annotated[Optional[str], typer.Option(help="Slurm account.")] = None,
-         qos: Annotated[Optional[str], typer.Option(help="Slurm QOS.")] = None,
+         slurm: tuple = (),
          verbose: Verbose = False):
     """Search a framework's configuration for the fastest training that keeps its accuracy."""
     from . import execute, options as options_, store, tune as tune_
@@ -425,9 +460,8 @@ def tune(frameworks: Annotated[str, typer.Option(help="The framework to tune (on
         min_accuracy=min_accuracy, study=study, storage=storage, resume=resume, parallel=parallel,
         seed=seed, fixed=options_.parse_overrides(set_), run=execute.Request(
             results=results, data_dir=data_dir, runtime=runtime.value, python=python,
-            build=_build_options(base, mirror, ca_bundle, build_network, sources_dir, download_cache),
-            scheduler=scheduler.value if scheduler else None,
-            slurm=execute.SlurmRequest(partition, account, qos)))
+            build=build_options, scheduler=scheduler.value if scheduler else None,
+            slurm=execute.SlurmRequest(*slurm)))
     if write is not None and write_repeats < 1:
         raise UsageError(f"--write-repeats {write_repeats}: at least 1")
     found = tune_.tune(request, RichDisplay(err, verbose=verbose, on_start=_warn_unstable),

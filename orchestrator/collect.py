@@ -60,6 +60,7 @@ def _job_fields(job: Job, run_id: str, job_id: str, provenance: dict) -> dict:
         run_id=run_id, job_id=job_id, campaign=job.campaign,
         framework=job.framework, dataset=job.dataset, model=job.model, profile=job.profile,
         hyperparameters=dumps(job.hyperparameters), settings_from=job.settings_from,
+        overrides=dumps(job.overrides),
         blas=job.blas, onednn=job.onednn,
         batch_size=job.hyperparameters.get("batch_size"),
         learning_rate=job.hyperparameters.get("learning_rate"),

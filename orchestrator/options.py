@@ -1,6 +1,8 @@
 """A run's options: one model of its axes and limits, and every rule they obey, once.
 
-``Axes`` is the matrix a run expands (``plan.expand``).  A campaign file fills one
+``Axes`` is the matrix a run expands (``plan.expand``), one field for each axis that
+``axes.AXES`` declares, and ``RunOptions`` the same axes as the command line gives them.
+A campaign file fills one
 (``campaign.CampaignFile.axes``); the command line fills a ``RunOptions``, its axes
 as given, None where not given (``RunOptions.from_command_line``).  ``merge`` lays the
 command line over the file: an axis given there replaces the file's value of it.
@@ -18,13 +20,14 @@ from __future__ import annotations
 import difflib
 import json
 import re
-from typing import Annotated
+from typing import Annotated, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, create_model
 
 from dlbench_runner import contract
 
-from . import catalog
+from . import axes as axes_, catalog
+from .axes import blas_library, device, onednn_switch, settings_source  # noqa: F401 (the parsers)
 from .choices import SCHEDULERS, VARIANTS
 from .errors import UsageError
 
@@ -78,46 +81,35 @@ class Limits(BaseModel):
     timeout: float | None = None
 
 
-class Axes(BaseModel):
-    """The matrix of a campaign, from a campaign file or from the command line."""
+class _AxesBase(BaseModel):
+    """What a matrix holds beside its axes (``axes.AXES``, the fields ``Axes`` adds)."""
 
     model_config = ConfigDict(extra="forbid")
     campaign: str | None = None
-    frameworks: list[str] | None = None           # None: every framework that has an image
-    datasets: list[str] | None = None             # None: both, where the framework has a model
-    profiles: list[str] = ["paper"]
     hyperparameters: dict[str, list] = {}         # every framework: key -> its values
     framework_hyperparameters: dict[str, dict[str, list]] = {}   # one framework's only
-    threads: list[int | None] = [None]            # CPU counts; None: all, no limit
-    devices: list[int | None] = [None]            # None: CPU; N: GPU N
-    variant: str | None = None                    # the image variant; None: each job's device's
-    settings_from: list[str | None] = [None]      # None: each framework's own defaults
-    blas: list[str | None] = [None]               # BLAS libraries; None: each image's default
-    onednn: list[str | None] = [None]             # "on", "off"; None: each framework's default
-    weights: str | None = None                    # the fair profile's initial weights file
-    repeats: int = 1
-    seed: int | None = None                       # None: each model's own (contract.default_seed)
     limits: Limits = Limits()
     framework_limits: dict[str, Limits] = {}
 
 
-class RunOptions(BaseModel):
-    """The axes and limits given on the command line; None: not given."""
+def axis_type(axis: axes_.Axis):
+    """An axis's values as a matrix holds them: a list (None in it: each job's own), or one."""
+    if not axis.many:
+        return Optional[axis.item] if axis.default is None else axis.item
+    one = Optional[axis.item] if axis.default is not None and None in axis.default else axis.item
+    return Optional[list[one]] if axis.default is None else list[one]
+
+
+Axes = create_model("Axes", __base__=_AxesBase,
+                    __doc__="The matrix of a campaign, from a campaign file or from the command line.",
+                    **{axis.name: (axis_type(axis), axis.default) for axis in axes_.AXES})
+
+
+class _Given(BaseModel):
+    """What the command line gives beside its axes."""
 
     model_config = ConfigDict(extra="forbid")
     name: str | None = None
-    frameworks: list[str] | None = None
-    datasets: list[str] | None = None
-    profiles: list[str] | None = None
-    threads: list[int] | None = None
-    devices: list[int | None] | None = None
-    variant: str | None = None
-    repeats: int | None = None
-    seed: int | None = None
-    settings_from: list[str | None] | None = None
-    blas: list[str | None] | None = None
-    onednn: list[str | None] | None = None
-    weights: str | None = None
     hyperparameters: dict[str, list] = {}
     memory: str | None = None
     timeout: float | None = None
@@ -126,13 +118,16 @@ class RunOptions(BaseModel):
     def from_command_line(cls, *, name=None, frameworks=None, datasets=None, profile=None,
                           cpus=None, threads=None, gpu=None, devices=None, variant=None, set_=(),
                           sweep=(), batch_sizes=None, learning_rates=None, settings_from=None,
-                          repeats=None, seed=None, memory=None, timeout=None, blas=None,
-                          onednn=None, weights=None) -> "RunOptions":
-        """``dlbench run``'s options as typed: comma lists and KEY=VALUE texts, read here."""
+                          repeats=None, seed=None, memory=None, timeout=None, weights=None,
+                          **settings) -> "RunOptions":
+        """``dlbench run``'s options as typed: comma lists and KEY=VALUE texts, read here;
+        ``settings``: each compute setting's comma list (``--blas``, ``--onednn``)."""
         if cpus is not None and threads is not None:
             raise UsageError("give --cpus or --threads, not both")
         if gpu is not None and devices is not None:
             raise UsageError("give --gpu or --devices, not both")
+        if unknown := sorted(set(settings) - {axis.name for axis in axes_.settings()}):
+            raise TypeError(f"from_command_line() got an unexpected keyword argument {unknown[0]!r}")
         sweeps = parse_sweeps(sweep)
         sweeps.update({k: [v] for k, v in parse_overrides(set_).items()})
         for key, values in (("batch_size", numbers(batch_sizes, "--batch-sizes", int)),
@@ -146,9 +141,14 @@ class RunOptions(BaseModel):
             threads=[cpus] if cpus is not None else numbers(threads, "--threads", int),
             devices=parse_gpus(gpu) if gpu is not None else (parse_devices(devices) if devices else None),
             settings_from=parse_settings_from(settings_from) if settings_from is not None else None,
-            blas=_choices(blas, blas_library, "--blas", "BLAS libraries, e.g. openblas,blis"),
-            onednn=_choices(onednn, onednn_switch, "--onednn", "on, off or both: on,off"),
+            **{axis.name: _choices(settings.get(axis.name), axis.parse_one, axis.option, axis.what)
+               for axis in axes_.settings()},
             weights=None if weights is None else str(weights), hyperparameters=sweeps)
+
+
+RunOptions = create_model("RunOptions", __base__=_Given,
+                          __doc__="The axes and limits given on the command line; None: not given.",
+                          **{axis.name: (Optional[axis_type(axis)], None) for axis in axes_.AXES})
 
 
 # -- the merge -----------------------------------------------------------------------------
@@ -157,10 +157,9 @@ def merge(axes: Axes, options: RunOptions) -> Axes:
     changes = {}
     if options.name is not None:
         changes["campaign"] = options.name
-    for field in ("frameworks", "datasets", "profiles", "threads", "devices", "variant", "repeats",
-                  "seed", "settings_from", "blas", "onednn", "weights"):
-        if getattr(options, field) is not None:
-            changes[field] = getattr(options, field)
+    for axis in axes_.AXES:
+        if getattr(options, axis.name) is not None:
+            changes[axis.name] = getattr(options, axis.name)
     if options.hyperparameters:
         changes["hyperparameters"] = {**axes.hyperparameters, **options.hyperparameters}
         changes["framework_hyperparameters"] = {
@@ -351,50 +350,6 @@ def check_timeout(timeout: float) -> float:
         raise PlanError(exc.errors()[0]["msg"], ("limits", "timeout"),
                         f"--timeout {timeout:g}: a time limit is more than 0 and at most "
                         f"{MAX_TIMEOUT_S} seconds (7 days)") from None
-
-
-def device(value) -> int | None:
-    """``cpu`` (None) or ``gpu:N`` (N)."""
-    if value == "cpu":
-        return None
-    match = re.fullmatch(r"gpu:(\d+)", str(value))
-    if not match:
-        raise ValueError(f"{value!r}: a device is \"cpu\" or \"gpu:N\"")
-    return int(match.group(1))
-
-
-def settings_source(value) -> str | None:
-    """``own`` (each framework's defaults), a framework whose defaults the others use
-    (``caffe``), or a framework's defaults for one data set, used on the other data sets
-    too (``caffe/mnist``: GTDLBench's finding that defaults tuned on one data set may fail
-    on another)."""
-    if value == "own":
-        return None
-    framework, slash, dataset = str(value).partition("/")
-    if framework not in catalog.names() or (slash and dataset not in catalog.DATASETS):
-        raise ValueError(f"{value!r}: give own, a framework ({', '.join(catalog.names())}) or "
-                         f"FRAMEWORK/DATASET ({', '.join(catalog.DATASETS)})")
-    return value
-
-
-def blas_library(value) -> str | None:
-    """A BLAS library's name (``openblas``, ``blis-openmp``, ...) in full; ``default``
-    (None): each image's own."""
-    if value == "default":
-        return None
-    try:
-        return contract.blas.canonical(value)
-    except contract.blas.BlasError as exc:
-        raise ValueError(f"{exc}, or default") from None
-
-
-def onednn_switch(value) -> str | None:
-    """``on`` or ``off``; ``default`` (None): as the framework has it."""
-    if value == "default":
-        return None
-    if value not in ("on", "off"):
-        raise ValueError(f"{value!r}: give on, off or default")
-    return value
 
 
 def names(text: str | None) -> list[str] | None:

@@ -17,13 +17,13 @@ import json
 import math
 import os
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, Optional
 
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import BaseModel, ConfigDict, create_model, model_validator
 
 from dlbench_runner import contract
 
-from . import catalog
+from . import axes as axes_, catalog
 from .errors import UsageError
 from .options import (Axes, PlanError, axis_problems, check_seeds, limits_for, parse_memory,
                       raise_problems)
@@ -46,8 +46,10 @@ def max_jobs() -> int:
     return value
 
 
-class Job(BaseModel):
-    """One container run: everything that defines what is measured, and its limits."""
+class _Job(BaseModel):
+    """One container run: everything that defines what is measured, and its limits; and
+    a field for each compute setting (``axes.settings()``: ``blas``, ``onednn``; None:
+    the image's or the framework's default), added by ``Job``."""
 
     model_config = ConfigDict(frozen=True)
     framework: str
@@ -69,8 +71,6 @@ class Job(BaseModel):
     memory_bytes: int | None = None    # the same limit in bytes, as the runtime applies it
     timeout: float | None = None   # seconds; None: none
     settings_from: str | None = None   # trained with this framework's defaults (cross-settings)
-    blas: str | None = None            # the BLAS library asked for; None: the image's default
-    onednn: str | None = None          # oneDNN kernels "on" or "off"; None: the framework's default
     weights: str | None = None         # a fair job's initial weights file; None: its seed's draw
     weights_sha256: str | None = None  # the digest of that file's weights
 
@@ -78,8 +78,8 @@ class Job(BaseModel):
     NOT_IDENTITY: ClassVar[frozenset] = frozenset({"overrides", "campaign", "memory", "memory_bytes",
                                                    "timeout", "first_cpu", "unsupported", "weights"})
     # Part of the identity where given: a job that leaves them at the default keeps the
-    # id it had before they existed.
-    IDENTITY_WHERE_GIVEN: ClassVar[frozenset] = frozenset({"blas", "onednn", "weights_sha256"})
+    # id it had before they existed (every compute setting, added by ``Job``).
+    IDENTITY_WHERE_GIVEN: ClassVar[frozenset] = frozenset({"weights_sha256"})
 
     @model_validator(mode="after")
     def _memory_in_bytes(self):
@@ -131,14 +131,23 @@ class Job(BaseModel):
         blob = json.dumps(defining, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
+    @property
+    def settings(self) -> dict:
+        """The compute settings the job asks for, by axis (None: the default)."""
+        return {axis.name: getattr(self, axis.name) for axis in axes_.settings()}
+
     def spec(self, run_id: str, job_id: str) -> dict:
         """The job spec the runner reads."""
         return {"framework": self.framework, "dataset": self.dataset, "profile": self.profile,
                 "overrides": self.overrides, "threads": self.threads, "device": self.device,
-                "seed": self.seed, "run_id": run_id, "job_id": job_id,
-                "blas": self.blas, "onednn": self.onednn,
+                "seed": self.seed, "run_id": run_id, "job_id": job_id, **self.settings,
                 **({"fair_weights": contract.FAIR_WEIGHTS_FILE} if self.profile == contract.FAIR_PROFILE
                    else {})}
+
+
+Job = create_model("Job", __base__=_Job, __doc__=_Job.__doc__,
+                   **{axis.name: (Optional[axis.item], None) for axis in axes_.settings()})
+Job.IDENTITY_WHERE_GIVEN = _Job.IDENTITY_WHERE_GIVEN | {axis.name for axis in axes_.settings()}
 
 
 class Plan(BaseModel):
@@ -181,6 +190,7 @@ def expand(axes: Axes, host_cpus: int | None = None) -> Plan:
     weights = fair_weights(axes, datasets)
     _check_size(axes, frameworks, datasets)
     cells, skipped = [], []
+    settings = [axis.name for axis in axes_.settings()]
     for framework in frameworks:
         models = catalog.models(framework)
         grid = {k: v for k, v in axes.hyperparameters.items()
@@ -208,8 +218,8 @@ def expand(axes: Axes, host_cpus: int | None = None) -> Plan:
                         problems.append(exc)
                         continue
                 params = {}                # on the CPU, on a GPU (a model may differ there)
-                for threads, gpu, blas, onednn in itertools.product(axes.threads, axes.devices,
-                                                                     axes.blas, axes.onednn):
+                for threads, gpu, *chosen in itertools.product(
+                        axes.threads, axes.devices, *(getattr(axes, name) for name in settings)):
                     on_gpu = gpu is not None
                     if on_gpu not in params:
                         params[on_gpu] = _resolve(axes, models, framework, dataset, profile,
@@ -221,7 +231,7 @@ def expand(axes: Axes, host_cpus: int | None = None) -> Plan:
                         model=contract.model_name(models, dataset, profile), hyperparameters=params[on_gpu],
                         overrides=overrides, threads=threads or host_cpus, cpus=threads,
                         gpu=gpu, image_variant=axes.variant, campaign=axes.campaign,
-                        settings_from=source, seed=seed, blas=blas, onednn=onednn,
+                        settings_from=source, seed=seed, **dict(zip(settings, chosen)),
                         **(weights if profile == contract.FAIR_PROFILE else {}),
                         **limits[framework]))
     raise_problems(problems)
@@ -233,7 +243,7 @@ def expand(axes: Axes, host_cpus: int | None = None) -> Plan:
     cells = [Job(**cell) for cell in cells]
     why = functools.cache(catalog.job_unsupported)      # decided while planning, once a kind of job
     cells = [job.model_copy(update={"unsupported": why(job.framework, job.dataset, job.variant, job.gpu,
-                                                       job.blas, job.onednn, job.profile)})
+                                                       tuple(job.settings.items()), job.profile)})
              for job in cells]
     jobs = [job.model_copy(update={"seed": job.seed + repeat, "repeat": repeat})
             for repeat in range(axes.repeats) for job in cells]
@@ -277,25 +287,17 @@ def share_cpus(cells: list[dict], host_cpus: int) -> list[dict]:
 
 
 def compute_problems(axes: Axes, frameworks: list[str]) -> list[PlanError]:
-    """The BLAS libraries and oneDNN switches asked for, against the frameworks: a library
-    that a framework able to switch does not hold, or a switch that no framework of the
-    run has, is a usage error; a framework without the switch at all gets ``unsupported``
-    rows (``catalog.compute_unsupported``)."""
+    """The compute settings asked for (the BLAS libraries, the oneDNN switches), against the
+    frameworks (``catalog.check_setting``): a value that a framework having the setting does
+    not offer, or a setting that no framework of the run has, is a usage error; a framework
+    without the setting at all gets ``unsupported`` rows (``catalog.job_unsupported``)."""
     found = []
-    switching = [fw for fw in frameworks if catalog.blas_offered(fw)]
-    for name in filter(None, axes.blas):
-        if not switching:
-            able = [fw for fw in catalog.names() if catalog.blas_offered(fw)]
-            found.append(PlanError(f"--blas {name}: {', '.join(frameworks)} cannot switch BLAS "
-                                   f"libraries ({', '.join(able)} can)", ("blas",)))
-        for fw in switching:
-            if name not in catalog.blas_offered(fw):
-                found.append(PlanError(f"--blas {name}: {fw}'s image does not hold it (it holds "
-                                       f"{', '.join(catalog.blas_offered(fw))})", ("blas",)))
-    if any(axes.onednn) and not any(catalog.onednn_variable(fw) for fw in frameworks):
-        able = [fw for fw in catalog.names() if catalog.onednn_variable(fw)]
-        found.append(PlanError(f"--onednn: no oneDNN switch in {', '.join(frameworks)} "
-                               f"(only in {', '.join(able)})", ("onednn",)))
+    for axis in axes_.settings():
+        for value in dict.fromkeys(v for v in getattr(axes, axis.name) if v is not None):
+            refused = [catalog.check_setting(fw, axis.name, value) for fw in frameworks]
+            if all(r is not None and not r.usage for r in refused):
+                found.append(PlanError(catalog.offered_nowhere(axis.name, value, frameworks), (axis.name,)))
+            found += [PlanError(r.why, (axis.name,)) for r in refused if r is not None and r.usage]
     return found
 
 
@@ -366,8 +368,8 @@ def _check_size(axes: Axes, frameworks: list[str], datasets: list[str]) -> None:
     cells = 0
     for framework in frameworks:
         grid = {**axes.hyperparameters, **axes.framework_hyperparameters.get(framework, {})}
-        per_dataset = (len(axes.profiles) * len(axes.settings_from) * math.prod(map(len, grid.values()))
-                       * len(axes.threads) * len(axes.devices) * len(axes.blas) * len(axes.onednn))
+        per_dataset = math.prod(map(len, grid.values())) * math.prod(
+            len(getattr(axes, axis.name)) for axis in axes_.AXES if axis.many and not axis.outer)
         cells += per_dataset * sum(d in catalog.models(framework)["models"] for d in datasets)
     limit = max_jobs()
     if cells * axes.repeats > limit:

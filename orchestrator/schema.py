@@ -88,6 +88,11 @@ metadata.  History of the row schema:
        transfer attacks (a link, a FIFO, a file past its cap, or one whose npz headers
        the host's reader refused), where it left a file; empty otherwise and in every
        older row.
+    15 ``overrides``: the hyper-parameters the job was asked to change (JSON, sorted keys,
+       as ``hyperparameters``: ``--set``, ``--sweep``, a campaign's tables, another
+       framework's settings; ``{}`` for a job on its model's defaults), so that a report
+       tells own from changed settings by what was asked, not by today's models.json;
+       empty in every older row (the report then compares with today's defaults).
 Readers refuse rows newer than they know; older ones are upgraded step by step
 by ``store.upgrade``.
 
@@ -137,7 +142,7 @@ from dlbench_runner.contract import SCHEMA_VERSION as RUNNER_SCHEMA_VERSION
 
 from .checks import row_fields
 
-SCHEMA_VERSION = 14
+SCHEMA_VERSION = 15
 TRACE_SCHEMA_VERSION = 1
 ROBUSTNESS_SCHEMA_VERSION = 2
 # What robustness rows before version 2 attacked along (``upgrade_robustness``).
@@ -279,6 +284,7 @@ class _Job(BaseModel):
     model: str
     profile: str
     hyperparameters: str          # JSON, sorted keys
+    overrides: str | None = None  # the keys the job was asked to change, JSON as hyperparameters
     settings_from: str | None = None   # another framework's defaults (None: its own)
     blas: str | None = None            # the BLAS library asked for (None: the image's default)
     onednn: str | None = None          # oneDNN kernels asked on or off (None: the default)
@@ -425,6 +431,7 @@ ADDED_IN = {
     12: ["fair_weights_sha256", "fair_logit_error"],
     13: ["host_load_end", "host_load_max", "other_cpu_s", "other_cpu_share"],
     14: ["transfer_reason"],
+    15: ["overrides"],
 }
 # Columns a version renamed, old name -> new name.
 RENAMED_IN = {5: {"script_train_time_s": "paper_train_time_s",

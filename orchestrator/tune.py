@@ -36,23 +36,29 @@ import math
 import os
 from pathlib import Path
 
-from . import catalog, execute, owners
+from . import axes as axes_, catalog, execute, owners
 from . import store
 from .campaign import Campaign, joined
 from .errors import DlbenchError, StoreError, UsageError
 from .options import Axes, PlanError, RunOptions, check_name
 from .plan import expand, scaled
 
-SPACE = ("blas", "threads", "batch_size", "learning_rate", "length", "omp_threads")
+# The compute settings that tune searches (axes.AXES, ``search``: the values each framework
+# offers), the CPU count, and the hyper-parameters every model declares (``settings``).
+SEARCHED = [axis for axis in axes_.settings() if axis.search]
+SPACE = (*(axis.name for axis in SEARCHED), "threads", "batch_size", "learning_rate", "length",
+         "omp_threads")
 # What a study searches unless --space names its axes: OpenMP's own thread count only when
 # asked for (it matters where a framework's OpenMP threads call a threaded BLAS: Lua Torch7).
-DEFAULT_SPACE = SPACE[:5]
+DEFAULT_SPACE = (*(axis.name for axis in SEARCHED if axis.search == "default"), "threads",
+                 "batch_size", "learning_rate", "length")
 BATCH_FACTORS = (0.25, 0.5, 1.0, 2.0, 4.0)
 LENGTH_FRACTIONS = (0.25, 0.5, 0.75, 1.0)
 LEARNING_RATE_FACTOR = 10.0
 JOURNAL_DIR = "tune"
 MAX_JOURNAL_LINE = 16 << 20     # bytes: an entry of Optuna's journal is a short JSON object
 TOP = 5
+_SETTINGS = [axis.name for axis in SEARCHED]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -133,8 +139,9 @@ def space_of(request: TuneRequest, host_cpus: int) -> dict:
         raise UsageError(f"--set {clash[0]}: the search sets it (--space); leave it out of one")
     free = {}
     for axis in asked:
-        if axis == "blas" and len(catalog.blas_offered(framework)) > 1:
-            free[axis] = list(catalog.blas_offered(framework))
+        if axis in _SETTINGS:
+            if len(catalog.offered(framework, axis)) > 1:
+                free[axis] = catalog.offered(framework, axis)
         elif axis == "threads" and host_cpus > 1:
             free[axis] = list(range(1, host_cpus + 1))
         elif axis == "omp_threads" and host_cpus > 1:     # 0: the job's threads
@@ -150,6 +157,7 @@ def space_of(request: TuneRequest, host_cpus: int) -> dict:
         why = {"blas": f"{framework} cannot switch BLAS libraries",
                "threads": f"this host has {host_cpus} CPU",
                "omp_threads": f"this host has {host_cpus} CPU"}
+        why.update({a: f"{framework} offers one {a} at most" for a in _SETTINGS if a not in why})
         raise UsageError(f"--space {','.join(asked)}: no axis is free to search ("
                          + "; ".join(why.get(a, a) for a in asked) + ")")
     return free
@@ -170,7 +178,7 @@ def default_point(request: TuneRequest, space: dict, host_cpus: int) -> dict:
     """The framework's default, as a point of the space."""
     entry = catalog.models(request.framework)["models"][request.dataset]
     params = _defaults(request.framework, request.dataset, request.profile)
-    point = {"blas": catalog.blas_offered(request.framework)[:1] or [None],
+    point = {**{axis: catalog.offered(request.framework, axis)[:1] or [None] for axis in _SETTINGS},
              "threads": [host_cpus], "batch_size": [params["batch_size"]],
              "learning_rate": [params[entry["settings"]["learning_rate"][0]]], "length": [1.0],
              "omp_threads": [params["omp_threads"]]}
@@ -178,8 +186,9 @@ def default_point(request: TuneRequest, space: dict, host_cpus: int) -> dict:
 
 
 def axes_of(request: TuneRequest, point: dict, campaign: str, host_cpus: int) -> Axes:
-    """The one-job matrix of a point: its threads and BLAS, its hyper-parameters (the
-    learning rate and the length scaled as the model declares them: ``settings``)."""
+    """The one-job matrix of a point: its threads and compute settings (BLAS), its
+    hyper-parameters (the learning rate and the length scaled as the model declares them:
+    ``settings``)."""
     entry = catalog.models(request.framework)["models"][request.dataset]
     params = _defaults(request.framework, request.dataset, request.profile)
     overrides = dict(request.fixed)
@@ -194,7 +203,8 @@ def axes_of(request: TuneRequest, point: dict, campaign: str, host_cpus: int) ->
         overrides.update(scaled(keys, params, max(1, round(params[keys[0]] * point["length"])), whole=True))
     return Axes(campaign=campaign, frameworks=[request.framework], datasets=[request.dataset],
                 profiles=[request.profile], threads=[int(point.get("threads", host_cpus))],
-                blas=[point.get("blas")], hyperparameters={k: [v] for k, v in overrides.items()})
+                hyperparameters={k: [v] for k, v in overrides.items()},
+                **{axis: [point.get(axis)] for axis in _SETTINGS})
 
 
 # -- the study -------------------------------------------------------------------------------
@@ -420,9 +430,9 @@ def _row_of(job, rows) -> dict | None:
     from .schema import dumps
     for row in rows:
         found = {k: _plain(getattr(row, k, None)) for k in (
-            "hyperparameters", "threads", "blas", "status", "error", "run_id", "accuracy", "train_time_s")}
+            "hyperparameters", "threads", "status", "error", "run_id", "accuracy", "train_time_s")}
         if (found["hyperparameters"] == dumps(job.hyperparameters) and found["threads"] == job.threads
-                and found["blas"] == job.blas):
+                and all(_plain(getattr(row, k)) == v for k, v in job.settings.items() if hasattr(row, k))):
             return found
     return None
 
@@ -500,39 +510,45 @@ def outcome(study, where: str) -> Outcome:
 # -- the campaign that checks the winner -------------------------------------------------------
 def best_campaign(request: TuneRequest, found: Outcome, repeats: int = 3) -> str:
     """A campaign file (TOML) that runs the best trial beside the default, ``repeats``
-    times each: ``dlbench run --campaign best.toml``."""
+    times each: ``dlbench run --campaign best.toml``.  Made as the campaign file's model
+    (``campaign.CampaignFile``) and written from it, so that it reads back as written."""
+    import tomli_w
+
+    from .campaign import CampaignFile, Hyperparameters, Matrix
+
     if not found.best:
         raise UsageError("--write: no trial reached the floor; nothing to write")
     best, host_cpus = found.best[0], os.cpu_count() or 1
     axes = axes_of(request, best.params, f"best-{found.study}", host_cpus)
     default = next(t for t in found.trials if t.default)
-    against = ("the default itself, the fastest trial that kept the floor: the two variants "
-               "measure the same configuration (the second names its BLAS library)"
+    against = ("the default itself, the fastest trial that kept the floor: the two matrices "
+               "measure the same configuration (the second names its compute settings)"
                if best.number == default.number else f"the default (trial {default.number})")
-    lines = [f"# dlbench tune: study {found.study}, trial {best.number} against {against}; "
-             f"each {repeats} times.",
-             f'name = "best-{found.study}"', f'frameworks = ["{request.framework}"]',
-             f'datasets = ["{request.dataset}"]', f'profiles = ["{request.profile}"]',
-             f"repeats = {repeats}", ""]
-    if request.fixed:       # --set: both variants keep them, as every trial did
-        lines += ["[hyperparameters]"] + [f"{k} = {_toml(v)}" for k, v in request.fixed.items()] + [""]
-    lines += ["[[variants]]", 'label = "default"', f"threads = [{host_cpus}]", "",   # as its trial ran
-              "[[variants]]", f'label = "trial {best.number}"', f"threads = {axes.threads}"]
-    if axes.blas != [None]:
-        lines.append(f'blas = ["{axes.blas[0]}"]')
     searched = {k: v for k, v in axes.hyperparameters.items() if k not in request.fixed}
-    if searched:
-        lines.append("[variants.hyperparameters]")
-        lines += [f"{k} = {_toml(v[0])}" for k, v in searched.items()]
-    return "\n".join(lines) + "\n"
+    written = CampaignFile(
+        name=f"best-{found.study}", frameworks=[request.framework], datasets=[request.dataset],
+        profiles=[request.profile], repeats=repeats,
+        hyperparameters=Hyperparameters(**request.fixed),   # --set: both keep them, as every trial did
+        matrix=[Matrix(label="default", threads=[host_cpus]),                # as its trial ran
+                Matrix(label=f"trial {best.number}", threads=axes.threads, hyperparameters=searched,
+                       **{k: getattr(axes, k) for k in _SETTINGS if getattr(axes, k) != [None]})])
+    document = written.model_dump(exclude_unset=True)
+    document["hyperparameters"] = _one_value_bare(document.get("hyperparameters", {}))
+    for matrix in document["matrix"]:
+        matrix["hyperparameters"] = _one_value_bare(matrix.get("hyperparameters", {}))
+    return (f"# dlbench tune: study {found.study}, trial {best.number} against {against}; "
+            f"each {repeats} times.\n" + tomli_w.dumps(_without_empty(document)))
 
 
-def _toml(value) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float):
-        return repr(value)
-    return str(value) if isinstance(value, int) else f'"{value}"'
+def _one_value_bare(table: dict) -> dict:
+    """A hyper-parameter of one value written as the value (the file reads both alike)."""
+    return {k: v[0] if isinstance(v, list) and len(v) == 1 else v for k, v in table.items()}
+
+
+def _without_empty(document: dict) -> dict:
+    return {k: _without_empty(v) if isinstance(v, dict) else
+            [_without_empty(i) if isinstance(i, dict) else i for i in v] if isinstance(v, list) else v
+            for k, v in document.items() if v != {}}
 
 
 # -- what the command prints ------------------------------------------------------------------

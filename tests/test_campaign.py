@@ -99,6 +99,39 @@ def test_a_campaign_file_expands_into_the_plain_list_of_jobs(tmp_path):
     assert len(ids) == len(jobs)
 
 
+MATRICES = """\
+name = "two"
+frameworks = ["caffe"]
+datasets = ["mnist"]
+profiles = ["quick"]
+
+[[KEY]]
+label = "one thread"
+threads = [1]
+
+[[KEY]]
+label = "two threads, ATLAS"
+threads = [2]
+blas = ["atlas"]
+"""
+
+
+@pytest.mark.parametrize("key", ["matrix", "variants"])
+def test_several_matrices_in_one_file_the_old_key_variants_too(tmp_path, key):
+    the_plan = plan_of(write(tmp_path, MATRICES.replace("KEY", key)))
+    assert [(j.cpus, j.blas) for j in the_plan.jobs] == [(1, None), (2, "atlas")]
+
+
+def test_a_matrix_problem_names_the_key_as_written_and_not_both_keys(tmp_path):
+    text = MATRICES.replace("KEY", "variants").replace("threads = [1]", "threads = [\"one\"]")
+    with pytest.raises(UsageError) as error:
+        plan_of(write(tmp_path, text))
+    assert str(error.value) == f"{tmp_path / 'campaign.toml'}:8: variants[0].threads[0]: Input should be a valid integer"
+    both = MATRICES.replace("KEY", "matrix") + "\n[[variants]]\nthreads = [1]\n"
+    with pytest.raises(UsageError, match=r"campaign.toml:15: variants: give matrix, not variants as well"):
+        plan_of(write(tmp_path, both))
+
+
 def test_command_line_options_replace_the_files_axes(tmp_path):
     path = write(tmp_path, EXAMPLE)
     jobs = plan_of(path, frameworks=["caffe"], threads=[1], repeats=1, name="short",

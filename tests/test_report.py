@@ -810,3 +810,21 @@ def test_robustness_is_a_table_per_data_set_in_every_format(tmp_path):
     assert found["pytorch", "none", 0.0]["vanished_share_max"] is None
     assert "robustness" not in report_json(runner_rows(tmp_path / "none", [
         dict(framework="caffe", profile="quick", accuracy=0.98)]))
+
+
+def test_own_or_changed_settings_from_the_overrides_a_row_stored():
+    """A row says what its job was asked to change (schema version 15): that decides own or
+    changed, whatever today's defaults are; an older row (no overrides) is held against
+    today's models.json."""
+    import types
+
+    defaults = compare.defaults("caffe", "mnist", "quick")
+    used = json.dumps({**defaults, "max_iter": defaults["max_iter"] + 1})
+    row = types.SimpleNamespace(framework="caffe", dataset="mnist", profile="quick", device="cpu",
+                                hyperparameters=used, settings_from=None, blas=None, onednn=None)
+    assert compare._settings(types.SimpleNamespace(**vars(row), overrides="{}")) == ("own defaults", "own")
+    assert compare._settings(types.SimpleNamespace(**vars(row), overrides='{"max_iter":9}')) == (
+        f"changed: max_iter={defaults['max_iter'] + 1}", "changed")
+    assert compare._settings(types.SimpleNamespace(**vars(row), overrides=None)) == (
+        f"changed: max_iter={defaults['max_iter'] + 1}", "changed")      # today's defaults
+    assert compare._settings(row) == compare._settings(types.SimpleNamespace(**vars(row), overrides=None))

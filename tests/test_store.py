@@ -170,6 +170,15 @@ def test_rows_of_schema_version_1_are_read_upgraded(tmp_path):
     assert store.ok_job_ids(results, "new") == {"job1"}
 
 
+def test_a_row_stores_the_overrides_its_job_was_asked_for(tmp_path):
+    job, = make_plan(["torch"], ["mnist"], "quick", overrides={"batch_size": 32}, host_cpus=2).jobs
+    (tmp_path / "job" / "out").mkdir(parents=True)
+    (tmp_path / "job" / "out" / "result.json").write_text(json.dumps(good_result()))
+    record = collect(job, "run1", "job1", tmp_path / "job", Outcome(exit_code=0, wall_time_s=1.0,
+                                                                    log_tail=[]), {})[0]
+    assert record.overrides == '{"batch_size":32}'
+
+
 def test_rows_of_schema_version_2_are_read_upgraded(tmp_path):
     """A golden file written with schema version 2: its campaign and resource summary kept,
     the cross-settings source (added in version 3) empty, as its own defaults were."""
@@ -183,6 +192,8 @@ def test_rows_of_schema_version_2_are_read_upgraded(tmp_path):
     assert old["memory_peak_bytes"] == 412_000_000 and old["trace_samples"] == 44
     assert pd.isna(old["settings_from"]) and old["written_schema_version"] == 2
     assert list(frame["settings_from"].dropna()) == ["caffe"]
+    assert pd.isna(old["overrides"])          # version 15's: not known for an older row
+    assert frame.loc[frame["job_id"] == "job1", "overrides"].tolist() == ["{}"]
     assert frame.loc["job1" == frame["job_id"], "written_schema_version"].tolist() == [SCHEMA_VERSION]
 
 

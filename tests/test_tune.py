@@ -84,6 +84,9 @@ def test_the_campaign_it_writes_runs_the_best_beside_the_default(tmp_path):
     assert [t.number for t in found.best] == [1, 0]     # trial 2 is faster, under the floor
     path = tmp_path / "best.toml"
     path.write_text(tune.best_campaign(QUICK, found, repeats=2))
+    document, _ = campaign.load(path)          # written from the campaign file's model
+    assert [m["label"] for m in document["matrix"]] == ["default", "trial 1"]
+    assert document["matrix"][1]["blas"] == ["atlas"] and document["repeats"] == 2
     plan = campaign.read(path, options.RunOptions(), host_cpus=2).plan
     assert plan.campaign == "best-caffe-mnist-quick"
     assert [(j.repeat, j.blas, j.hyperparameters["max_iter"]) for j in plan.jobs] == [

@@ -264,7 +264,7 @@ def prepare(frame: pd.DataFrame) -> pd.DataFrame:
             rows[column] = None
     # itertuples costs a column access per column: the few _settings reads, not all ~120
     needed = [c for c in ("framework", "dataset", "profile", "device", "hyperparameters",
-                          "settings_from", "blas", "onednn") if c in rows.columns]
+                          "settings_from", "overrides", "blas", "onednn") if c in rows.columns]
     settings = [_settings(r) for r in rows[needed].itertuples()]
     rows["settings"] = [label for label, _ in settings]
     rows["settings_kind"] = [kind for _, kind in settings]
@@ -284,9 +284,17 @@ def _settings(row) -> tuple[str, str]:
 
 
 def _hyperparameters(row) -> tuple[str, str]:
+    """A row's settings kind: another framework's defaults, what its job was asked to
+    change (``overrides``, stored since schema version 15), or for an older row, its
+    hyper-parameters against today's defaults (models.json)."""
     source = getattr(row, "settings_from", None)
     if isinstance(source, str) and source:
         return f"{source}'s defaults", "cross"
+    asked = _overrides(row)
+    if asked is not None:
+        if not asked:
+            return "own defaults", "own"
+        return "changed: " + ", ".join(f"{k}={v}" for k, v in sorted(asked.items())), "changed"
     expected = defaults(row.framework, row.dataset, row.profile, getattr(row, "device", "cpu") or "cpu")
     if expected is None:
         return "own defaults", "own"
@@ -303,6 +311,22 @@ def _hyperparameters(row) -> tuple[str, str]:
     if not changed:
         return "own defaults", "own"
     return "changed: " + ", ".join(f"{k}={v}" for k, v in sorted(changed.items())), "changed"
+
+
+def _overrides(row) -> dict | None:
+    """The overrides a row's job was asked for, with the values it trained with; None where
+    the row does not say (written before schema version 15)."""
+    text = getattr(row, "overrides", None)
+    if not isinstance(text, str):
+        return None
+    try:
+        asked = json.loads(text)
+        used = json.loads(row.hyperparameters)
+    except (TypeError, ValueError):
+        return None
+    if not isinstance(asked, dict) or not isinstance(used, dict):
+        return None
+    return {k: used.get(k, v) for k, v in asked.items()}
 
 
 @functools.lru_cache(maxsize=None)

@@ -1,0 +1,134 @@
+"""The axes a run sweeps, each declared once.
+
+An ``Axis`` is a key of a campaign file and a field of the matrix (``options.Axes``),
+of the command line's ``RunOptions`` and of the campaign file's models
+(``campaign.CampaignFile``, ``campaign.Matrix``): each is made from ``AXES`` here, so
+an axis added is an ``Axis`` added.  A compute setting (``setting``: the BLAS library,
+oneDNN) is more: every planned ``Job`` carries it (in its identity where given), the
+spec hands it to the runner, ``dlbench run`` takes it as an option of its own
+(``--NAME V1,V2``), ``catalog.check_setting`` checks it against each framework, and
+``dlbench tune`` may search it (``search``).
+
+This module imports no pydantic: the command line reads the settings' options from it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Any, Callable
+
+from dlbench_runner import contract
+
+from . import catalog
+
+
+@dataclasses.dataclass(frozen=True)
+class Axis:
+    """One axis: ``item`` the type of one value, ``many`` whether it is a list (an axis
+    proper) or one value, ``default`` where not given (None in a list: each job's own,
+    e.g. the image's BLAS library), ``parse`` how one value reads from a comma list or a
+    campaign file (a ValueError says why not; None: as ``item``), ``help`` and ``what``
+    the command line's words for it."""
+
+    name: str
+    item: type = str
+    many: bool = True
+    default: Any = None
+    parse: Callable[[Any], Any] | None = None
+    help: str = ""
+    what: str = ""                  # what --NAME takes, for its error: "on, off or both: on,off"
+    outer: bool = False             # the plan's outer loops (frameworks, data sets): not a cell's
+    matrix: bool = False            # a campaign file's [[matrix]] may give it
+    unique: bool = False            # a value given twice is one
+    setting: bool = False           # a compute setting: a job's field, checked against the framework
+    search: str | None = None       # dlbench tune: "default" (searched unless --space says
+                                    # otherwise), "asked" (only when --space names it), None
+
+    @property
+    def option(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    def parse_one(self, value):
+        """One value, as the command line and a campaign file read it; a setting's
+        ``default`` is None (each image's or framework's own)."""
+        if self.setting and value == "default":
+            return None
+        return self.parse(value) if self.parse is not None else self.item(value)
+
+
+# -- how one value reads: the same from the command line and from a file ---------------------
+def device(value) -> int | None:
+    """``cpu`` (None) or ``gpu:N`` (N)."""
+    if value == "cpu":
+        return None
+    match = re.fullmatch(r"gpu:(\d+)", str(value))
+    if not match:
+        raise ValueError(f"{value!r}: a device is \"cpu\" or \"gpu:N\"")
+    return int(match.group(1))
+
+
+def settings_source(value) -> str | None:
+    """``own`` (each framework's defaults), a framework whose defaults the others use
+    (``caffe``), or a framework's defaults for one data set, used on the other data sets
+    too (``caffe/mnist``: GTDLBench's finding that defaults tuned on one data set may fail
+    on another)."""
+    if value == "own":
+        return None
+    framework, slash, dataset = str(value).partition("/")
+    if framework not in catalog.names() or (slash and dataset not in catalog.DATASETS):
+        raise ValueError(f"{value!r}: give own, a framework ({', '.join(catalog.names())}) or "
+                         f"FRAMEWORK/DATASET ({', '.join(catalog.DATASETS)})")
+    return value
+
+
+def blas_library(value) -> str | None:
+    """A BLAS library's name (``openblas``, ``blis-openmp``, ...) in full; ``default``
+    (None): each image's own."""
+    if value == "default":
+        return None
+    try:
+        return contract.blas.canonical(value)
+    except contract.blas.BlasError as exc:
+        raise ValueError(f"{exc}, or default") from None
+
+
+def onednn_switch(value) -> str | None:
+    """``on`` or ``off``; ``default`` (None): as the framework has it."""
+    if value == "default":
+        return None
+    if value not in ("on", "off"):
+        raise ValueError(f"{value!r}: give on, off or default")
+    return value
+
+
+# -- the axes --------------------------------------------------------------------------------
+AXES: list[Axis] = [
+    Axis("frameworks", outer=True),                     # None: every framework that has an image
+    Axis("datasets", outer=True),                       # None: both, where the framework has a model
+    Axis("profiles", default=["paper"]),
+    Axis("threads", int, default=[None], matrix=True),  # CPU counts; None: all, no limit
+    Axis("devices", int, default=[None], parse=device),     # None: CPU; N: GPU N
+    Axis("variant", many=False),                        # the image variant; None: each job's device's
+    Axis("settings_from", default=[None], parse=settings_source),  # None: each framework's own
+    Axis("blas", default=[None], parse=blas_library, matrix=True, unique=True, setting=True,
+         search="default", what="BLAS libraries, e.g. openblas,blis",
+         help="BLAS libraries to sweep, e.g. openblas,blis,atlas (Caffe, Theano, Torch7, "
+              "PyTorch; default: each image's OpenBLAS)."),
+    Axis("onednn", default=[None], parse=onednn_switch, matrix=True, unique=True, setting=True,
+         what="on, off or both: on,off",
+         help="TensorFlow's and MXNet's oneDNN kernels: on, off or on,off (default: as each "
+              "framework has them)."),
+    Axis("weights", many=False),                        # the fair profile's initial weights file
+    Axis("repeats", int, many=False, default=1),
+    Axis("seed", int, many=False),                      # None: each model's own (contract.default_seed)
+]
+
+
+def named(name: str) -> Axis:
+    return next(axis for axis in AXES if axis.name == name)
+
+
+def settings() -> list[Axis]:
+    """The compute settings, in their order (a job's fields, the spec's keys)."""
+    return [axis for axis in AXES if axis.setting]
