@@ -591,7 +591,7 @@ class Immediate:
     def unsupported(self, target, job):
         return None
 
-    def run(self, job, target, run_id, job_id, job_dir, dataset_path, display):
+    def run(self, job, target, run_id, job_id, job_dir, dataset_path, display, inputs=None):
         from conftest import immediate_result
         from orchestrator.runtimes import Outcome
 

@@ -128,7 +128,7 @@ class Later:
     def unsupported(self, target, job):
         return None
 
-    def run(self, job, target, run_id, job_id, job_dir, dataset_path, display):
+    def run(self, job, target, run_id, job_id, job_dir, dataset_path, display, inputs=None):
         immediate_result(job, run_id, job_id, job_dir)
         self.ran.set()
         return Outcome(exit_code=0, wall_time_s=0.1, log_tail=[])

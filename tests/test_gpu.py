@@ -168,7 +168,7 @@ class WithoutTheGpu(docker_runtime.DockerRuntime):
                 if key[0] == framework:
                     yield key, target
 
-    def run(self, job, target, run_id, job_id, job_dir, dataset_path, display):
+    def run(self, job, target, run_id, job_id, job_dir, dataset_path, display, inputs=None):
         on_cpu = job.model_copy(update={"gpu": None})
         return super().run(on_cpu, target, run_id, job_id, job_dir, dataset_path, display)
 
