@@ -281,6 +281,8 @@ class Builder:
         # The context: the variant's Dockerfile, the shared runner and the framework's own
         # files under <framework>/, wherever its directory is (catalog.frameworks).
         files = {"Dockerfile": catalog.dockerfile(framework, variant)}
+        for name in _included(files["Dockerfile"].read_text()):      # shared steps, by name
+            files[name] = catalog.images_dir() / name
         for path in sorted((catalog.images_dir() / "runner" / "dlbench_runner").glob("*.py")):
             files[f"runner/dlbench_runner/{path.name}"] = path
         for path in sorted(catalog.framework_dir(framework).iterdir()):
@@ -357,8 +359,9 @@ class Builder:
             for name, source in {**files, **archives}.items():
                 (Path(tmp) / name).parent.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(source, Path(tmp) / name)
-            with (Path(tmp) / "Dockerfile").open("a") as dockerfile:
-                dockerfile.write("\n" + label_instruction(labels) + "\n")
+            dockerfile = Path(tmp) / "Dockerfile"
+            dockerfile.write_text(_include(dockerfile.read_text(), Path(tmp)) + "\n"
+                                  + label_instruction(labels) + "\n")
             log, tail = [], deque(maxlen=30)
             with docker_errors(f"building {tag}"):
                 stream = self.client.api.build(
@@ -515,6 +518,22 @@ def start_order(images: list, jobs: int, expected=lambda image: None) -> list:
         compiles = jobs > 1 and bool(catalog.sources(*image))
         return (not compiles, math.inf if seconds is None else seconds)
     return sorted(images, key=key)
+
+
+# A Dockerfile's line that stands for the steps of a file that several share (the BLAS
+# libraries' install), named from the images' directory: ``# dlbench-include: runner/blas.dockerfile``.
+# It is a comment to Docker itself; the build puts the file's lines in its place.
+INCLUDE = re.compile(r"^# dlbench-include: (\S+)$", re.MULTILINE)
+
+
+def _included(text: str) -> list[str]:
+    """The shared files a Dockerfile's text includes (each a file of the build context)."""
+    return INCLUDE.findall(text)
+
+
+def _include(text: str, context: Path) -> str:
+    """The Dockerfile's text with each include line replaced by the file's lines."""
+    return INCLUDE.sub(lambda found: (context / found.group(1)).read_text().rstrip("\n"), text)
 
 
 def _declares(dockerfile: Path, arguments: dict) -> bool:
