@@ -643,7 +643,7 @@ def test_a_stop_signal_while_a_row_is_stored_keeps_the_row_with_its_job_director
     from orchestrator import run
 
     results = tmp_path / "results"
-    signal_at({"run": run, "store": store}[module], name)
+    signal_at({"run": run, "store": store.rescue}[module], name)     # where store_row looks them up
     with pytest.raises(KeyboardInterrupt):
         run.run_plan(plan_of(None, frameworks=["caffe"], datasets=["mnist"], profiles=["quick"],
                              repeats=2), results, runtime=Immediate())
