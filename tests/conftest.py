@@ -251,3 +251,23 @@ def immediate_result(job, run_id: str, job_id: str, job_dir: Path) -> None:
         "schema_version": 1, "status": "ok", "framework": job.framework, "dataset": job.dataset,
         "model": job.model, "profile": job.profile, "hyperparameters": {}, "device": "cpu",
         "seed": job.seed}))
+
+
+SOFTMAX = Path(__file__).parent / "fixtures" / "numpy_softmax"
+
+
+def native_framework(folder: Path, name: str, adapter_more: str = "", **catalog) -> Path:
+    """The test adapter (a numpy softmax regression, fixtures/numpy_softmax) as a framework
+    ``name`` in ``folder`` that dlbench finds (DLBENCH_FRAMEWORKS_PATH: ``folder``'s parent)
+    and runs natively; ``adapter_more`` is appended to its adapter, ``catalog`` updates its
+    models.json.  Returns ``folder``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "adapter.py").write_text((SOFTMAX / "adapter.py").read_text() + adapter_more)
+    models = json.loads((SOFTMAX / "models.json").read_text())
+    models.update(framework=name, native={"module": "numpy"}, **catalog)
+    models["models"]["mnist"]["settings"] = {"length": ["epochs"], "learning_rate": ["learning_rate"],
+                                             "train_images": 60000}
+    (folder / "models.json").write_text(json.dumps(models))
+    (folder / "Dockerfile").write_text("# run natively only\n")
+    return folder
+

@@ -4,7 +4,6 @@ it, column by column."""
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -14,10 +13,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import REPO
+from conftest import REPO, native_framework
 from orchestrator import checks, schema
 
-FIXTURE = Path(__file__).parent / "fixtures" / "numpy_softmax"
 # A quick row of each framework, stored by the dlbench before the checks were one stage
 BEFORE = REPO / "docs" / "measurements" / "2026-11-29-first-run" / "runs"
 
@@ -52,16 +50,7 @@ def test_every_check_declares_its_columns_and_the_row_holds_them_in_its_order():
 @pytest.fixture()
 def softmax(tmp_path) -> Path:
     """The test adapter (a numpy softmax regression) as a framework run natively."""
-    folder = tmp_path / "frameworks" / "softmax"
-    folder.mkdir(parents=True)
-    shutil.copy(FIXTURE / "adapter.py", folder / "adapter.py")
-    catalog = json.loads((FIXTURE / "models.json").read_text())
-    catalog.update(framework="softmax", native={"module": "numpy"})
-    catalog["models"]["mnist"]["settings"] = {"length": ["epochs"], "learning_rate": ["learning_rate"],
-                                              "train_images": 60000}
-    (folder / "models.json").write_text(json.dumps(catalog))
-    (folder / "Dockerfile").write_text("# run natively only\n")
-    return folder.parent
+    return native_framework(tmp_path / "frameworks" / "softmax", "softmax").parent
 
 
 def test_a_check_added_as_one_module_and_one_line_reaches_the_stored_row(softmax, data_root, tmp_path):

@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from conftest import dlbench
+from conftest import dlbench, native_framework
 from dlbench_runner import fair as networks
 from orchestrator import files, store
 from orchestrator.checks import fair, migration, onnx_layers, transfer
@@ -188,7 +188,7 @@ def planted_run(data_root, tmp_path_factory) -> Path:
     (folder / "planted").mkdir(parents=True)
     (folder / "planted" / "migration.npz").write_bytes(LYING_MIGRATION)
     (folder / "planted" / "transfer.npz").write_bytes(LYING_TRANSFER)
-    (folder / "adapter.py").write_text((FIXTURE / "adapter.py").read_text() + textwrap.dedent('''
+    native_framework(folder, "liar", textwrap.dedent('''
 
         import shutil
 
@@ -203,12 +203,6 @@ def planted_run(data_root, tmp_path_factory) -> Path:
                     shutil.copyfile(os.path.join(PLANTED, name), name)
                 return super().describe()
         '''))
-    catalog = json.loads((FIXTURE / "models.json").read_text())
-    catalog.update(framework="liar", native={"module": "numpy"})
-    catalog["models"]["mnist"]["settings"] = {"length": ["epochs"], "learning_rate": ["learning_rate"],
-                                             "train_images": 60000}
-    (folder / "models.json").write_text(json.dumps(catalog))
-    (folder / "Dockerfile").write_text("# run natively only\n")
     results = top / "results"
     proc = dlbench("run", "--runtime", "native", "--python", sys.executable, "--frameworks", "liar",
                    "--datasets", "mnist", "--profile", "quick", "--cpus", "1", "--repeats", "2",

@@ -23,7 +23,7 @@ import onnxruntime
 import pandas as pd
 import pytest
 
-from conftest import dlbench
+from conftest import dlbench, native_framework
 from dlbench_runner import migration as exporting
 from dlbench_runner.contract import formats
 from orchestrator import store
@@ -223,16 +223,7 @@ def test_logit_error_is_relative_to_each_images_largest_output():
 @pytest.fixture(scope="module")
 def framework_path(tmp_path_factory) -> Path:
     """The test adapter as a framework dlbench finds (DLBENCH_FRAMEWORKS_PATH), run natively."""
-    folder = tmp_path_factory.mktemp("frameworks") / "softmax"
-    folder.mkdir()
-    shutil.copy(FIXTURE / "adapter.py", folder / "adapter.py")
-    catalog = json.loads((FIXTURE / "models.json").read_text())
-    catalog.update(framework="softmax", native={"module": "numpy"})
-    catalog["models"]["mnist"]["settings"] = {"length": ["epochs"], "learning_rate": ["learning_rate"],
-                                             "train_images": 60000}
-    (folder / "models.json").write_text(json.dumps(catalog))
-    (folder / "Dockerfile").write_text("# run natively only\n")
-    return folder.parent
+    return native_framework(tmp_path_factory.mktemp("frameworks") / "softmax", "softmax").parent
 
 
 def native_run(framework_path, data_root, results, *options):
