@@ -69,13 +69,13 @@ SPEED = {"caffe": 1.0, "tensorflow": 1.6, "torch": 2.2, "pytorch": 2.2, "mxnet":
 def make_job(rng: random.Random, index: int, samples: int):
     """One job's row (a RunRecord) and its trace samples, shaped like real ones."""
     from orchestrator import __version__, catalog, hostinfo
-    from orchestrator.report import compare
+    from orchestrator.report import paper
     from orchestrator.schema import RunRecord, dumps
 
     fw, ds = rng.choice(catalog.STUDY_ORDER), rng.choice(catalog.DATASETS)
     profile, threads = rng.choice(("paper", "quick", "quick")), rng.choice((None, 1, 2))
     models = catalog.models(fw)
-    hp = compare.defaults(fw, ds, profile)          # the framework's models.json values
+    hp = paper.defaults(fw, ds, profile)          # the framework's models.json values
     base_s, acc_paper, acc_quick = SHAPE[ds]
     images = models["models"][ds]["settings"]["train_images"]
     train = base_s * SPEED[fw] * (1 if profile == "paper" else 0.05) * rng.uniform(0.9, 1.1)
@@ -125,7 +125,7 @@ def make_job(rng: random.Random, index: int, samples: int):
 def phase(name: str, results: str, rows: int, rows_per_file: int, samples: int, seed: int):
     """Run one phase; return (seconds, details, peak RSS bytes, RSS after imports)."""
     from orchestrator import report, store
-    from orchestrator.report import compare, text
+    from orchestrator.report import paper, text
     imported = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024   # Linux: KiB
     folder, details = Path(results), {}
     start = time.perf_counter()
@@ -151,7 +151,7 @@ def phase(name: str, results: str, rows: int, rows_per_file: int, samples: int, 
     elif name == "load traces":
         details["samples"] = len(store.load_traces(folder))
     else:                     # the whole `dlbench report`, its steps timed as it calls them
-        for module, attr in ((store, "load"), (store, "load_traces"), (compare, "build"),
+        for module, attr in ((store, "load"), (store, "load_traces"), (paper, "build"),
                              (text, "render_report")):
             _time_calls(module, attr, details)
         page = Path(results) / "_html" if name == "report html" else None

@@ -24,7 +24,7 @@ import pytest
 
 from conftest import dlbench
 from orchestrator import build, catalog, hostinfo, interrupts, plan, run, runtimes, store
-from orchestrator.report import compare
+from orchestrator.report import paper
 from orchestrator.display import NullDisplay
 from orchestrator.options import Axes, RunOptions, merge
 from orchestrator.runtimes import docker as docker_runtime
@@ -147,7 +147,7 @@ def test_torch7s_cifar10_script_runs_on_a_gpu_as_a_reconstruction():
     and the paper's cell says its program is a reconstruction."""
     job, = plan.expand(axes_of(dict(frameworks="torch", datasets="cifar10", gpu="0")), 2).jobs
     assert job.unsupported is None and job.variant == "gpu"
-    note = compare.reference().cell("torch", "cifar10", "cuda")["note"]
+    note = paper.reference().cell("torch", "cifar10", "cuda")["note"]
     assert "reconstruction" in note and "masked" in note
 
 

@@ -52,7 +52,7 @@ import pandas as pd
 
 from .. import store
 from ..errors import StoreError, UsageError
-from . import compare, noise, select
+from . import noise, paper, select
 
 ALPHA = 0.05
 CONFIDENCE = 0.95
@@ -334,7 +334,7 @@ def _as_default(row, keys: list[str]):
         used = json.loads(row.hyperparameters)
     except (TypeError, ValueError):
         return row.hyperparameters
-    expected = compare.defaults(row.framework, row.dataset, row.profile, row.device or "cpu") or {}
+    expected = paper.defaults(row.framework, row.dataset, row.profile, row.device or "cpu") or {}
     for key in keys:
         if key in expected:
             used[key] = expected[key]
@@ -351,7 +351,7 @@ def build(a: Side, b: Side, metric: str = "train_time_s", exclude_disturbed: boo
     if fail_on_slowdown is not None and METRICS[metric][3] != "lower":
         raise UsageError(f"--fail-on-slowdown goes with a time metric, not {metric}")
     across = list(across or [])
-    parts = {name: _subgroups(compare.prepare(_across(s.rows, across)), metric,
+    parts = {name: _subgroups(paper.prepare(_across(s.rows, across)), metric,
                               exclude_disturbed, across) for name, s in (("a", a), ("b", b))}
     pairs = []
     for key in dict.fromkeys(list(parts["a"]) + list(parts["b"])):

@@ -1,5 +1,6 @@
-"""Stored rows against the published study: statistics over repeats, the paper's cells,
-verdicts and training-time ratios, as one plain value that the renderers only format.
+"""`dlbench report`'s paper view: the stored rows against the published study (statistics
+over repeats, the paper's cells, verdicts and training-time ratios), as one plain value that
+the renderers only format.
 
 Rules, stated once here and printed with every report (``Report.notes``):
 - Rows are grouped by machine (host name and CPU model) and schema version first, and
