@@ -681,12 +681,12 @@ def compare_(a: Annotated[str, typer.Argument(
     """Compare two sets of runs group by group: medians, B ÷ A with its confidence interval,
     a significance test and a verdict."""
     from . import store
-    from .report import ab, select, text
+    from .report import compare, select, text
 
-    chosen, slowdown = select.conditions(where, framework, dataset), ab.threshold(fail_on_slowdown)
-    first, second, across = ab.sides(a, b, store.results_dir(results), chosen, by, ignore)
-    cmp = ab.build(first, second, metric.value, exclude_disturbed, slowdown, across,
-                   allow_inconclusive)
+    chosen, slowdown = select.conditions(where, framework, dataset), compare.threshold(fail_on_slowdown)
+    first, second, across = compare.sides(a, b, store.results_dir(results), chosen, by, ignore)
+    cmp = compare.build(first, second, metric.value, exclude_disturbed, slowdown, across,
+                        allow_inconclusive)
     _write(text.render_comparison(cmp, format.value if format else "table", _screen(),
                                   out.color_system, _names(columns), wide))
     if cmp.exit_status:

@@ -31,7 +31,7 @@ from rich.text import Text
 
 from ..display import shown
 from ..errors import UsageError
-from . import ab, paper, reference_rows, tta, verification
+from . import compare, paper, reference_rows, tta, verification
 from .views import (COMPARISON_KEYS, REPORT_KEYS, View, comparison_view, correlation_records,
                     correlation_views, fair_views, plan_view, reference_lines, robustness_records,
                     robustness_views, runs_view, section_views, transfer_records, transfer_views)
@@ -491,7 +491,7 @@ def render_report(rep: paper.Report, fmt: str, width: int | None = 80,
 
 # --- two sets of runs (`dlbench compare`) ---
 
-def render_comparison(cmp: ab.Comparison, fmt: str, width: int | None = 80,
+def render_comparison(cmp: compare.Comparison, fmt: str, width: int | None = 80,
                       color_system: str | None = None, columns: list[str] | None = None,
                       wide: bool = False) -> str:
     """The comparison as a terminal table (fmt 'table'), Markdown, CSV or JSON text."""
@@ -499,8 +499,8 @@ def render_comparison(cmp: ab.Comparison, fmt: str, width: int | None = 80,
         return csv_text(comparison_frame(cmp))
     if fmt == "json":
         return json.dumps({"format_version": 2, "metric": cmp.metric, "a": cmp.a.label,
-                           "b": cmp.b.label, "alpha": ab.ALPHA, "confidence": ab.CONFIDENCE,
-                           "min_runs": ab.MIN_RUNS, "across": cmp.across,
+                           "b": cmp.b.label, "alpha": compare.ALPHA, "confidence": compare.CONFIDENCE,
+                           "min_runs": compare.MIN_RUNS, "across": cmp.across,
                            "fail_on_slowdown": cmp.fail_on_slowdown,
                            "allow_inconclusive": cmp.allow_inconclusive,
                            "exit_status": cmp.exit_status, "tally": cmp.tally(),
@@ -525,7 +525,7 @@ def render_comparison(cmp: ab.Comparison, fmt: str, width: int | None = 80,
     return console.file.getvalue()
 
 
-def comparison_frame(cmp: ab.Comparison) -> pd.DataFrame:
+def comparison_frame(cmp: compare.Comparison) -> pd.DataFrame:
     """One flat row per pair: the splits as a_host_name, b_image_id, ..."""
     frame = cmp.groups.copy()
     for name in ("a", "b"):

@@ -9,7 +9,7 @@ import re
 import pandas as pd
 
 from .. import fair
-from . import ab, correlations, paper, verification
+from . import compare, correlations, paper, verification
 
 
 @dataclasses.dataclass
@@ -625,8 +625,8 @@ COMPARISON_DROP = ["machines", "images", "versions", "b_runs", "a_runs", "p"]
 
 
 def comparison_view(cmp) -> View:
-    """One line per pair of groups (``ab.Comparison``): medians, B ÷ A, p, verdict."""
-    _, _, unit, _ = ab.METRICS[cmp.metric]
+    """One line per pair of groups (``compare.Comparison``): medians, B ÷ A, p, verdict."""
+    _, _, unit, _ = compare.METRICS[cmp.metric]
     fmt = _pct if unit == "%" else _seconds
     columns = ["group", f"A {unit}", f"B {unit}", "B ÷ A [95% CI]", "p", "verdict", "A runs",
                "B runs", "framework version A / B", "image A / B", "machine A / B"]
