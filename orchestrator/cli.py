@@ -307,8 +307,6 @@ def run(frameworks: Frameworks = None,
             help="Where and when the jobs run: local (one job after another on this host; the "
                  "default) or slurm (one Slurm job array; the results directory must be shared "
                  "with the nodes).")] = None,
-        backend: Annotated[Optional[Scheduler], typer.Option(
-            hidden=True, help="Deprecated name of --scheduler.")] = None,
         partition: Annotated[Optional[str], typer.Option(help="Slurm partition.")] = None,
         account: Annotated[Optional[str], typer.Option(help="Slurm account.")] = None,
         qos: Annotated[Optional[str], typer.Option(help="Slurm QOS.")] = None,
@@ -330,12 +328,6 @@ def run(frameworks: Frameworks = None,
         return
     if python is not None and runtime.value != "native":
         raise UsageError("--python goes with --runtime native")
-    if backend is not None:
-        if scheduler is not None:
-            raise UsageError("give --scheduler, not --backend as well (its old name)")
-        warnings.warn("--backend is deprecated: it is now --scheduler (the old name goes in "
-                      "the next release)", DeprecatedName)
-        scheduler = backend
     request = execute.Request(
         options=RunOptions.from_command_line(
             name=name, frameworks=frameworks, datasets=datasets_, profile=profile, cpus=cpus,

@@ -1,4 +1,4 @@
-"""The native back-end: the same runner and adapters in a Python of the host, no Docker.
+"""The native runtime: the same runner and adapters in a Python of the host, no Docker.
 
 For hosts where Docker is not allowed (many HPC clusters) and to measure what the
 container itself costs.  ``--runtime native --python PATH`` runs each job as
