@@ -54,6 +54,7 @@ def campaign_containers(client, name: str) -> list:
 
 
 def one_round(index: int, args, results: Path, rng: random.Random, client) -> dict:
+    from dlbench_runner.contract import QUICK_PROFILE
     from orchestrator import store
 
     name = f"interrupts-{os.getpid()}-{index}"
@@ -62,7 +63,7 @@ def one_round(index: int, args, results: Path, rng: random.Random, client) -> di
     delay = rng.uniform(0.0, args.max_delay)
     before = row_files(results)
     command = [sys.executable, "-m", "orchestrator", "run", "--frameworks", args.framework,
-               "--datasets", "mnist", "--profile", "quick", "--repeats", str(args.repeats),
+               "--datasets", "mnist", "--profile", QUICK_PROFILE, "--repeats", str(args.repeats),
                "--name", name, "--results", str(results), "--data-dir", str(args.data_dir)]
     proc = subprocess.Popen(
         command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,

@@ -71,14 +71,15 @@ def make_job(rng: random.Random, index: int, samples: int):
     from orchestrator import __version__, catalog, hostinfo
     from orchestrator.report import paper
     from orchestrator.schema import RunRecord, dumps
+    from dlbench_runner.contract import PAPER_PROFILE, QUICK_PROFILE
 
     fw, ds = rng.choice(catalog.STUDY_ORDER), rng.choice(catalog.DATASETS)
-    profile, threads = rng.choice(("paper", "quick", "quick")), rng.choice((None, 1, 2))
+    profile, threads = rng.choice((PAPER_PROFILE, QUICK_PROFILE, QUICK_PROFILE)), rng.choice((None, 1, 2))
     models = catalog.models(fw)
     hp = paper.defaults(fw, ds, profile)          # the framework's models.json values
     base_s, acc_paper, acc_quick = SHAPE[ds]
     images = models["models"][ds]["settings"]["train_images"]
-    train = base_s * SPEED[fw] * (1 if profile == "paper" else 0.05) * rng.uniform(0.9, 1.1)
+    train = base_s * SPEED[fw] * (1 if profile == PAPER_PROFILE else 0.05) * rng.uniform(0.9, 1.1)
     epochs = min(int(hp.get("epochs", 10)), 300)
     start = dt.datetime(2025, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(minutes=index)
     run_id = f"{rng.getrandbits(64):016x}"
@@ -89,7 +90,7 @@ def make_job(rng: random.Random, index: int, samples: int):
         learning_rate=hp.get("learning_rate"), device="cpu", seed=index % 7,
         repeat=index % 3, threads=threads, setup_time_s=rng.uniform(2, 20),
         train_time_s=train, test_time_s=train * 0.02, total_time_s=train * 1.05,
-        accuracy=min(1.0, (acc_paper if profile == "paper" else acc_quick) + rng.gauss(0, 0.005)),
+        accuracy=min(1.0, (acc_paper if profile == PAPER_PROFILE else acc_quick) + rng.gauss(0, 0.005)),
         test_loss=rng.uniform(0.02, 1.5), train_images_per_s=images * epochs / train,
         test_images_per_s=10000 / (train * 0.02), train_samples=images, test_samples=10000,
         param_count=rng.randint(400_000, 1_700_000),

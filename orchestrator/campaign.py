@@ -53,6 +53,7 @@ import warnings
 from pathlib import Path
 from typing import Annotated, Literal, NamedTuple, Optional
 
+from dlbench_runner import contract
 from pydantic import (BaseModel, ConfigDict, Field, PlainValidator, StrictInt, ValidationError,
                       create_model, model_validator)
 
@@ -133,7 +134,7 @@ class CampaignFile(BaseModel):
     description: str = ""
     frameworks: Optional[list[str]] = Field(None, min_length=1)
     datasets: Optional[list[str]] = Field(None, min_length=1)
-    profiles: list[str] = Field(["paper"], min_length=1)
+    profiles: list[str] = Field([contract.PAPER_PROFILE], min_length=1)
     threads: Optional[list[StrictInt]] = Field(None, min_length=1)
     devices: list[Annotated[Optional[int], PlainValidator(device)]] = Field([None], min_length=1)
     variant: Optional[str] = None

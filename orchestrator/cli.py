@@ -12,6 +12,7 @@ from typing import Annotated, Optional, get_args
 import typer
 from typer.exceptions import TyperException
 from rich.console import Console
+from dlbench_runner import contract
 
 # Each command imports what it uses: dlbench --help loads none of store (pyarrow), execute (the
 # Docker SDK, the job loop), options (pydantic), datasets, downloads or sources
@@ -242,8 +243,9 @@ def run(frameworks: Frameworks = None,
             help="The campaign's name, stored in every row (default: the campaign file's name).")] = None,
         profile: Annotated[Optional[str], typer.Option(
             metavar=f"[{_one_of(catalog.PROFILES)}],...",
-            help=f"Comma-separated, from {', '.join(catalog.PROFILES)} (default: paper): the "
-                 "published settings; quick trains the same models briefly, fair one network "
+            help=f"Comma-separated, from {', '.join(catalog.PROFILES)} (default: "
+                 f"{contract.PAPER_PROFILE}): the published settings; {contract.QUICK_PROFILE} trains "
+                 f"the same models briefly, {contract.FAIR_PROFILE} one network "
                  "alike in every framework (docs: A fair comparison).")] = None,
         cpus: Annotated[Optional[int], typer.Option(
             help="Pin each job to this many CPUs and set its thread counts to match.")] = None,
@@ -367,7 +369,9 @@ def run(frameworks: Frameworks = None,
 @app.command()
 def tune(frameworks: Annotated[str, typer.Option(help="The framework to tune (one).")],
          datasets_: Annotated[str, typer.Option("--datasets", help="The data set (one).")],
-         profile: Annotated[str, typer.Option(help="paper or quick: the default to start from.")] = "quick",
+         profile: Annotated[str, typer.Option(
+             help=f"{contract.PAPER_PROFILE} or {contract.QUICK_PROFILE}: the default to start "
+                  "from.")] = contract.QUICK_PROFILE,
          trials: Annotated[int, typer.Option(help="Trials in all, the default the first.")] = 12,
          space: Annotated[Optional[str], typer.Option(
              help="What to search, comma-separated: blas, threads, batch_size, learning_rate, "

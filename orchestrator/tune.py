@@ -36,6 +36,8 @@ import math
 import os
 from pathlib import Path
 
+from dlbench_runner import contract
+
 from . import catalog, execute, owners
 from . import store
 from .campaign import Campaign, joined
@@ -59,7 +61,7 @@ TOP = 5
 class TuneRequest:
     framework: str
     dataset: str
-    profile: str = "quick"
+    profile: str = contract.QUICK_PROFILE
     trials: int = 12
     space: tuple[str, ...] | None = None        # None: DEFAULT_SPACE's axes the framework has
     floor_points: float = 0.5
@@ -162,7 +164,6 @@ def _searched_keys(entry: dict, asked) -> set[str]:
 
 
 def _defaults(framework: str, dataset: str, profile: str) -> dict:
-    from dlbench_runner import contract
     return contract.resolve_hyperparameters(catalog.models(framework), dataset, profile)
 
 

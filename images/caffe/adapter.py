@@ -34,6 +34,8 @@ import os
 import tempfile
 import time
 
+from dlbench_runner import contract
+
 # Before caffe is imported: glog writes errors only, to stderr, and no files.
 os.environ.setdefault("GLOG_minloglevel", "2")
 os.environ.setdefault("GLOG_logtostderr", "1")
@@ -600,7 +602,7 @@ class Adapter:
                           "cudnn": None},
             "periodic": {"test_passes": self.test_passes, "snapshots": self._snapshot_files()},
         }
-        if self.ctx.spec["profile"] == "paper":
+        if self.ctx.spec["profile"] == contract.PAPER_PROFILE:
             # the log's span of the whole solve; its last test pass, as the log shows it
             described["paper_train_time_s"] = self.solve_s
             described["paper_test_time_s"] = (self.test_passes[-1]["time_s"]

@@ -152,6 +152,8 @@ import subprocess
 import sys
 import tempfile
 
+from dlbench_runner import contract
+
 DEBIAN_VERSION = "1.0.5+dfsg-2"
 # The C modules compiled when the image was built (warm.py), copied into every job's fresh
 # compile directory before Theano is imported: Theano compiles only what they lack.
@@ -468,7 +470,7 @@ def compiled_conv_ops(train_fn):
 def does_periodic_work(ctx):
     """Whether the job does the originals' periodic work in its training loop: the
     paper profile only."""
-    return ctx.spec.get("profile") == "paper"
+    return ctx.spec.get("profile") == contract.PAPER_PROFILE
 
 
 class LeNet5:

@@ -346,7 +346,7 @@ def _order(frame: pd.DataFrame) -> pd.DataFrame:
     kind_rank = {"own": 0, "changed": 1, "cross": 2}
     keys = pd.DataFrame({
         "s": frame["section"], "d": frame["dataset"].map(data_rank).fillna(99),
-        "v": frame["device"], "p": frame["profile"] != "paper",
+        "v": frame["device"], "p": frame["profile"] != contract.PAPER_PROFILE,
         "f": frame["framework"].map(rank).fillna(len(rank)), "n": frame["framework"],
         "k": frame["settings_kind"].map(kind_rank),
         "x": frame["settings"], "t": frame["threads"].fillna(0)})
@@ -403,7 +403,7 @@ def _not_comparable(g, ref: Reference) -> str | None:
         return f"no paper cell for {g.framework} on {g.dataset} ({g.device})"
     if ref.cell(g.framework, g.dataset, g.device, g.model) is None:
         return f"the paper's cell is {published['model']}, not {g.model}"
-    if g.profile != "paper":
+    if g.profile != contract.PAPER_PROFILE:
         return f"{g.profile} profile (it trains for other lengths than the paper did)"
     if g.settings_kind == "cross":
         return f"trained with {g.settings}"
@@ -506,7 +506,7 @@ def _ratios(groups: pd.DataFrame, ref: Reference, ratio_tolerance: float) -> pd.
             ratio = getattr(r, column) / getattr(base, column)
             groups.at[r.Index, "train_time_ratio"] = ratio
             cell = ref.cell(r.framework, r.dataset, r.device, r.model)
-            if r.profile == "paper" and cell and base_cell:
+            if r.profile == contract.PAPER_PROFILE and cell and base_cell:
                 published = cell["train_time_s"] / base_cell["train_time_s"]
                 groups.at[r.Index, "published_train_time_ratio"] = published
                 groups.at[r.Index, "ratio_vs_published"] = ratio / published

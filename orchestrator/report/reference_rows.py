@@ -31,6 +31,7 @@ import math
 from pathlib import Path
 
 import pandas as pd
+from dlbench_runner import contract
 
 from .. import store
 from . import paper
@@ -125,7 +126,7 @@ def judge(rep: paper.Report, where: Path | None = None,
     else:
         rows = load(where)
         ref = paper.build(rows) if rows is not None else None
-    quick = rep.groups[rep.groups["profile"] == "quick"]
+    quick = rep.groups[rep.groups["profile"] == contract.QUICK_PROFILE]
     records = [_judge(g, ref) for g in quick.itertuples()]
     return Judgement(groups=pd.DataFrame.from_records(records, columns=COLUMNS),
                      machine=machine_of(ref) if ref is not None else None, reference=ref)

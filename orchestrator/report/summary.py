@@ -36,7 +36,7 @@ def run_summary(results: Path, run_ids, reference: Path | None = None,
 
 def _verdicts(rep: paper.Report, judgement: reference_rows.Judgement) -> list[str]:
     judged, not_judged = judgement.judged, judgement.not_judged
-    others = rep.groups[rep.groups["profile"] != "quick"]
+    others = rep.groups[rep.groups["profile"] != contract.QUICK_PROFILE]
     if not len(judgement.groups):
         counts = others["profile"].value_counts(sort=False)
         return _wrap("Not judged here: " + "; ".join(
@@ -74,7 +74,7 @@ def _speed(frame, rep: paper.Report, judgement: reference_rows.Judgement) -> lis
     """This machine's speed beside the reference machine's, from the quick runs that no
     other work disturbed (``noise.RULE``: image builds beside them, load, CPU use, spread)
     where there are any; from disturbed ones only when there are no others, and then said."""
-    quick = rep.rows[(rep.rows["status"] == "ok") & (rep.rows["profile"] == "quick")]
+    quick = rep.rows[(rep.rows["status"] == "ok") & (rep.rows["profile"] == contract.QUICK_PROFILE)]
     disturbed = quick["disturbed"] != ""
     note = ""
     if disturbed.any() and not disturbed.all():
@@ -107,7 +107,7 @@ def _grouped(reasons: list[tuple[str, str]]) -> list[str]:
 def _paper_command(rep: paper.Report, command_results: Path | None) -> list[str]:
     """The command of a paper verdict for the run's quick models, and its time here from
     their measured speed."""
-    quick = rep.groups[(rep.groups["profile"] == "quick") & (rep.groups["ok"] > 0)]
+    quick = rep.groups[(rep.groups["profile"] == contract.QUICK_PROFILE) & (rep.groups["ok"] > 0)]
     if not len(quick):          # no quick job trained: no paper run to suggest
         return []
     models = list(dict.fromkeys(zip(quick["framework"], quick["dataset"], quick["model"],

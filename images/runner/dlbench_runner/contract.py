@@ -43,7 +43,10 @@ EVENT_TAG = ":::DLBENCH "
 # Thread variables every BLAS and OpenMP runtime honours; a job's thread count sets them.
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS")
 
-PROFILES = ("paper", "quick", "fair")
+PAPER_PROFILE = "paper"     # the published settings
+QUICK_PROFILE = "quick"     # the same models, trained briefly
+FAIR_PROFILE = "fair"       # one network alike in every framework (FAIR below)
+PROFILES = (PAPER_PROFILE, QUICK_PROFILE, FAIR_PROFILE)
 # The fair profile (``fair.py``): one network per data set, the same in every framework
 # whose models.json lists the data set under ``fair``; these settings and the thread count
 # are all a fair job may change (``--set``), as its network and its training are fixed.
@@ -53,7 +56,6 @@ PROFILES = ("paper", "quick", "fair")
 # first ``log_steps`` steps is kept; the logits of the first ``probe_images`` test images are
 # taken before the first step; after the test pass each layer is timed alone ``op_repeats``
 # times (``ops.py``; 0: not timed).
-FAIR_PROFILE = "fair"
 FAIR = {
     "mnist": {"batch_size": 64, "learning_rate": 0.01, "momentum": 0.9, "steps": 937,
               "log_steps": 200, "probe_images": 64, "op_repeats": 20},
@@ -128,7 +130,8 @@ TEST_IMAGES = {"mnist": 10000, "cifar10": 10000}
 # training take it: MNIST 28 x 28, CIFAR-10 3 x 32 x 32.
 IMAGE_SHAPES = {"mnist": (28, 28), "cifar10": (3, 32, 32)}
 
-__all__ = ["SCHEMA_VERSION", "EVENT_TAG", "THREAD_VARIABLES", "PROFILES", "SpecError",
+__all__ = ["SCHEMA_VERSION", "EVENT_TAG", "THREAD_VARIABLES", "PROFILES", "PAPER_PROFILE", "QUICK_PROFILE",
+           "SpecError",
            "load_catalog", "resolve_hyperparameters", "check_value", "check_seed", "default_seed", "MAX_SEED",
            "formats", "cpu_model", "gpu_index", "ROBUSTNESS", "PGD_STEPS", "TEST_IMAGES", "epsilons",
            "MIGRATION", "MAX_MODEL_BYTES", "AFTER_TRAINING", "LATER_SETTINGS", "OPENMP", "FAIR_PROFILE", "FAIR", "FAIR_MODELS", "FAIR_WEIGHTS_FILE",
@@ -174,7 +177,7 @@ def resolve_hyperparameters(catalog, dataset, profile, overrides=None, device="c
     if profile not in PROFILES:
         raise SpecError("unknown profile %r (choose from %s)" % (profile, ", ".join(PROFILES)))
     params = dict(ROBUSTNESS.get(dataset, {}))
-    if profile == "quick" and dataset in ROBUSTNESS:
+    if profile == QUICK_PROFILE and dataset in ROBUSTNESS:
         params.update(QUICK_ROBUSTNESS)
     params.update(MIGRATION)
     params.update(OPENMP)
