@@ -21,7 +21,6 @@ how many were clean, the exit codes, and the time from signal to exit (median, m
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import hashlib
 import os
@@ -35,12 +34,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from _common import Parser
+
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-
-
-class Parser(argparse.ArgumentParser):
-    def error(self, message):          # one line, not argparse's usage block
-        sys.exit(f"{self.prog}: error: {message}")
 
 
 def row_files(results: Path) -> dict[str, str]:

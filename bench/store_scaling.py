@@ -25,23 +25,17 @@ import concurrent.futures
 import datetime as dt
 import multiprocessing
 import os
-import platform
 import random
 import resource
-import shlex
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
 
+from _common import Parser, header, positive_int
+
 REPORT_GOAL_S, REPORT_GOAL_ROWS = 5.0, 10_000
 LINEAR_SLACK = 1.5   # "linear": grows at most 1.5 x the size ratio (noise, caches)
-
-
-class Parser(argparse.ArgumentParser):
-    def error(self, message):          # one line, not argparse's usage block
-        sys.exit(f"{self.prog}: error: {message}")
 
 
 def positive_ints(text: str) -> list[int]:
@@ -52,12 +46,6 @@ def positive_ints(text: str) -> list[int]:
     if not values or min(values) < 1:
         raise argparse.ArgumentTypeError(f"sizes must be integers of 1 or more: {text!r}")
     return sorted(set(values))
-
-
-def positive_int(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"not an integer of 1 or more: {text!r}")
-    return int(text)
 
 
 # -- synthetic runs -------------------------------------------------------------------------
@@ -200,13 +188,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.dir is not None and not args.dir.is_dir():
         parser.error(f"--dir {args.dir}: no such directory")
-    from orchestrator import __version__, hostinfo
-
-    print(f"date     {dt.datetime.now().astimezone().isoformat(timespec='seconds')}")
-    print(f"machine  {hostinfo.cpu_model()}, {os.cpu_count()} cores, {hostinfo.memory_gb()} GiB, "
-          f"{platform.system()} {platform.release()}; Python {platform.python_version()}, "
-          f"dlbench {__version__}")
-    print(f"command  {shlex.join([Path(sys.executable).name, *sys.argv])}")
+    header()
     print(f"setup    one trace file per job ({args.samples} samples), {args.rows_per_file} row(s) "
           f"per row file{'' if args.no_compact else ', then compacted'}; each phase in a fresh "
           f"process; peak = peak RSS of that process\n")
