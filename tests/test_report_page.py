@@ -25,16 +25,13 @@ import pytest
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
-from conftest import REPO, dlbench
+from conftest import REPO, dlbench, needs_browser
 from dlbench_runner import fair as networks
 from orchestrator import catalog, store
 from orchestrator.report import charts, html, paper
 from test_report import records, runner_rows, sample, with_traces
 
-CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
-pytestmark = pytest.mark.skipif(
-    not (CHROMIUM and CHROMEDRIVER),
-    reason="needs a headless browser: Debian's chromium and chromium-driver (scripts/setup --dev installs them)")
+pytestmark = needs_browser
 MEASUREMENTS = REPO / "docs" / "measurements"
 # the committed rows the page is made of (the counts below are of these; more may be committed)
 MEASURED = ("2026-11-25-torch7-test-pass", "2026-11-26-pytorch-mnist-h200", "2026-11-26-quick")
@@ -69,23 +66,6 @@ def page(results, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("out")
     dlbench("report", "--results", results, "--html", out, check=True)
     return out / "index.html"
-
-
-@pytest.fixture(scope="module")
-def browser():
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                     "--window-size=1400,1000"):
-        options.add_argument(argument)
-    options.binary_location = CHROMIUM
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(options=options, service=Service(CHROMEDRIVER))
-    driver.set_script_timeout(30)
-    yield driver
-    driver.quit()
 
 
 def load(browser, path: Path) -> list[dict]:
