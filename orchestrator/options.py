@@ -354,7 +354,8 @@ def check_timeout(timeout: float) -> float:
 
 
 def device(value) -> int | None:
-    """``cpu`` (None) or ``gpu:N`` (N)."""
+    """``cpu`` (None) or ``gpu:N`` (N): the command line's spelling (contract.py's
+    ``DEVICES`` says where the others are read)."""
     if value == "cpu":
         return None
     match = re.fullmatch(r"gpu:(\d+)", str(value))

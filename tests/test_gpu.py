@@ -57,6 +57,22 @@ def test_a_gpu_list_runs_every_job_on_each_gpu_on_cpus_of_its_own():
     assert (single.cpus, single.cpuset, single.threads) == (None, None, 8)
 
 
+def test_a_device_is_gpu_n_on_the_command_line_an_index_in_the_plan_and_cuda_in_the_spec():
+    from dlbench_runner import contract
+    from orchestrator import options
+
+    cpu, gpu = plan.expand(axes_of(dict(frameworks="caffe", datasets="mnist", devices="cpu,gpu:1")), 4).jobs
+    assert [options.device(d) for d in ("cpu", "gpu:1")] == [None, 1] == [cpu.gpu, gpu.gpu]
+    assert [j.spec("r", "j")["device"] for j in (cpu, gpu)] == ["cpu", "cuda"] == list(contract.DEVICES)
+    # the runner: the spec's device, or one given by hand with its index
+    assert [contract.gpu_index(d) for d in ("cpu", "cuda", "cuda:1")] == [None, 0, 1]
+    for wrong in ("gpu:1", "cuda:x"):
+        with pytest.raises(contract.SpecError, match="use cpu, cuda or cuda:N"):
+            contract.gpu_index(wrong)
+    with pytest.raises(ValueError, match='a device is "cpu" or "gpu:N"'):
+        options.device("cuda:1")
+
+
 def test_gpu_lists_that_cannot_be_planned_are_one_line_errors():
     def error(*args, host=None):
         proc = dlbench("run", "--frameworks", "caffe", "--datasets", "mnist", *args, "--dry-run", env=NO_DOCKER)

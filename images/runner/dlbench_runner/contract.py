@@ -133,7 +133,7 @@ IMAGE_SHAPES = {"mnist": (28, 28), "cifar10": (3, 32, 32)}
 __all__ = ["SCHEMA_VERSION", "EVENT_TAG", "THREAD_VARIABLES", "PROFILES", "PAPER_PROFILE", "QUICK_PROFILE",
            "SpecError",
            "load_catalog", "resolve_hyperparameters", "check_value", "check_seed", "default_seed", "MAX_SEED",
-           "formats", "cpu_model", "gpu_index", "ROBUSTNESS", "PGD_STEPS", "TEST_IMAGES", "epsilons",
+           "formats", "cpu_model", "DEVICES", "device_of", "gpu_index", "ROBUSTNESS", "PGD_STEPS", "TEST_IMAGES", "epsilons",
            "MIGRATION", "MAX_MODEL_BYTES", "AFTER_TRAINING", "LATER_SETTINGS", "OPENMP", "FAIR_PROFILE", "FAIR", "FAIR_MODELS", "FAIR_WEIGHTS_FILE",
            "model_name", "fair_hyperparameters", "thread_environment",
            "openmp_threads", "TRANSFER_FILE", "MAX_TRANSFER_BYTES", "IMAGE_SHAPES"]
@@ -302,6 +302,25 @@ def check_value(key, value):
         raise SpecError("hyper-parameter %r must be at most %d, not %r" % (key, MAX_BATCH_SIZE, value))
     if isinstance(value, int) and value > MAX_INT:
         raise SpecError("hyper-parameter %r must be at most %d, not %r" % (key, MAX_INT, value))
+
+
+# A device has three spellings, each where it is read, and the conversions between the
+# last two are here:
+# - the command line and a campaign file: ``cpu`` or ``gpu:N`` (``--gpu N`` is ``gpu:N``;
+#   the images are cpu and gpu too), read by the host's ``options.device``;
+# - the plan: the GPU's index on the host (``Job.gpu``; None on the CPU), which a row keeps
+#   as text in its ``gpu`` column;
+# - the job spec, a row's ``device`` column and the paper's cells: ``cpu`` or ``cuda``, no
+#   index, as the paper's columns are named.  A container (or the native runtime's process,
+#   through CUDA_VISIBLE_DEVICES) sees its own GPU alone, as its first.  The runner takes
+#   ``cuda:N`` too, for a run by hand on a machine of several GPUs.
+# Rows hold the last two spellings since schema version 1: they stay.
+DEVICES = ("cpu", "cuda")      # the spec's and the rows' devices
+
+
+def device_of(gpu):
+    """The device a job on GPU ``gpu`` (None: the CPU) has in its spec and its row."""
+    return "cpu" if gpu is None else "cuda"
 
 
 def gpu_index(device):
