@@ -11,10 +11,7 @@ seconds of each run, the median, and what `dlbench --help` takes (start-up alone
 
 from __future__ import annotations
 
-import argparse
-import datetime as dt
 import os
-import platform
 import shlex
 import shutil
 import statistics
@@ -24,13 +21,10 @@ import time
 import types
 from pathlib import Path
 
+from _common import Parser, header
+
 FRAMEWORKS = ("caffe", "tensorflow", "torch", "pytorch", "mxnet", "theano")
 GOAL_S = 10.0
-
-
-class Parser(argparse.ArgumentParser):
-    def error(self, message):          # one line, not argparse's usage block
-        sys.exit(f"{self.prog}: error: {message}")
 
 
 class WouldBuild(Exception):     # raised by the refusing client: build-images would build here
@@ -107,11 +101,8 @@ def main() -> None:
     if problem:
         sys.exit(problem)
 
-    from orchestrator import __version__, hostinfo
-    print(f"date     {dt.datetime.now().astimezone().isoformat(timespec='seconds')}")
-    print(f"machine  {hostinfo.cpu_model()}, {os.cpu_count()} cores, {hostinfo.memory_gb()} GiB, "
-          f"{platform.system()} {platform.release()}; Docker {docker_version}, dlbench {__version__}")
-    print(f"command  {shlex.join([Path(sys.executable).name, *sys.argv])}")
+    from orchestrator import __version__
+    header(f"Docker {docker_version}, dlbench {__version__}")
     command = [dlbench, "build-images", "--frameworks", ",".join(frameworks)]
     print(f"timing   {shlex.join(command)}\n")
     seconds = []

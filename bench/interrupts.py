@@ -21,7 +21,6 @@ how many were clean, the exit codes, and the time from signal to exit (median, m
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import hashlib
 import os
@@ -35,12 +34,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from _common import Parser
+
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-
-
-class Parser(argparse.ArgumentParser):
-    def error(self, message):          # one line, not argparse's usage block
-        sys.exit(f"{self.prog}: error: {message}")
 
 
 def row_files(results: Path) -> dict[str, str]:
@@ -54,6 +50,7 @@ def campaign_containers(client, name: str) -> list:
 
 
 def one_round(index: int, args, results: Path, rng: random.Random, client) -> dict:
+    from dlbench_runner.contract import QUICK_PROFILE
     from orchestrator import store
 
     name = f"interrupts-{os.getpid()}-{index}"
@@ -62,7 +59,7 @@ def one_round(index: int, args, results: Path, rng: random.Random, client) -> di
     delay = rng.uniform(0.0, args.max_delay)
     before = row_files(results)
     command = [sys.executable, "-m", "orchestrator", "run", "--frameworks", args.framework,
-               "--datasets", "mnist", "--profile", "quick", "--repeats", str(args.repeats),
+               "--datasets", "mnist", "--profile", QUICK_PROFILE, "--repeats", str(args.repeats),
                "--name", name, "--results", str(results), "--data-dir", str(args.data_dir)]
     proc = subprocess.Popen(
         command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,

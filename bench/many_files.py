@@ -16,34 +16,21 @@ Run it once with the code of a commit before a change and once after (each tree'
 
 from __future__ import annotations
 
-import argparse
 import concurrent.futures
 import datetime as dt
 import multiprocessing
-import os
-import platform
 import random
 import resource
-import shlex
 import shutil
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from _common import Parser, header, positive_int
+
 HERE = Path(__file__).resolve().parent
 TEMPLATES = 50                  # distinct synthetic rows, each written again under new ids
-
-
-class Parser(argparse.ArgumentParser):
-    def error(self, message):          # one line, not argparse's usage block
-        sys.exit(f"{self.prog}: error: {message}")
-
-
-def positive_int(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"not an integer of 1 or more: {text!r}")
-    return int(text)
 
 
 def fill(repo: str, folder: str, files: int, seed: int) -> None:
@@ -104,13 +91,8 @@ def main() -> None:
         if given is not None and not given.is_dir():
             parser.error(f"{what} {given}: no such directory")
     sys.path.insert(0, str(HERE.parent))
-    from orchestrator import __version__, hostinfo
 
-    print(f"date     {dt.datetime.now().astimezone().isoformat(timespec='seconds')}")
-    print(f"machine  {hostinfo.cpu_model()}, {os.cpu_count()} cores, {hostinfo.memory_gb()} GiB, "
-          f"{platform.system()} {platform.release()}; Python {platform.python_version()}, "
-          f"dlbench {__version__}")
-    print(f"command  {shlex.join([Path(sys.executable).name, *sys.argv])}")
+    header()
     folder = Path(tempfile.mkdtemp(prefix="dlbench-many-files-", dir=args.dir))
     try:
         start = time.perf_counter()

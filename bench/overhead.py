@@ -59,6 +59,7 @@ import pandas as pd
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+from dlbench_runner.contract import QUICK_PROFILE  # noqa: E402
 from orchestrator import build, catalog, datasets, hostinfo, jobdir, owners, plan  # noqa: E402
 from orchestrator.options import Axes  # noqa: E402
 from orchestrator.runtimes import docker as docker_runtime, native  # noqa: E402
@@ -74,7 +75,7 @@ def fail(message: str) -> None:
 
 def job_of(client, framework, cpus):
     """The quick MNIST job as `dlbench run --cpus N` plans it, with dlbench's default memory limit."""
-    job, = plan.expand(Axes(frameworks=[framework], datasets=["mnist"], profiles=["quick"],
+    job, = plan.expand(Axes(frameworks=[framework], datasets=["mnist"], profiles=[QUICK_PROFILE],
                             threads=[cpus])).jobs
     return job.model_copy(update={"memory_bytes": docker_runtime.default_memory(client)})
 
@@ -132,7 +133,7 @@ def run_quick(framework, datasets, data, cpus, scratch, *options, what=""):
     folder: its rows and its wall time."""
     results = Path(tempfile.mkdtemp(dir=scratch))
     command = [sys.executable, "-m", "orchestrator", "run", "--frameworks", framework,
-               "--datasets", datasets, "--profile", "quick", "--cpus", str(cpus),
+               "--datasets", datasets, "--profile", QUICK_PROFILE, "--cpus", str(cpus),
                "--results", str(results), "--data-dir", str(data), *options]
     started = time.perf_counter()
     proc = subprocess.run(command, capture_output=True, text=True, cwd=REPO)

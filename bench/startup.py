@@ -17,11 +17,7 @@ import where they use them.
 
 from __future__ import annotations
 
-import argparse
-import datetime as dt
 import os
-import platform
-import shlex
 import statistics
 import subprocess
 import sys
@@ -29,21 +25,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from _common import Parser, header, positive_int
+
 HERE = Path(__file__).resolve().parent
 SMALL = HERE.parent / "docs" / "measurements" / "2026-11-26-quick"     # 12 quick runs
 OTHER = HERE.parent / "docs" / "measurements" / "2026-11-27-quick-checks"
 GOAL_S = 0.3
-
-
-class Parser(argparse.ArgumentParser):
-    def error(self, message):          # one line, not argparse's usage block
-        sys.exit(f"{self.prog}: error: {message}")
-
-
-def positive_int(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"not an integer of 1 or more: {text!r}")
-    return int(text)
 
 
 @dataclass
@@ -134,8 +121,6 @@ def main() -> None:
         if not (given / "runs").is_dir():
             parser.error(f"{what} {given}: not a results folder (no runs/ in it)")
     sys.path.insert(0, str(HERE.parent))
-    from orchestrator import __version__, hostinfo
-
     table = commands(args.results.resolve(), args.other.resolve())
     unknown = set(args.commands.split(",")) - set(table)
     if unknown:
@@ -145,11 +130,7 @@ def main() -> None:
         for node in tops:
             show_tree(node, int(args.min_ms * 1000))
         return
-    print(f"date     {dt.datetime.now().astimezone().isoformat(timespec='seconds')}")
-    print(f"machine  {hostinfo.cpu_model()}, {os.cpu_count()} cores, {hostinfo.memory_gb()} GiB, "
-          f"{platform.system()} {platform.release()}; Python {platform.python_version()}, "
-          f"dlbench {__version__}; load average {os.getloadavg()[0]:.2f}")
-    print(f"command  {shlex.join([Path(sys.executable).name, *sys.argv])}")
+    header(more=f"; load average {os.getloadavg()[0]:.2f}")
     print(f"results  {args.results} (compare's B: {args.other})")
     measured: dict[str, list[tuple[float, list[Import], int]]] = {
         name: [] for name in table if name in args.commands.split(",")}

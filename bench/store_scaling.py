@@ -25,23 +25,17 @@ import concurrent.futures
 import datetime as dt
 import multiprocessing
 import os
-import platform
 import random
 import resource
-import shlex
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
 
+from _common import Parser, header, positive_int
+
 REPORT_GOAL_S, REPORT_GOAL_ROWS = 5.0, 10_000
 LINEAR_SLACK = 1.5   # "linear": grows at most 1.5 x the size ratio (noise, caches)
-
-
-class Parser(argparse.ArgumentParser):
-    def error(self, message):          # one line, not argparse's usage block
-        sys.exit(f"{self.prog}: error: {message}")
 
 
 def positive_ints(text: str) -> list[int]:
@@ -54,12 +48,6 @@ def positive_ints(text: str) -> list[int]:
     return sorted(set(values))
 
 
-def positive_int(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"not an integer of 1 or more: {text!r}")
-    return int(text)
-
-
 # -- synthetic runs -------------------------------------------------------------------------
 # data set -> (training seconds of the paper profile, accuracy paper, quick); framework -> slowdown
 SHAPE = {"mnist": (600.0, 0.99, 0.95), "cifar10": (3000.0, 0.75, 0.40)}
@@ -69,16 +57,17 @@ SPEED = {"caffe": 1.0, "tensorflow": 1.6, "torch": 2.2, "pytorch": 2.2, "mxnet":
 def make_job(rng: random.Random, index: int, samples: int):
     """One job's row (a RunRecord) and its trace samples, shaped like real ones."""
     from orchestrator import __version__, catalog, hostinfo
-    from orchestrator.report import compare
+    from orchestrator.report import paper
     from orchestrator.schema import RunRecord, dumps
+    from dlbench_runner.contract import PAPER_PROFILE, QUICK_PROFILE
 
     fw, ds = rng.choice(catalog.STUDY_ORDER), rng.choice(catalog.DATASETS)
-    profile, threads = rng.choice(("paper", "quick", "quick")), rng.choice((None, 1, 2))
+    profile, threads = rng.choice((PAPER_PROFILE, QUICK_PROFILE, QUICK_PROFILE)), rng.choice((None, 1, 2))
     models = catalog.models(fw)
-    hp = compare.defaults(fw, ds, profile)          # the framework's models.json values
+    hp = paper.defaults(fw, ds, profile)          # the framework's models.json values
     base_s, acc_paper, acc_quick = SHAPE[ds]
     images = models["models"][ds]["settings"]["train_images"]
-    train = base_s * SPEED[fw] * (1 if profile == "paper" else 0.05) * rng.uniform(0.9, 1.1)
+    train = base_s * SPEED[fw] * (1 if profile == PAPER_PROFILE else 0.05) * rng.uniform(0.9, 1.1)
     epochs = min(int(hp.get("epochs", 10)), 300)
     start = dt.datetime(2025, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(minutes=index)
     run_id = f"{rng.getrandbits(64):016x}"
@@ -89,7 +78,7 @@ def make_job(rng: random.Random, index: int, samples: int):
         learning_rate=hp.get("learning_rate"), device="cpu", seed=index % 7,
         repeat=index % 3, threads=threads, setup_time_s=rng.uniform(2, 20),
         train_time_s=train, test_time_s=train * 0.02, total_time_s=train * 1.05,
-        accuracy=min(1.0, (acc_paper if profile == "paper" else acc_quick) + rng.gauss(0, 0.005)),
+        accuracy=min(1.0, (acc_paper if profile == PAPER_PROFILE else acc_quick) + rng.gauss(0, 0.005)),
         test_loss=rng.uniform(0.02, 1.5), train_images_per_s=images * epochs / train,
         test_images_per_s=10000 / (train * 0.02), train_samples=images, test_samples=10000,
         param_count=rng.randint(400_000, 1_700_000),
@@ -125,7 +114,7 @@ def make_job(rng: random.Random, index: int, samples: int):
 def phase(name: str, results: str, rows: int, rows_per_file: int, samples: int, seed: int):
     """Run one phase; return (seconds, details, peak RSS bytes, RSS after imports)."""
     from orchestrator import report, store
-    from orchestrator.report import compare, text
+    from orchestrator.report import paper, text
     imported = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024   # Linux: KiB
     folder, details = Path(results), {}
     start = time.perf_counter()
@@ -151,7 +140,7 @@ def phase(name: str, results: str, rows: int, rows_per_file: int, samples: int, 
     elif name == "load traces":
         details["samples"] = len(store.load_traces(folder))
     else:                     # the whole `dlbench report`, its steps timed as it calls them
-        for module, attr in ((store, "load"), (store, "load_traces"), (compare, "build"),
+        for module, attr in ((store, "load"), (store, "load_traces"), (paper, "build"),
                              (text, "render_report")):
             _time_calls(module, attr, details)
         page = Path(results) / "_html" if name == "report html" else None
@@ -199,13 +188,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.dir is not None and not args.dir.is_dir():
         parser.error(f"--dir {args.dir}: no such directory")
-    from orchestrator import __version__, hostinfo
-
-    print(f"date     {dt.datetime.now().astimezone().isoformat(timespec='seconds')}")
-    print(f"machine  {hostinfo.cpu_model()}, {os.cpu_count()} cores, {hostinfo.memory_gb()} GiB, "
-          f"{platform.system()} {platform.release()}; Python {platform.python_version()}, "
-          f"dlbench {__version__}")
-    print(f"command  {shlex.join([Path(sys.executable).name, *sys.argv])}")
+    header()
     print(f"setup    one trace file per job ({args.samples} samples), {args.rows_per_file} row(s) "
           f"per row file{'' if args.no_compact else ', then compacted'}; each phase in a fresh "
           f"process; peak = peak RSS of that process\n")

@@ -59,7 +59,8 @@ class Axis:
 
 # -- how one value reads: the same from the command line and from a file ---------------------
 def device(value) -> int | None:
-    """``cpu`` (None) or ``gpu:N`` (N)."""
+    """``cpu`` (None) or ``gpu:N`` (N): the command line's spelling (contract.py's
+    ``DEVICES`` says where the others are read)."""
     if value == "cpu":
         return None
     match = re.fullmatch(r"gpu:(\d+)", str(value))
@@ -106,7 +107,7 @@ def onednn_switch(value) -> str | None:
 AXES: list[Axis] = [
     Axis("frameworks", outer=True),                     # None: every framework that has an image
     Axis("datasets", outer=True),                       # None: both, where the framework has a model
-    Axis("profiles", default=["paper"]),
+    Axis("profiles", default=[contract.PAPER_PROFILE]),
     Axis("threads", int, default=[None], matrix=True),  # CPU counts; None: all, no limit
     Axis("devices", int, default=[None], parse=device),     # None: CPU; N: GPU N
     Axis("variant", many=False),                        # the image variant; None: each job's device's

@@ -58,6 +58,7 @@ import warnings
 from pathlib import Path
 from typing import Annotated, Literal, NamedTuple, Optional
 
+from dlbench_runner import contract
 from pydantic import (BaseModel, ConfigDict, Field, PlainValidator, StrictInt, ValidationError,
                       create_model, model_validator)
 

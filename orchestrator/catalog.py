@@ -249,7 +249,7 @@ def _model_problem(info: dict, dataset: str, entry) -> str | None:
     if isinstance(images, bool) or not isinstance(images, int) or images < 1:
         return "settings.train_images: the number of images a pass over the training set takes"
     for profile in own:
-        for device in ("cpu", "cuda"):
+        for device in contract.DEVICES:
             try:
                 contract.resolve_hyperparameters(info, dataset, profile, device=device)
             except (contract.SpecError, TypeError, ValueError) as exc:

@@ -15,6 +15,7 @@ from typing import Annotated, Any, Callable, Optional, get_args
 import typer
 from typer.exceptions import TyperException
 from rich.console import Console
+from dlbench_runner import contract
 
 # Each command imports what it uses: dlbench --help loads none of store (pyarrow), execute (the
 # Docker SDK, the job loop), options (pydantic), datasets, downloads or sources
@@ -291,8 +292,9 @@ def run(frameworks: Frameworks = None,
             help="The campaign's name, stored in every row (default: the campaign file's name).")] = None,
         profile: Annotated[Optional[str], typer.Option(
             metavar=f"[{_one_of(catalog.PROFILES)}],...",
-            help=f"Comma-separated, from {', '.join(catalog.PROFILES)} (default: paper): the "
-                 "published settings; quick trains the same models briefly, fair one network "
+            help=f"Comma-separated, from {', '.join(catalog.PROFILES)} (default: "
+                 f"{contract.PAPER_PROFILE}): the published settings; {contract.QUICK_PROFILE} trains "
+                 f"the same models briefly, {contract.FAIR_PROFILE} one network "
                  "alike in every framework (docs: A fair comparison).")] = None,
         cpus: Annotated[Optional[int], typer.Option(
             help="Pin each job to this many CPUs and set its thread counts to match.")] = None,
@@ -349,8 +351,6 @@ def run(frameworks: Frameworks = None,
             help="Where and when the jobs run: local (one job after another on this host; the "
                  "default) or slurm (one Slurm job array; the results directory must be shared "
                  "with the nodes).")] = None,
-        backend: Annotated[Optional[Scheduler], typer.Option(
-            hidden=True, help="Deprecated name of --scheduler.")] = None,
         slurm: tuple = (),
         sbatch_option: Annotated[list[str], typer.Option(
             "--sbatch-option", help="Another sbatch option, e.g. --sbatch-option=--time=30 "
@@ -370,12 +370,6 @@ def run(frameworks: Frameworks = None,
         return
     if python is not None and runtime.value != "native":
         raise UsageError("--python goes with --runtime native")
-    if backend is not None:
-        if scheduler is not None:
-            raise UsageError("give --scheduler, not --backend as well (its old name)")
-        warnings.warn("--backend is deprecated: it is now --scheduler (the old name goes in "
-                      "the next release)", DeprecatedName)
-        scheduler = backend
     request = execute.Request(
         options=RunOptions.from_command_line(
             name=name, frameworks=frameworks, datasets=datasets_, profile=profile, cpus=cpus,
@@ -414,7 +408,9 @@ def run(frameworks: Frameworks = None,
 @_taking(build_options=BUILD, slurm=SLURM)
 def tune(frameworks: Annotated[str, typer.Option(help="The framework to tune (one).")],
          datasets_: Annotated[str, typer.Option("--datasets", help="The data set (one).")],
-         profile: Annotated[str, typer.Option(help="paper or quick: the default to start from.")] = "quick",
+         profile: Annotated[str, typer.Option(
+             help=f"{contract.PAPER_PROFILE} or {contract.QUICK_PROFILE}: the default to start "
+                  "from.")] = contract.QUICK_PROFILE,
          trials: Annotated[int, typer.Option(help="Trials in all, the default the first.")] = 12,
          space: Annotated[Optional[str], typer.Option(
              help="What to search, comma-separated: blas, threads, batch_size, learning_rate, "
@@ -715,12 +711,12 @@ def compare_(a: Annotated[str, typer.Argument(
     """Compare two sets of runs group by group: medians, B ÷ A with its confidence interval,
     a significance test and a verdict."""
     from . import store
-    from .report import ab, select, text
+    from .report import compare, select, text
 
-    chosen, slowdown = select.conditions(where, framework, dataset), ab.threshold(fail_on_slowdown)
-    first, second, across = ab.sides(a, b, store.results_dir(results), chosen, by, ignore)
-    cmp = ab.build(first, second, metric.value, exclude_disturbed, slowdown, across,
-                   allow_inconclusive)
+    chosen, slowdown = select.conditions(where, framework, dataset), compare.threshold(fail_on_slowdown)
+    first, second, across = compare.sides(a, b, store.results_dir(results), chosen, by, ignore)
+    cmp = compare.build(first, second, metric.value, exclude_disturbed, slowdown, across,
+                        allow_inconclusive)
     _write(text.render_comparison(cmp, format.value if format else "table", _screen(),
                                   out.color_system, _names(columns), wide))
     if cmp.exit_status:

@@ -224,7 +224,7 @@ def axis_problems(axes: Axes, host_cpus: int) -> list[PlanError]:
                                "run both)", ("variant",)))
     if axes.weights is not None and contract.FAIR_PROFILE not in axes.profiles:
         found.append(PlanError("weights go with the fair profile", ("weights",),
-                               "--weights goes with --profile fair"))
+                               f"--weights goes with --profile {contract.FAIR_PROFILE}"))
     if contract.FAIR_PROFILE in axes.profiles and any(s is not None for s in axes.settings_from):
         found.append(PlanError("the fair profile fixes every framework's settings: leave out "
                                "settings_from or the fair profile", ("settings_from",),

@@ -91,7 +91,7 @@ class _Job(BaseModel):
 
     @property
     def device(self) -> str:
-        return "cpu" if self.gpu is None else "cuda"
+        return contract.device_of(self.gpu)
 
     @property
     def thread_environment(self) -> dict[str, str]:
@@ -223,7 +223,7 @@ def expand(axes: Axes, host_cpus: int | None = None) -> Plan:
                     on_gpu = gpu is not None
                     if on_gpu not in params:
                         params[on_gpu] = _resolve(axes, models, framework, dataset, profile,
-                                                  overrides, "cuda" if on_gpu else "cpu", problems)
+                                                  overrides, contract.device_of(gpu), problems)
                     if params[on_gpu] is None:
                         continue
                     cells.append(dict(

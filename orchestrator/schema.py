@@ -290,8 +290,8 @@ class _Job(BaseModel):
     onednn: str | None = None          # oneDNN kernels asked on or off (None: the default)
     batch_size: int | None = None
     learning_rate: float | None = None
-    device: str
-    gpu: str | None = None
+    device: str                                # cpu or cuda, as the job spec says (no index)
+    gpu: str | None = None                     # the plan's GPU index (--gpu N); empty on the CPU
     gpu_name: str | None = None                # the GPU's model, as its driver names it
     gpu_driver: str | None = None              # the NVIDIA driver's version
     gpu_memory_total_bytes: int | None = None

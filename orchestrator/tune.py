@@ -36,6 +36,8 @@ import math
 import os
 from pathlib import Path
 
+from dlbench_runner import contract
+
 from . import axes as axes_, catalog, execute, owners
 from . import store
 from .campaign import Campaign, joined
@@ -65,7 +67,7 @@ _SETTINGS = [axis.name for axis in SEARCHED]
 class TuneRequest:
     framework: str
     dataset: str
-    profile: str = "quick"
+    profile: str = contract.QUICK_PROFILE
     trials: int = 12
     space: tuple[str, ...] | None = None        # None: DEFAULT_SPACE's axes the framework has
     floor_points: float = 0.5
@@ -170,7 +172,6 @@ def _searched_keys(entry: dict, asked) -> set[str]:
 
 
 def _defaults(framework: str, dataset: str, profile: str) -> dict:
-    from dlbench_runner import contract
     return contract.resolve_hyperparameters(catalog.models(framework), dataset, profile)
 
 

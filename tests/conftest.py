@@ -4,6 +4,8 @@ and quick runs, made once a test session.
 A framework's test module names its framework, ``FRAMEWORK = "caffe"``, and takes ``built``
 (its image, built or found up to date) and ``quick_results`` (its quick rows on both data
 sets, by data set); ``build_image`` and ``quick_run`` serve any other framework and data sets.
+A module that opens pages takes ``browser`` (headless chromium; its window ``BROWSER_WINDOW``
+where the module sets one) and marks those tests ``needs_browser``.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import collections
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -78,6 +81,34 @@ def sources_root() -> Path:
 # GitHub, and any other HTTPS server, only through a proxy that is not there: no network route.
 NO_ROUTE = {"HTTPS_PROXY": "http://127.0.0.1:9", "https_proxy": "http://127.0.0.1:9",
             "NO_PROXY": "", "no_proxy": ""}
+
+
+CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
+needs_browser = pytest.mark.skipif(
+    not (CHROMIUM and CHROMEDRIVER),
+    reason="needs a headless browser: Debian's chromium and chromium-driver (scripts/setup --dev installs them)")
+
+
+@pytest.fixture(scope="module")
+def browser(request):
+    """Debian's chromium, headless, through its chromedriver, with the console's messages
+    kept (``get_log("browser")``); one a module, its window the module's ``BROWSER_WINDOW``
+    (width, height; default 1400 x 1000)."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    width, height = getattr(request.module, "BROWSER_WINDOW", (1400, 1000))
+    options = webdriver.ChromeOptions()
+    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
+                     f"--window-size={width},{height}"):
+        options.add_argument(argument)
+    options.binary_location = CHROMIUM
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(options=options, service=Service(CHROMEDRIVER))
+    driver.set_page_load_timeout(600)
+    driver.set_script_timeout(60)
+    yield driver
+    driver.quit()
 
 
 def dlbench(*args, env=None, check=False, timeout=1800) -> subprocess.CompletedProcess:

@@ -67,15 +67,10 @@ def test_the_campaign_key_scheduler_and_its_deprecated_name_backend(tmp_path):
                       RunOptions(), host_cpus=2)
 
 
-def test_the_option_scheduler_and_its_deprecated_name_backend():
+def test_the_option_scheduler_and_no_more_backend():
     proc = dlbench("run", "--frameworks", "caffe", "--datasets", "mnist", "--backend", "local",
                    "--dry-run")
-    assert proc.returncode == 0, proc.stderr
-    warning, = [line for line in proc.stderr.splitlines() if "deprecated" in line]
-    assert warning == ("dlbench: warning: --backend is deprecated: it is now --scheduler (the old "
-                       "name goes in the next release)")
-    both = dlbench("run", "--backend", "local", "--scheduler", "local", "--dry-run")
-    assert both.returncode == 2 and "give --scheduler, not --backend" in both.stderr
+    assert proc.returncode == 2 and "No such option: --backend" in proc.stderr
     assert "--scheduler" in dlbench("run", "--help", env={"COLUMNS": "200"}).stdout
 
 

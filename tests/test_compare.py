@@ -20,7 +20,7 @@ import pytest
 
 from conftest import REPO, dlbench
 from orchestrator import store
-from orchestrator.report import ab
+from orchestrator.report import compare
 from test_report import one_line_error, report_json, runner_rows
 
 TORCH7 = REPO / "docs" / "measurements" / "2026-11-25-torch7-test-pass"
@@ -136,7 +136,7 @@ def test_a_gate_fails_on_groups_it_cannot_judge_with_a_status_of_their_own(tmp_p
     for n in (1, 3):
         a = runner_rows(tmp_path / f"a{n}", caffe(BASE[:n], "1.0.0"))
         b = runner_rows(tmp_path / f"b{n}", caffe([2 * t for t in BASE[:n]], "1.0.0"))
-        document = compare_json(a, b, "--fail-on-slowdown", "5%", code=ab.EXIT_INCONCLUSIVE)
+        document = compare_json(a, b, "--fail-on-slowdown", "5%", code=compare.EXIT_INCONCLUSIVE)
         pair, = document["groups"]
         assert pair["verdict"] == "too few runs" and pair["ratio"] == pytest.approx(2.0)
         assert pair["p_value"] is None and pair["ratio_low"] is None    # no interval under 4 a side
@@ -147,10 +147,10 @@ def test_a_gate_fails_on_groups_it_cannot_judge_with_a_status_of_their_own(tmp_p
     # a definition on one side only cannot be judged either; a slower group fails first
     c = runner_rows(tmp_path / "c", caffe(BASE, "1.0.0") + caffe(BASE, "1.0.0", dataset="cifar10"))
     d = runner_rows(tmp_path / "d", caffe([t * 1.5 for t in BASE], "1.0.0"))
-    groups = compare_json(c, d, "--fail-on-slowdown", "5%", code=ab.EXIT_SLOWER)["groups"]
+    groups = compare_json(c, d, "--fail-on-slowdown", "5%", code=compare.EXIT_SLOWER)["groups"]
     assert sorted(g["verdict"] for g in groups) == ["only in A", "slower"]
     proc = dlbench("compare", c, d, "--fail-on-slowdown", "60%")
-    assert proc.returncode == ab.EXIT_INCONCLUSIVE
+    assert proc.returncode == compare.EXIT_INCONCLUSIVE
     assert "Tally: 1 slower, 0 faster, 0 no significant difference, 1 inconclusive (1 only in A)." \
         in proc.stdout
 
@@ -166,7 +166,7 @@ def test_slower_past_the_threshold_means_the_intervals_lower_end_is_above_it(tmp
     assert pair["verdict"] == "slower" and pair["p_value"] == pytest.approx(2 / 70)
     assert pair["ratio"] == pytest.approx(1.056) and pair["ratio_low"] < 1.05 < pair["ratio"]
     assert any("its interval's lower end is above 1.05×: 0 group(s)" in note for note in document["notes"])
-    assert dlbench("compare", a, b, "--fail-on-slowdown", "3%").returncode == ab.EXIT_SLOWER
+    assert dlbench("compare", a, b, "--fail-on-slowdown", "3%").returncode == compare.EXIT_SLOWER
 
 
 def test_a_folder_against_itself_is_no_difference_in_every_group(tmp_path):
@@ -257,9 +257,9 @@ def test_holms_correction_over_twenty_groups_changes_a_verdict(tmp_path):
 
 def test_holms_adjusted_p_values():
     # sorted 0.005, 0.01, 0.03, 0.04: times 4, 3, 2, 1, never less than the one before
-    assert ab.holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert compare.holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
     # in a family of 20 of which 2 were tested (the others could not be: p = 1)
-    assert ab.holm([0.001, 0.01], 20) == pytest.approx([0.02, 0.19])
+    assert compare.holm([0.001, 0.01], 20) == pytest.approx([0.02, 0.19])
 
 
 # --- the noise rule ---

@@ -139,6 +139,24 @@ def test_mapped_files_are_named_by_their_debian_folder():
         "LD_LIBRARY_PATH": "/opt/dlbench/blas/blis-openmp:/usr/local/cuda/lib64"}
 
 
+def test_the_memory_map_is_read_once_for_the_runner_and_the_adapters(tmp_path):
+    """A process's memory map as Linux writes it: the runner's BLAS files and the adapters'
+    OpenBLAS, OpenMP and CUDA libraries are the files whose paths hold their names."""
+    lib = "/usr/lib/x86_64-linux-gnu"
+    maps = tmp_path / "maps"
+    maps.write_text(f"7f00-7f01 r-xp 00000000 08:01 11 {lib}/openblas-pthread/libblas.so.3\n"
+                    "7f01-7f02 rw-p 00000000 00:00 0\n"          # anonymous: no file
+                    f"7f02-7f03 r-xp 00000000 08:01 12 {lib}/libgomp.so.1.0.0\n"
+                    f"7f03-7f04 r--p 00001000 08:01 12 {lib}/libgomp.so.1.0.0\n"
+                    "7f04-7f05 r-xp 00000000 08:01 13 /opt/mxnet/libOpenBLAS.so.0\n")
+    assert blas_libraries.mapped("openblas", maps) == [
+        "/opt/mxnet/libOpenBLAS.so.0", f"{lib}/openblas-pthread/libblas.so.3"]
+    assert blas_libraries.mapped("libgomp", maps) == [f"{lib}/libgomp.so.1.0.0"]
+    assert blas_libraries.mapped_libraries(maps) == [
+        "/opt/mxnet/libOpenBLAS.so.0", f"{lib}/openblas-pthread/libblas.so.3"]
+    assert blas_libraries.mapped("openblas", tmp_path / "none") == []
+
+
 # -- cross-data-set settings (ICDCS finding 1) ------------------------------------------------
 def test_a_frameworks_mnist_defaults_on_cifar10():
     jobs = planned("--frameworks", "caffe", "--settings-from", "own,caffe/mnist")

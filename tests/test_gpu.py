@@ -24,7 +24,7 @@ import pytest
 
 from conftest import dlbench
 from orchestrator import build, catalog, hostinfo, interrupts, plan, run, runtimes, store
-from orchestrator.report import compare
+from orchestrator.report import paper
 from orchestrator.display import NullDisplay
 from orchestrator.options import Axes, RunOptions, merge
 from orchestrator.runtimes import docker as docker_runtime
@@ -55,6 +55,22 @@ def test_a_gpu_list_runs_every_job_on_each_gpu_on_cpus_of_its_own():
     # one GPU: as before, no limit unless asked
     single, = plan.expand(axes_of(dict(frameworks="caffe", datasets="mnist", gpu="0")), 8).jobs
     assert (single.cpus, single.cpuset, single.threads) == (None, None, 8)
+
+
+def test_a_device_is_gpu_n_on_the_command_line_an_index_in_the_plan_and_cuda_in_the_spec():
+    from dlbench_runner import contract
+    from orchestrator import options
+
+    cpu, gpu = plan.expand(axes_of(dict(frameworks="caffe", datasets="mnist", devices="cpu,gpu:1")), 4).jobs
+    assert [options.device(d) for d in ("cpu", "gpu:1")] == [None, 1] == [cpu.gpu, gpu.gpu]
+    assert [j.spec("r", "j")["device"] for j in (cpu, gpu)] == ["cpu", "cuda"] == list(contract.DEVICES)
+    # the runner: the spec's device, or one given by hand with its index
+    assert [contract.gpu_index(d) for d in ("cpu", "cuda", "cuda:1")] == [None, 0, 1]
+    for wrong in ("gpu:1", "cuda:x"):
+        with pytest.raises(contract.SpecError, match="use cpu, cuda or cuda:N"):
+            contract.gpu_index(wrong)
+    with pytest.raises(ValueError, match='a device is "cpu" or "gpu:N"'):
+        options.device("cuda:1")
 
 
 def test_gpu_lists_that_cannot_be_planned_are_one_line_errors():
@@ -150,7 +166,7 @@ def test_torch7s_cifar10_script_runs_on_a_gpu_as_a_reconstruction():
     and the paper's cell says its program is a reconstruction."""
     job, = plan.expand(axes_of(dict(frameworks="torch", datasets="cifar10", gpu="0")), 2).jobs
     assert job.unsupported is None and job.variant == "gpu"
-    note = compare.reference().cell("torch", "cifar10", "cuda")["note"]
+    note = paper.reference().cell("torch", "cifar10", "cuda")["note"]
     assert "reconstruction" in note and "masked" in note
 
 

@@ -339,7 +339,7 @@ def test_prefetching_trains_on_the_batches_of_the_synchronous_path(quick_run, qu
     row = pd.read_parquet(results / "runs").iloc[0]
     assert row.status == "ok", row.error
     assert json.loads(row.hyperparameters)["prefetch"] == 0
-    from orchestrator.report.compare import _settings
+    from orchestrator.report.paper import _settings
     assert _settings(row) == ("changed: max_batches=20, prefetch=0", "changed")
     assert _settings(quick_results["cifar10"]) == ("own defaults", "own")
     assert row.paper_train_time_s is None or pd.isna(row.paper_train_time_s)

@@ -21,12 +21,12 @@ import pytest
 
 from conftest import dlbench, make_plan
 from orchestrator import hostinfo, plan, store
-from orchestrator.report import compare, estimate, make_report, reference_rows, summary
+from orchestrator.report import estimate, make_report, paper, reference_rows, summary
 from orchestrator.schema import SCHEMA_VERSION, RunRecord, dumps
 
 REPO = Path(__file__).resolve().parent.parent
 TORCH7 = REPO / "docs" / "measurements" / "2026-11-25-torch7-test-pass"
-TODAY = dumps(compare.defaults("torch", "mnist", "quick"))     # today's quick defaults
+TODAY = dumps(paper.defaults("torch", "mnist", "quick"))     # today's quick defaults
 
 
 def committed() -> dict[int, RunRecord]:
@@ -59,7 +59,7 @@ def reference(tmp_path) -> Path:
 
 
 def judged(results: Path, reference: Path) -> reference_rows.Judgement:
-    return reference_rows.judge(compare.build(store.load(results)), reference)
+    return reference_rows.judge(paper.build(store.load(results)), reference)
 
 
 def test_the_committed_rows_as_they_are_are_not_comparable_and_say_which_settings(tmp_path):
@@ -131,13 +131,13 @@ def test_the_shipped_reference_rows_hold_every_quick_job_of_todays_defaults_with
     rows = store.load(reference_rows.LOCATION)
     assert len(rows) == 36 and (rows["status"] == "ok").all() and (rows["profile"] == "quick").all()
     assert rows.groupby(["framework", "dataset"])["seed"].nunique().eq(3).all()
-    groups = compare.build(rows).groups
+    groups = paper.build(rows).groups
     assert len(groups) == 12 and set(groups["settings"]) == {"own defaults"}
 
 
 @pytest.mark.parametrize("change, reason", [
     (dict(framework_version="torch7@other"), "torch7@other here, torch7@3e9e141"),
-    (dict(hyperparameters=dumps({**compare.defaults("torch", "mnist", "quick"), "epochs": 2})),
+    (dict(hyperparameters=dumps({**paper.defaults("torch", "mnist", "quick"), "epochs": 2})),
      "changed hyper-parameters (epochs=2)"),
     (dict(status="failed", accuracy=None), "no ok run"),
 ])
@@ -159,13 +159,13 @@ def test_reference_rows_of_other_settings_or_none_say_so(tmp_path):
 
 
 def test_the_work_of_a_job_is_counted_from_its_settings():
-    paper = estimate.paper_hyperparameters
-    assert estimate.work("torch", "mnist", paper("torch", "mnist")) == (20 * 60_000, 10_000)
-    assert estimate.work("caffe", "cifar10", paper("caffe", "cifar10")) == (5_000 * 100, 10_000)
-    assert estimate.work("torch", "mnist", compare.defaults("torch", "mnist", "quick")) == (1_500, 1_000)
+    published = estimate.paper_hyperparameters
+    assert estimate.work("torch", "mnist", published("torch", "mnist")) == (20 * 60_000, 10_000)
+    assert estimate.work("caffe", "cifar10", published("caffe", "cifar10")) == (5_000 * 100, 10_000)
+    assert estimate.work("torch", "mnist", paper.defaults("torch", "mnist", "quick")) == (1_500, 1_000)
     # Theano's LeNet5 validates on the last 10,000 of the 35,000 its quick profile gives it
-    assert estimate.work("theano", "mnist", compare.defaults("theano", "mnist", "quick")) == (25_000, 10_000)
-    assert estimate.work("mxnet", "mnist", compare.defaults("mxnet", "mnist", "quick")) == (200 * 64, 10_000)
+    assert estimate.work("theano", "mnist", paper.defaults("theano", "mnist", "quick")) == (25_000, 10_000)
+    assert estimate.work("mxnet", "mnist", paper.defaults("mxnet", "mnist", "quick")) == (200 * 64, 10_000)
 
 
 def test_the_run_ends_with_a_summary_and_the_paper_commands_estimate(tmp_path, reference):
@@ -191,18 +191,18 @@ def test_the_run_ends_with_a_summary_and_the_paper_commands_estimate(tmp_path, r
 
 def test_the_estimate_prefers_this_machines_rows_then_scales_the_reference(tmp_path):
     one, two = committed()[1], committed()[2]
-    cifar = dumps(compare.defaults("torch", "cifar10", "quick"))
+    cifar = dumps(paper.defaults("torch", "cifar10", "quick"))
     reference = directory(tmp_path / "reference", today(one), today(
         one, run_id="cifar", dataset="cifar10", model="torch7-cifar10-convnet", hyperparameters=cifar))
-    paper = make_plan(["torch"], None, profile="paper", host_cpus=2).jobs
-    mnist, cifar10 = paper
-    only_reference = estimate.of_plan(paper, tmp_path / "none", reference)
+    jobs = make_plan(["torch"], None, profile="paper", host_cpus=2).jobs
+    mnist, cifar10 = jobs
+    only_reference = estimate.of_plan(jobs, tmp_path / "none", reference)
     assert only_reference.sources == {estimate.REFERENCE: 2}
     assert only_reference.seconds == pytest.approx(
         (1_200_000 + 2_250_000) / one.train_images_per_s + 2 * 10_000 / one.test_images_per_s)
 
     results = directory(tmp_path / "results", here(today(two), "mine"))      # slower here
-    found = estimate.of_plan(paper, results, reference)
+    found = estimate.of_plan(jobs, results, reference)
     assert found.sources == {estimate.THIS_MACHINE: 1, estimate.SCALED: 1}
     factor = one.train_images_per_s / two.train_images_per_s
     assert found.seconds == pytest.approx(
@@ -251,7 +251,7 @@ def test_the_summarys_speed_leaves_out_runs_that_builds_disturbed(tmp_path, refe
     # 1.3x slower: within the spread rule's 1.5x, so only the builds mark it
     beside = today(one, run_id="beside", builds_alongside=2, train_time_s=1.3 * one.train_time_s, **quiet)
     results = directory(tmp_path / "results", alone, beside)
-    rows = compare.build(store.load(results)).rows.set_index("run_id")
+    rows = paper.build(store.load(results)).rows.set_index("run_id")
     assert rows.loc["beside", "disturbed"] == "2 image build(s) ran beside it"
     assert rows.loc["alone", "disturbed"] == ""
     text = " ".join(" ".join(summary.run_summary(results, ["alone", "beside"], reference)).split())

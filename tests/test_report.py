@@ -40,7 +40,7 @@ from markdown_it import MarkdownIt
 
 from conftest import REPO, dlbench, make_plan
 from orchestrator import store
-from orchestrator.report import compare, views
+from orchestrator.report import paper, views
 from orchestrator.collect import Outcome, collect
 from orchestrator.report.text import report_markdown
 from orchestrator.schema import ADDED_IN, ARROW_SCHEMA, RENAMED_IN, SCHEMA_VERSION, RunRecord, dumps
@@ -96,7 +96,7 @@ def merged(directory: Path, *parts: list[RunRecord]) -> Path:
 
 def paper_defaults(framework: str, profile: str = "paper") -> str:
     """A framework's hyper-parameters for MNIST in a profile, as a row stores them."""
-    return dumps(compare.defaults(framework, "mnist", profile) or {})
+    return dumps(paper.defaults(framework, "mnist", profile) or {})
 
 
 def report_json(results: Path, *options) -> dict:
@@ -112,7 +112,7 @@ def one_line_error(proc, pattern):
 
 
 def test_the_shipped_reference_is_the_published_table():
-    ref = compare.reference()
+    ref = paper.reference()
     names = {"TensorFlow": "tensorflow", "Caffe": "caffe", "Theano": "theano", "Torch": "torch"}
     seen = set()
     for line in PUBLISHED.strip().splitlines():
@@ -230,7 +230,7 @@ def test_a_directory_merged_twice_counts_each_run_once(real, tmp_path):
 def test_another_host_name_or_cpu_model_is_another_machine(real, change):
     frame = store.load(real)
     frame.loc[frame["repeat"] == 1, list(change)] = list(change.values())
-    rep = compare.build(frame)
+    rep = paper.build(frame)
     assert len(rep.sections) == 2
     assert list(rep.groups["runs"]) == [1, 1]
     for _, group in rep.groups.iterrows():
@@ -305,7 +305,7 @@ def test_training_time_ratios_sit_beside_the_papers(real):
     frame.loc[1, "framework"] = "caffe"
     frame.loc[0, "hyperparameters"] = paper_defaults("torch")
     frame.loc[1, "hyperparameters"] = paper_defaults("caffe")
-    rep = compare.build(frame)
+    rep = paper.build(frame)
     groups = rep.groups.set_index("framework")
     assert set(groups["ratio_baseline"]) == {"caffe"}      # the study's first framework with a cell
     assert groups.loc["torch", "train_time_ratio"] == pytest.approx(
@@ -325,7 +325,7 @@ def test_training_time_ratios_sit_beside_the_papers(real):
     frame["profile"] = "quick"       # quick runs train for other lengths than the paper did
     frame.loc[0, "hyperparameters"] = paper_defaults("torch", "quick")
     frame.loc[1, "hyperparameters"] = paper_defaults("caffe", "quick")
-    quick = compare.build(frame).groups.set_index("framework")
+    quick = paper.build(frame).groups.set_index("framework")
     assert quick.loc["torch", "train_time_ratio"] == pytest.approx(groups.loc["torch", "train_time_ratio"])
     assert quick["published_train_time_ratio"].isna().all()
     assert quick["ratio_verdict"].str.startswith("not comparable: quick profile").all()
@@ -336,7 +336,7 @@ def test_rows_with_another_frameworks_settings_are_shown_apart(real):
     frame = store.load(real)
     frame["settings_from"] = None
     frame.loc[frame["repeat"] == 1, "settings_from"] = "caffe"
-    rep = compare.build(frame)
+    rep = paper.build(frame)
     assert list(rep.groups["settings"]) == ["own defaults", "caffe's defaults"]
     own, cross = (rep.groups.iloc[i] for i in range(2))
     assert own["runs"] == cross["runs"] == 1
@@ -344,11 +344,11 @@ def test_rows_with_another_frameworks_settings_are_shown_apart(real):
     assert pd.isna(cross["published_accuracy_pct"]) and own["published_accuracy_pct"] == 99.24
     frame["profile"] = "paper"
     frame["hyperparameters"] = paper_defaults("torch")
-    judged = compare.build(frame).groups
+    judged = paper.build(frame).groups
     assert judged.loc[1, "accuracy_verdict"] == "not comparable: trained with caffe's defaults"
     assert judged.loc[1, "ratio_verdict"] == "not comparable: trained with caffe's defaults"
     assert judged.loc[0, "accuracy_verdict"] in ("reproduced", "not reproduced")
-    markdown = report_markdown(compare.build(frame))
+    markdown = report_markdown(paper.build(frame))
     assert "| torch | mnist | cpu | paper | caffe's defaults |" in markdown
 
 

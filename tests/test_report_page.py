@@ -25,16 +25,13 @@ import pytest
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
-from conftest import REPO, dlbench
+from conftest import REPO, dlbench, needs_browser
 from dlbench_runner import fair as networks
 from orchestrator import catalog, store
-from orchestrator.report import charts, compare, html
+from orchestrator.report import charts, html, paper
 from test_report import records, runner_rows, sample, with_traces
 
-CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
-pytestmark = pytest.mark.skipif(
-    not (CHROMIUM and CHROMEDRIVER),
-    reason="needs a headless browser: Debian's chromium and chromium-driver (scripts/setup --dev installs them)")
+pytestmark = needs_browser
 MEASUREMENTS = REPO / "docs" / "measurements"
 # the committed rows the page is made of (the counts below are of these; more may be committed)
 MEASURED = ("2026-11-25-torch7-test-pass", "2026-11-26-pytorch-mnist-h200", "2026-11-26-quick")
@@ -69,23 +66,6 @@ def page(results, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("out")
     dlbench("report", "--results", results, "--html", out, check=True)
     return out / "index.html"
-
-
-@pytest.fixture(scope="module")
-def browser():
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                     "--window-size=1400,1000"):
-        options.add_argument(argument)
-    options.binary_location = CHROMIUM
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(options=options, service=Service(CHROMEDRIVER))
-    driver.set_script_timeout(30)
-    yield driver
-    driver.quit()
 
 
 def load(browser, path: Path) -> list[dict]:
@@ -197,7 +177,7 @@ def test_accuracy_under_attack_is_a_chart_per_data_set(browser, results, tmp_pat
     (no gradient to the input) is not drawn; rows without robustness get no such chart."""
     directory = tmp_path / "results"
     shutil.copytree(results, directory)
-    rows = compare.build(store.load(directory)).rows
+    rows = paper.build(store.load(directory)).rows
     quick = rows[(rows["status"] == "ok") & (rows["dataset"] == "mnist") & (rows["profile"] == "quick")]
     widest = quick.groupby("section")["framework"].nunique().idxmax()
     quick = quick[quick["section"] == widest].drop_duplicates("framework")
@@ -209,7 +189,7 @@ def test_accuracy_under_attack_is_a_chart_per_data_set(browser, results, tmp_pat
                                  ("fgsm", 0.2, 1, clean - 0.6), ("pgd", 0.1, 10, clean - 0.5)]]
             + [{"attack": "fgsm", "epsilon": 0.3, "steps": 1, "images": 100, "accuracy": None,
                 "reason": "no input gradient"}])
-    rep = compare.build(store.load(directory))
+    rep = paper.build(store.load(directory))
     rep.robustness = store.load_robustness(directory, rep.rows["run_id"])
     page = html.write_page(rep, tmp_path / "page")
     assert load(browser, page) == []
@@ -221,7 +201,7 @@ def test_accuracy_under_attack_is_a_chart_per_data_set(browser, results, tmp_pat
     assert len(data) == 8 and 0.3 not in set(data["epsilon"])
     clean = data[data["attack"] == "none"].set_index("framework")["accuracy_pct"]
     assert sorted(clean) == pytest.approx([90.0, 98.0])
-    assert "Accuracy under attack" not in html.render_page(compare.build(store.load(results)))
+    assert "Accuracy under attack" not in html.render_page(paper.build(store.load(results)))
 
 
 def test_the_csv_link_is_the_chart_table_itself():

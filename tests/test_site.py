@@ -9,21 +9,17 @@ nothing written."""
 from __future__ import annotations
 
 import os
-import shutil
 import urllib.parse
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import REPO, dlbench
+from conftest import REPO, dlbench, needs_browser
 
 MEASUREMENTS = REPO / "docs" / "measurements"
 FOLDERS = sorted(p for p in MEASUREMENTS.iterdir() if p.is_dir())
-CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
-browser_needed = pytest.mark.skipif(
-    not (CHROMIUM and CHROMEDRIVER),
-    reason="needs a headless browser: Debian's chromium and chromium-driver (scripts/setup --dev)")
+BROWSER_WINDOW = (1280, 1000)       # no page wider than this window
 
 
 def results_folders() -> list[Path]:
@@ -105,24 +101,6 @@ def test_an_out_that_is_a_file_is_one_line_and_the_file_is_kept(tmp_path):
 
 # --- in the browser ---
 
-@pytest.fixture(scope="module")
-def browser():
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                     "--window-size=1280,1000"):
-        options.add_argument(argument)
-    options.binary_location = CHROMIUM
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(options=options, service=Service(CHROMEDRIVER))
-    driver.set_page_load_timeout(600)
-    driver.set_script_timeout(60)
-    yield driver
-    driver.quit()
-
-
 def opened(browser, path: Path) -> dict:
     """Open a page: its console errors, its charts (drawn or not), its links, and how much
     wider than the window it is."""
@@ -153,7 +131,7 @@ def local(uri: str) -> Path:
     return Path(urllib.parse.unquote(urllib.parse.urlparse(uri).path))
 
 
-@browser_needed
+@needs_browser
 def test_every_page_of_the_site_opens_without_an_error_with_every_chart_drawn(browser, site):
     index = opened(browser, site / "index.html")
     assert index["errors"] == [] and index["wider"] <= 0
@@ -188,7 +166,7 @@ def test_every_page_of_the_site_opens_without_an_error_with_every_chart_drawn(br
             shot(browser, "site-quick")
 
 
-@browser_needed
+@needs_browser
 def test_a_table_sorts_by_a_click_on_its_heading(browser, site):
     opened(browser, site / "runs" / "2026-11-26-quick" / "index.html")
     order = browser.execute_script("""const table = document.getElementById('judged');

@@ -1,4 +1,4 @@
-"""The Slurm back-end on a real local Slurm cluster: two slurmd nodes, one slurmctld,
+"""The Slurm scheduler on a real local Slurm cluster: two slurmd nodes, one slurmctld,
 munged (``scripts/slurm-cluster``), real arrays, real containers, real MNIST.
 
 The faults are real too: a node whose every process is killed (slurmd, its job

@@ -27,7 +27,7 @@ from rich.console import Console
 from conftest import REPO
 from orchestrator import cli, store
 from orchestrator.errors import DlbenchError
-from orchestrator.report import compare, summary
+from orchestrator.report import paper, summary
 
 MEASUREMENTS = REPO / "docs" / "measurements"
 FOLDERS = sorted(path.parent for path in MEASUREMENTS.rglob("runs") if path.is_dir())
@@ -173,10 +173,10 @@ def test_a_run_shows_job_k_of_n_and_the_time_left_within_80_columns():
 
 def test_no_paper_command_is_suggested_when_no_quick_job_trained():
     frame = store.load(MEASUREMENTS / "2026-11-26-quick")
-    trained = compare.build(frame)
+    trained = paper.build(frame)
     command = summary._paper_command(trained, None)[-1]
     assert isinstance(command, summary.Command) and command.strip().startswith("dlbench run")
-    failed = compare.build(frame.assign(status="failed", accuracy=float("nan")))
+    failed = paper.build(frame.assign(status="failed", accuracy=float("nan")))
     assert summary._paper_command(failed, None) == []
     assert summary.paper_command(failed.groups.iloc[:0], failed.rows.iloc[:0]) == "dlbench run"
 

@@ -21,7 +21,7 @@ from conftest import (NO_CHECKS, REPO, assert_migration, assert_model_size, asse
                       make_plan, quick_profile)
 from dlbench_runner.runner import adapter_module
 from orchestrator import catalog, store
-from orchestrator.report import compare
+from orchestrator.report import paper
 from orchestrator.collect import Outcome, collect
 from orchestrator.errors import UsageError
 
@@ -349,7 +349,7 @@ def test_theano_computes_in_float64_as_gtdlbench_ran_it_unless_told_float32():
             assert job.hyperparameters["dtype"] == "float64"
         single, = make_plan(["theano"], [dataset], overrides={"dtype": "float32"}, host_cpus=2).jobs
         # a change of the model's own settings: stored as such, never judged against the paper
-        own = compare.defaults("theano", dataset, "paper")
+        own = paper.defaults("theano", dataset, "paper")
         assert {k: v for k, v in single.hyperparameters.items() if own[k] != v} == {"dtype": "float32"}
         with pytest.raises(UsageError, match="'dtype' must be one of float64, float32, not 'float16'"):
             make_plan(["theano"], [dataset], overrides={"dtype": "float16"}, host_cpus=2)
@@ -402,7 +402,7 @@ def test_gpu_sync_waits_on_each_updated_variables_current_array():
 def test_the_papers_theano_cifar10_cell_judges_the_reconstruction_and_never_lenet5(tmp_path):
     """One paper-profile row of each model with the same own settings: the reconstructed
     model is judged against 49.66%; dlbench's earlier LeNet5 on CIFAR-10 never is."""
-    ref = compare.reference()
+    ref = paper.reference()
     assert ref.cell("theano", "cifar10", "cpu", RESLAB)["accuracy_pct"] == 49.66
     assert ref.cell("theano", "cifar10", "cpu", "theano-lenet5-cifar10") is None
     job, = make_plan(["theano"], ["cifar10"], host_cpus=2).jobs
@@ -421,7 +421,7 @@ def test_the_papers_theano_cifar10_cell_judges_the_reconstruction_and_never_lene
         records.append(collect(one, f"run{i}", f"job{i}", out.parent,
                                Outcome(exit_code=0, wall_time_s=650.0, log_tail=[]), {"image": IMAGE})[0])
     store.append(tmp_path / "results", records)
-    groups = {g.model: g for g in compare.build(store.load(tmp_path / "results")).groups.itertuples()}
+    groups = {g.model: g for g in paper.build(store.load(tmp_path / "results")).groups.itertuples()}
     judged, never = groups[RESLAB], groups["theano-lenet5-cifar10"]
     assert judged.settings == never.settings == "own defaults"
     assert judged.published_accuracy_pct == 49.66 and judged.accuracy_verdict == "reproduced"

@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from conftest import REPO, dlbench
-from orchestrator.report import compare, tta
+from orchestrator.report import paper, tta
 
 MEASUREMENTS = REPO / "docs" / "measurements"
 CAFFE = MEASUREMENTS / "2026-11-26-caffe-mnist-paper"
@@ -82,7 +82,7 @@ def test_a_bad_target_is_one_line_and_exit_2(given):
 
 
 def test_the_default_targets_are_the_papers_lowest_accuracy_rounded_down():
-    ref = compare.reference()
+    ref = paper.reference()
     assert tta.default_target("caffe-lenet", "mnist") == 0.99
     assert tta.default_target("caffe-cifar10-quick", "cifar10") == 0.75      # 75.79 and 75.86
     assert tta.default_target("tf-cifar10-tutorial", "cifar10") == 0.86     # 87.0 and 86.0

@@ -34,6 +34,8 @@ import os
 import tempfile
 import time
 
+from dlbench_runner import blas, contract
+
 # Before caffe is imported: glog writes errors only, to stderr, and no files.
 os.environ.setdefault("GLOG_minloglevel", "2")
 os.environ.setdefault("GLOG_logtostderr", "1")
@@ -593,14 +595,14 @@ class Adapter:
             "device_name": None if self.gpu is None else self.cudart.device_name(self.gpu),
             "threads": {"requested": self.ctx.threads,
                         "framework": {"OPENBLAS_NUM_THREADS": os.environ.get("OPENBLAS_NUM_THREADS"),
-                                      "openblas_get_num_threads": _openblas_threads()}},
+                                      "openblas_get_num_threads": blas.openblas_threads()}},
             "libraries": {"numpy": np.__version__, "protobuf": google.protobuf.__version__,
                           "caffe_debian": version, "caffe_build": build,
                           "cuda": None if cuda is None else self.cudart.runtime_version(),
                           "cudnn": None},
             "periodic": {"test_passes": self.test_passes, "snapshots": self._snapshot_files()},
         }
-        if self.ctx.spec["profile"] == "paper":
+        if self.ctx.spec["profile"] == contract.PAPER_PROFILE:
             # the log's span of the whole solve; its last test pass, as the log shows it
             described["paper_train_time_s"] = self.solve_s
             described["paper_test_time_s"] = (self.test_passes[-1]["time_s"]
@@ -620,21 +622,6 @@ class Adapter:
         return self.snapshots
 
 
-def _openblas_threads():
-    """The thread count of the OpenBLAS that caffe's libblas.so.3 resolved to."""
-    import ctypes
-    try:
-        with open("/proc/self/maps") as f:
-            paths = {line.split()[-1] for line in f if "openblas" in line.lower()}
-        for path in sorted(paths):
-            library = ctypes.CDLL(path)     # already mapped: the same instance
-            if hasattr(library, "openblas_get_num_threads"):
-                return int(library.openblas_get_num_threads())
-    except OSError:
-        pass
-    return None
-
-
 class Cudart:
     """The CUDA run-time library that libcaffe is linked against, through ctypes (pycaffe
     has no call to wait for the GPU or to name it).  The library already mapped into the
@@ -652,9 +639,8 @@ class Cudart:
     @classmethod
     def loaded(cls):
         """The libcudart that caffe brought in, or None (a CPU_ONLY build links none)."""
-        with open("/proc/self/maps") as f:
-            paths = {line.split()[-1] for line in f if "/libcudart.so" in line}
-        return cls(sorted(paths)[0]) if paths else None
+        paths = blas.mapped("/libcudart.so")
+        return cls(paths[0]) if paths else None
 
     def _check(self, status, call):
         if status != 0:

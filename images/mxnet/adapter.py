@@ -94,6 +94,8 @@ import math
 import os
 import time
 
+from dlbench_runner import blas
+
 # MXNet's engine reads this when it starts: one scheduling thread for CPU
 # operators (MXNet's default), each of them parallel with OMP_NUM_THREADS,
 # which the runner sets from the job's thread count before mxnet is imported.
@@ -826,7 +828,7 @@ class Adapter:
                             "MXNET_CPU_WORKER_NTHREADS": mx.util.getenv("MXNET_CPU_WORKER_NTHREADS"),
                             "OMP_NUM_THREADS": mx.util.getenv("OMP_NUM_THREADS"),
                             "omp_get_max_threads": _omp_max_threads(),
-                            "openblas_get_num_threads": _openblas_threads()}},
+                            "openblas_get_num_threads": blas.openblas_threads()}},
             "data": {"iterator": "NDArrayIter" if self.ctx.dataset == "mnist" else "ImageRecordIter",
                      "prefetch": self.prefetch,
                      "worker": "thread" if self.prefetch else "training thread",
@@ -840,31 +842,11 @@ class Adapter:
         }
 
 
-def _mapped(fragment):
-    try:
-        with open("/proc/self/maps") as f:
-            return sorted({line.split()[-1] for line in f if fragment in line.split()[-1]})
-    except OSError:
-        return []
-
-
 def _omp_max_threads():
     """omp_get_max_threads() of the OpenMP runtime libmxnet uses (libgomp)."""
-    for path in _mapped("libgomp"):
+    for path in blas.mapped("libgomp"):
         try:
             return int(ctypes.CDLL(path).omp_get_max_threads())
         except (OSError, AttributeError):
-            pass
-    return None
-
-
-def _openblas_threads():
-    """openblas_get_num_threads() of the OpenBLAS bundled with libmxnet."""
-    for path in _mapped("openblas"):
-        try:
-            library = ctypes.CDLL(path)
-            if hasattr(library, "openblas_get_num_threads"):
-                return int(library.openblas_get_num_threads())
-        except OSError:
             pass
     return None

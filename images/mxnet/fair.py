@@ -13,7 +13,8 @@ neutral rule with ``v`` negated), no weight decay.  ``MXNET_ENFORCE_DETERMINISM`
 
 import os
 
-from dlbench_adapter import Adapter, _omp_max_threads, _openblas_threads, driver_or_stand_in
+from dlbench_adapter import Adapter, _omp_max_threads, driver_or_stand_in
+from dlbench_runner import blas
 
 
 def symbol(mx, spec):
@@ -133,7 +134,7 @@ class Fair(Adapter):
             "threads": {"requested": self.ctx.threads,
                         "framework": {"OMP_NUM_THREADS": mx.util.getenv("OMP_NUM_THREADS"),
                                       "omp_get_max_threads": _omp_max_threads(),
-                                      "openblas_get_num_threads": _openblas_threads(),
+                                      "openblas_get_num_threads": blas.openblas_threads(),
                                       "MXNET_ENFORCE_DETERMINISM": os.environ.get("MXNET_ENFORCE_DETERMINISM")}},
             "libraries": {"numpy": np.__version__,
                           "mxnet_features": ",".join(sorted(f.name for f in mx.runtime.feature_list()

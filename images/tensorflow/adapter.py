@@ -124,6 +124,7 @@ import shutil
 import warnings
 
 import numpy as np
+from dlbench_runner import contract
 
 # Before tensorflow is imported: its C++ logging, errors only.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -600,7 +601,7 @@ class Adapter:
         self.np, self.tf, self.keras = np, tf, keras
         ctx, hp = self.ctx, self.hp
         # GTDLBench's spans are timed in the paper profile
-        self.paper = ctx.spec.get("profile") == "paper"
+        self.paper = ctx.spec.get("profile") == contract.PAPER_PROFILE
         # Before any op runs: the settings (0: the job's CPU count), else TF's own default,
         # one of each per core.
         for name, setter in (("intra_op_threads", tf.config.threading.set_intra_op_parallelism_threads),

@@ -152,6 +152,8 @@ import subprocess
 import sys
 import tempfile
 
+from dlbench_runner import blas, contract
+
 DEBIAN_VERSION = "1.0.5+dfsg-2"
 # The C modules compiled when the image was built (warm.py), copied into every job's fresh
 # compile directory before Theano is imported: Theano compiles only what they lack.
@@ -415,7 +417,7 @@ class Adapter:
                                           int(config.openmp_elemwise_minsize),
                                       "theano.config.blas.ldflags": config.blas.ldflags,
                                       "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"),
-                                      "openblas_get_num_threads": _openblas_threads()}},
+                                      "openblas_get_num_threads": blas.openblas_threads()}},
             "libraries": {"numpy": np.__version__, "scipy": scipy.__version__,
                           "theano_debian": DEBIAN_VERSION, "openblas": _openblas_config(),
                           "cxx": "%s %s" % (config.cxx, _cxx_version(config.cxx))},
@@ -468,7 +470,7 @@ def compiled_conv_ops(train_fn):
 def does_periodic_work(ctx):
     """Whether the job does the originals' periodic work in its training loop: the
     paper profile only."""
-    return ctx.spec.get("profile") == "paper"
+    return ctx.spec.get("profile") == contract.PAPER_PROFILE
 
 
 class LeNet5:
@@ -889,29 +891,9 @@ def _cxx_version(cxx):
         return None
 
 
-def _openblas():
-    """The OpenBLAS mapped into this process (the same instance), or None."""
-    import ctypes
-    try:
-        with open("/proc/self/maps") as f:
-            paths = {line.split()[-1] for line in f if "openblas" in line.lower()}
-        for path in sorted(paths):
-            library = ctypes.CDLL(path)
-            if hasattr(library, "openblas_get_num_threads"):
-                return library
-    except OSError:
-        pass
-    return None
-
-
-def _openblas_threads():
-    library = _openblas()
-    return None if library is None else int(library.openblas_get_num_threads())
-
-
 def _openblas_config():
     import ctypes
-    library = _openblas()
+    library = blas.openblas()
     if library is None or not hasattr(library, "openblas_get_config"):
         return None
     library.openblas_get_config.restype = ctypes.c_char_p

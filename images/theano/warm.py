@@ -22,6 +22,7 @@ import sys
 import tempfile
 
 import numpy
+from dlbench_runner import contract
 
 sys.path.insert(0, sys.argv[1])
 from adapter import WARM_COMPILEDIR, compile_directory  # noqa: E402
@@ -66,7 +67,8 @@ def main():
             os.makedirs(os.path.join(work, "out-" + dataset))
             subprocess.run([sys.executable, "-m", "dlbench_runner", "--framework-dir", framework_dir,
                             "--data", os.path.join(work, "data"), "--out", os.path.join(work, "out-" + dataset),
-                            "--dataset", dataset, "--profile", "quick", "--threads", str(os.cpu_count()),
+                            "--dataset", dataset, "--profile", contract.QUICK_PROFILE,
+                            "--threads", str(os.cpu_count()),
                             *[arg for s in settings for arg in ("--set", s)]], env=env, check=True)
         shutil.copytree(compile_directory(SCRATCH), WARM_COMPILEDIR, ignore=shutil.ignore_patterns(LOCKS))
     finally:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from .. import datasets, store
 from ..errors import StoreError, UsageError
-from . import compare, correlations, reference_rows, select, text, transfer, tta, verification
+from . import correlations, paper, reference_rows, select, text, transfer, tta, verification
 
 
 def make_report(results: Path, fmt: str | None, html_dir: Path | None, tolerance: float | None = None,
@@ -37,14 +37,14 @@ def make_report(results: Path, fmt: str | None, html_dir: Path | None, tolerance
 def build_report(results: Path, tolerance: float | None = None, where: list[select.Condition] = (),
                  exclude_disturbed: bool = False, reference: Path | None = None,
                  data_dir: Path | None = None, target: float | None = None,
-                 traces: bool = False) -> compare.Report:
+                 traces: bool = False) -> paper.Report:
     """The report of the stored rows of ``results`` that meet ``where``, with everything
     that the text and the page show (``traces``: the resource samples too)."""
-    tolerance = compare.TOLERANCE_POINTS if tolerance is None else tolerance
+    tolerance = paper.TOLERANCE_POINTS if tolerance is None else tolerance
     if not 0 <= tolerance <= 100:
         raise UsageError(f"--tolerance {tolerance:g}: a tolerance is 0 points or more, at most 100")
     frame = load(results, where)
-    rep = compare.build(frame, store.load_traces(results) if traces else None, tolerance,
+    rep = paper.build(frame, store.load_traces(results) if traces else None, tolerance,
                         exclude_disturbed=exclude_disturbed)
     rep.against_reference = reference_rows.judge(rep, reference)
     rep.robustness = store.load_robustness(results, rep.rows["run_id"])

@@ -13,7 +13,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from .. import catalog
-from . import compare, correlations, verification
+from . import correlations, paper, verification
 
 # A framework's colour: the study's six first, then any added, by their order (catalog.names);
 # one that is not found any more (rows of a framework since removed) is grey.
@@ -46,7 +46,7 @@ class Missing:
     why: str
 
 
-def charts(rep: compare.Report) -> list[Chart | Missing]:
+def charts(rep: paper.Report) -> list[Chart | Missing]:
     """The page's charts in its order: training-time ratios against the paper, accuracy
     against the paper, training time and speed per profile, accuracy against training time,
     per-epoch curves, accuracy under attack, resource traces."""
@@ -107,18 +107,18 @@ def _inert_text(text: str) -> str:
 
 # --- the series: what a point or a bar is called ---
 
-def machine_label(rep: compare.Report, section: int) -> str:
+def machine_label(rep: paper.Report, section: int) -> str:
     """"" where the report has one machine, else "machine N" (the page lists them)."""
     return f"machine {section + 1}" if len(rep.sections) > 1 else ""
 
 
-def on_machine(rep: compare.Report, section, title: str) -> str:
+def on_machine(rep: paper.Report, section, title: str) -> str:
     """A chart's title, with its machine in brackets where the report has several."""
     where = machine_label(rep, int(section))
     return title + (f" ({where})" if where else "")
 
 
-def series_label(rep: compare.Report, g) -> str:
+def series_label(rep: paper.Report, g) -> str:
     """One group in a few words: framework, and what sets it apart from the others."""
     parts = [g.framework, g.dataset, g.device, g.profile]
     if g.settings_kind != "own":
@@ -131,7 +131,7 @@ def series_label(rep: compare.Report, g) -> str:
     return " · ".join(map(str, parts)) + (f" ({machine})" if machine else "")
 
 
-def _group_keys(rep: compare.Report, g) -> dict:
+def _group_keys(rep: paper.Report, g) -> dict:
     return {"machine": machine_label(rep, g.section) or rep.sections[g.section].host_name,
             "framework": g.framework, "dataset": g.dataset, "device": g.device,
             "profile": g.profile, "settings": g.settings,
@@ -139,18 +139,18 @@ def _group_keys(rep: compare.Report, g) -> dict:
 
 
 def _value(v):
-    return float(v) if compare.present(v) else None
+    return float(v) if paper.present(v) else None
 
 
 # --- (1) training-time ratios against the paper ---
 
-def ratio_chart(rep: compare.Report) -> Chart | Missing:
+def ratio_chart(rep: paper.Report) -> Chart | Missing:
     title = "Training-time ratios against the paper"
     records = []
     for g in rep.groups.itertuples():
-        if not compare.present(g.ratio_vs_published) or g.framework == g.ratio_baseline:
+        if not paper.present(g.ratio_vs_published) or g.framework == g.ratio_baseline:
             continue
-        span = "paper_train_time_s" if g.ratio_span == compare.PAPER_SPAN else "train_time_s"
+        span = "paper_train_time_s" if g.ratio_span == paper.PAPER_SPAN else "train_time_s"
         records.append(_group_keys(rep, g) | {
             "series": series_label(rep, g), "baseline": g.ratio_baseline, "span": g.ratio_span,
             "train_time_s": _value(getattr(g, f"{span}_median")),
@@ -184,11 +184,11 @@ def ratio_chart(rep: compare.Report) -> Chart | Missing:
 
 # --- (2) accuracy against the paper ---
 
-def accuracy_chart(rep: compare.Report) -> Chart | Missing:
+def accuracy_chart(rep: paper.Report) -> Chart | Missing:
     title = "Accuracy against the paper"
     records = []
     for g in rep.groups.itertuples():
-        if not compare.present(g.accuracy_pct_median):
+        if not paper.present(g.accuracy_pct_median):
             continue
         records.append(_group_keys(rep, g) | {
             "series": series_label(rep, g), "ok_runs": int(g.ok),
@@ -204,10 +204,10 @@ def accuracy_chart(rep: compare.Report) -> Chart | Missing:
         "%{customdata[1]:.2f}–%{customdata[2]:.2f}%)<br>%{customdata[3]}<extra></extra>"),
         ["ok_runs", "accuracy_pct_min", "accuracy_pct_max", "verdict"],
         low="accuracy_pct_min", high="accuracy_pct_max")
-    paper = data[data["published_accuracy_pct"].notna()]
-    if len(paper):
+    published = data[data["published_accuracy_pct"].notna()]
+    if len(published):
         figure.add_trace(go.Scatter(
-            x=paper["published_accuracy_pct"], y=paper["series"], mode="markers", name="paper",
+            x=published["published_accuracy_pct"], y=published["series"], mode="markers", name="paper",
             marker=dict(symbol="diamond-open", size=11, color="black", line_width=2),
             hovertemplate="%{y}<br>paper (GTDLBench Server1): %{x:.2f}%<extra></extra>"))
     figure.update_xaxes(range=[0, 100.5], title_text="accuracy on the test set, % (median, bar "
@@ -225,12 +225,12 @@ SPEEDS = [("train_time_s", "training time, s", "{:,.2f} s"), ("train_images_per_
                                                               "{:,.0f} images/s")]
 
 
-def speed_charts(rep: compare.Report) -> list[Chart]:
+def speed_charts(rep: paper.Report) -> list[Chart]:
     """One chart per machine and profile: each group's median training time and training
     images per second, a bar each from its fastest ok run to its slowest."""
     records = []
     for g in rep.groups.itertuples():
-        if not compare.present(g.train_time_s_median):
+        if not paper.present(g.train_time_s_median):
             continue
         records.append(_group_keys(rep, g) | {"series": series_label(rep, g), "ok_runs": int(g.ok)} | {
             f"{metric}{stat}": _value(getattr(g, f"{metric}{stat}"))
@@ -289,7 +289,7 @@ def _speed_figure(data: pd.DataFrame) -> go.Figure:
 
 # --- (4) accuracy against training time, and the time to a target accuracy ---
 
-def tta_charts(rep: compare.Report) -> list[Chart]:
+def tta_charts(rep: paper.Report) -> list[Chart]:
     """One chart per machine, data set, device and profile: each ok run's training accuracy
     at the end of each epoch against the training time until then (its epochs' times
     summed), one line per run, the target dashed (report/tta.py)."""
@@ -352,7 +352,7 @@ def _tta_figure(data: pd.DataFrame) -> go.Figure:
 
 # --- (5) per-epoch curves, where there are several epochs ---
 
-def epoch_charts(rep: compare.Report) -> list[Chart]:
+def epoch_charts(rep: paper.Report) -> list[Chart]:
     ok = rep.rows[rep.rows["status"] == "ok"]
     groups = rep.groups.set_index("group")
     records = []
@@ -380,7 +380,7 @@ def epoch_charts(rep: compare.Report) -> list[Chart]:
     return found
 
 
-def _panels(rep: compare.Report, frame: pd.DataFrame):
+def _panels(rep: paper.Report, frame: pd.DataFrame):
     """A chart's records split one chart per machine, data set, device and profile:
     (number from 1, the words saying which, its records)."""
     for number, ((machine, dataset, device, profile), data) in enumerate(
@@ -431,7 +431,7 @@ def _epoch_figure(data: pd.DataFrame) -> go.Figure:
 
 # --- (4) accuracy under attack, where the rows have it ---
 
-def robust_charts(rep: compare.Report) -> list[Chart]:
+def robust_charts(rep: paper.Report) -> list[Chart]:
     """One chart per machine, data set, device and profile: each group's median accuracy
     against epsilon, a line through the clean images (epsilon 0) and FGSM's epsilons, and
     PGD as a diamond at its epsilon, in the group's colour."""
@@ -491,7 +491,7 @@ def _robust_figure(data: pd.DataFrame) -> go.Figure:
 
 # --- (5) transfer attacks, where runs kept their FGSM images ---
 
-def transfer_charts(rep: compare.Report) -> list[Chart]:
+def transfer_charts(rep: paper.Report) -> list[Chart]:
     """One heat map per transfer matrix (report/transfer.py): rows the runs whose FGSM
     images are tried, columns the runs whose ONNX model is, colour the accuracy."""
     found = []
@@ -532,7 +532,7 @@ TRACE_PANELS = [("cpu_percent", "CPU, %", 1.0), ("memory_bytes", "memory, GiB", 
                 ("gpu_util", "GPU use, %", 1.0), ("gpu_memory_bytes", "GPU memory, GiB", 2**-30)]
 
 
-def trace_charts(rep: compare.Report) -> list[Chart]:
+def trace_charts(rep: paper.Report) -> list[Chart]:
     if rep.traces is None:
         return []
     info = rep.rows.set_index("run_id")
@@ -618,7 +618,7 @@ def _layout(figure: go.Figure, height: int) -> None:
 
 # --- the varied settings against the measures, where a campaign varied any ---
 
-def setting_charts(rep: compare.Report) -> list[Chart]:
+def setting_charts(rep: paper.Report) -> list[Chart]:
     """One chart per machine whose rows vary a setting (report/correlations.py): small
     multiples, a row per setting and a column per measure, the median of each value, one
     line per framework and data set."""
@@ -671,7 +671,7 @@ def _settings_figure(data: pd.DataFrame, axes: list[str], measures: list[str]) -
     return figure
 
 
-def fair_charts(rep: compare.Report) -> list[Chart]:
+def fair_charts(rep: paper.Report) -> list[Chart]:
     """One chart per machine and data set with fair runs (report/verification.py): each
     framework's loss at every logged step, and its difference from the first framework's,
     relative, on a log scale (where the frameworks part)."""
@@ -721,7 +721,7 @@ LAYER_COLOURS = {"conv": ["#b2182b", "#d6604d", "#f4a582"], "linear": ["#2166ac"
 REST_COLOUR = "#bdbdbd"
 
 
-def op_charts(rep: compare.Report) -> list[Chart]:
+def op_charts(rep: paper.Report) -> list[Chart]:
     """One stacked bar chart per machine and data set with timed fair runs
     (report/verification.op_times): per framework, each layer's forward and backward time
     stacked in the network's order, then the rest of the training's step."""

@@ -1,577 +1,479 @@
-"""Stored rows against the published study: statistics over repeats, the paper's cells,
-verdicts and training-time ratios, as one plain value that the renderers only format.
+"""`dlbench compare A B`: two sets of stored runs, group by group, with a verdict each, and a
+gate for CI that is closed to what it cannot judge.
 
-Rules, stated once here and printed with every report (``Report.notes``):
-- Rows are grouped by machine (host name and CPU model) and schema version first, and
-  never averaged across those; within one machine, by framework, data set, model, device,
-  profile, settings (own defaults, another framework's defaults, changed values) and
-  threads.
-- Statistics are the median and the range (min to max) over a group's ok rows.
-- Every group gets two verdicts, one for its accuracy and one for its training-time
-  ratio: "reproduced", "not reproduced" or "not comparable: <reason>", and beside a
-  reproduced / not reproduced verdict the caveats that weaken it where they are known
-  (another framework version than the paper's, a single run, a reconstructed program).
-- Accuracy is judged against the paper cell of the same framework, data set and device
-  class (cpu: the CPU column, cuda: the GPU column), only for a group that ran the paper
-  profile with the framework's own defaults: "reproduced" when its median accuracy is
-  within ``TOLERANCE_POINTS`` percentage points of the published accuracy.  A cell that
-  names a model (Theano CIFAR-10, whose program GTDLBench never published and dlbench
-  reconstructed) holds only for rows of that model.
-- Times themselves are never judged: the machines differ.  A training-time ratio (a
-  framework's training time over a baseline framework's, on one machine, data set,
-  device, profile and thread count) is judged against the same ratio of the published
-  times: "reproduced" within a factor of ``RATIO_TOLERANCE`` either way.
-- Which span: a row's ``paper_train_time_s`` / ``paper_test_time_s`` are the spans
-  GTDLBench's own method timed.  A group that has them holds the paper's published times
-  against them ("paper span"), else against ``train_time_s`` ("training steps only") and
-  ``test_time_s`` ("one test pass").  A ratio is of paper spans when both frameworks have
-  them, of training steps only when neither has, and not comparable when one has.
+Rules, stated once here and printed with every comparison (``Comparison.notes``):
+- A side is a results directory, a condition on the rows of ``--results``
+  (``framework_version=2.20.0``, as ``--where`` takes it), with ``--by KEY`` a value of that
+  setting (``blis`` for ``blas=blis``), or a campaign's name there; ``--where``,
+  ``--framework``, ``--dataset`` hold on both sides.
+- A group is one job definition as the report groups it (framework, data set, model, device,
+  profile, settings) less the settings compared across: ``--by``, ``--ignore``, or the
+  setting both sides are conditions on (``blas=blis blas=openblas``).  Within a side, rows of
+  another machine (host name and CPU model, as the report splits them), thread count, value
+  of such a setting, framework version or image are another group, never merged.
+- Pairing: each group of A with the group of B of its definition that is most alike (the same
+  machine first, then thread count, the settings compared across, framework version, image),
+  and each group of B left over with A's most alike; a side against itself pairs each group
+  with itself.  A pair of two machines is named in a warning line.
+- Only ok runs count, those the noise rule marks too unless ``--exclude-disturbed``.
+- Per pair: the two medians and their ratio B ÷ A.  With ``MIN_RUNS`` runs a side or more, a
+  bootstrap interval of the ratio of medians and a two-sided Mann-Whitney U test (scipy);
+  Holm's correction over the pairs compared (those with runs on both sides).  The verdict:
+  "faster" or "slower" (accuracy: "higher" or "lower") where the corrected p < ``ALPHA``,
+  else "no significant difference"; "too few runs" under ``MIN_RUNS`` a side, or where even
+  runs that do not overlap at all could not reach Holm's first step (p < ``ALPHA`` ÷ the
+  pairs compared); "only in A" / "only in B".  The last three are inconclusive.
+- ``--fail-on-slowdown 5%``: a time group "slower" whose interval's lower end is above 1.05
+  fails the command (exit status ``EXIT_SLOWER``); else an inconclusive pair fails it
+  (``EXIT_INCONCLUSIVE``) unless ``--allow-inconclusive``.
+
+Why these: a CI gate must not pass what it could not judge (the default is one run, never
+enough); a point estimate above the threshold is not a slowdown above it, the interval's
+lower end is; twelve independent groups of unchanged runs, each tested at 0.05, give a false
+verdict somewhere in 46% of comparisons (1 - 0.95**12).  Holm's step-down correction keeps
+that chance within 0.05 and is never less powerful than Bonferroni's.  It takes six lines
+here: scipy has only Benjamini-Hochberg (``false_discovery_control``, which bounds the share
+of false findings, not the chance of one), and statsmodels, whose ``multipletests`` has Holm,
+is no dependency.  The interval is ``scipy.stats.bootstrap``'s percentile method: its
+default, BCa, gives no interval (NaN, with a warning) where a side's runs are all equal, as
+seeded runs' accuracy is.
 """
+
 from __future__ import annotations
 
 import dataclasses
-import functools
-import importlib.resources
 import json
-import types
+import math
+import re
+from pathlib import Path
 
+import numpy as np
 import pandas as pd
-from dlbench_runner import contract
 
-from .. import catalog
-from ..errors import StoreError
-from . import noise
+from .. import store
+from ..errors import StoreError, UsageError
+from . import noise, paper, select
 
-TOLERANCE_POINTS = 1.0
-# A training-time ratio is reproduced when dlbench's is within this factor of the paper's,
-# either way.  The ratios carry the paper's timing findings, and those are large: of its 24
-# pairs of frameworks on one data set and device, 21 differ by more than 1.5x (up to 224x).
-# What differs between its machine and another moves a ratio too, by less: another CPU
-# generation and vector width, another BLAS, other framework versions; repeats on one machine
-# vary by a few percent.  A factor of 1.5 keeps a ratio's size and, for those 21 pairs, which
-# framework is faster; it cannot tell apart the three pairs the paper found closer (MNIST CPU
-# Torch and Theano 1.2x, CIFAR-10 GPU Caffe and Theano 1.2x, MNIST GPU Caffe and TensorFlow
-# 1.42x).
-RATIO_TOLERANCE = 1.5
-
-# metric key -> (row column, scale); accuracy is reported in percent, like the paper
-METRICS = {
-    "train_time_s": ("train_time_s", 1.0),
-    "test_time_s": ("test_time_s", 1.0),
-    "accuracy_pct": ("accuracy", 100.0),
-    "train_images_per_s": ("train_images_per_s", 1.0),
-    "test_images_per_s": ("test_images_per_s", 1.0),
-    "paper_train_time_s": ("paper_train_time_s", 1.0),   # the spans GTDLBench's method timed
-    "paper_test_time_s": ("paper_test_time_s", 1.0),
-}
-# resource columns, reported when the rows have them (and not all empty)
-RESOURCES = ("memory_peak_bytes", "cpu_percent_mean", "gpu_util_mean", "gpu_memory_peak_bytes")
-
-GROUP_KEYS = ["section", "framework", "dataset", "model", "device", "profile", "settings", "threads"]
-REPRODUCED, NOT_REPRODUCED, NOT_COMPARABLE = "reproduced", "not reproduced", "not comparable"
-PAPER_SPAN, STEPS_ONLY, ONE_PASS = "paper span", "training steps only", "one test pass"
-
-
-def kind(verdict: str) -> str:
-    """A verdict's kind: REPRODUCED, NOT_REPRODUCED or NOT_COMPARABLE (the reason dropped)."""
-    return verdict if verdict in (REPRODUCED, NOT_REPRODUCED) else NOT_COMPARABLE
-
-
-@dataclasses.dataclass(frozen=True)
-class Reference:
-    """The published numbers: provenance and one cell per framework, data set and device."""
-
-    meta: dict
-    cells: dict
-
-    def cell(self, framework: str, dataset: str, device: str, model: str | None = None) -> dict | None:
-        """The published cell; None for a ``model`` other than the one the cell names."""
-        cell = self.cells.get((framework, dataset, device))
-        if cell is not None and model is not None and cell.get("model", model) != model:
-            return None
-        return cell
-
-    def publishes(self, framework: str) -> bool:
-        """Whether the paper has numbers of the framework at all (MXNet and any framework
-        added to dlbench have none)."""
-        return any(key[0] == framework for key in self.cells)
-
-    def software(self, framework: str) -> dict | None:
-        """The paper's {"name", "version"} of a framework (version None where it names none)."""
-        return self.meta.get("framework_versions", {}).get(framework)
-
-    def test_time_note(self, framework: str, dataset: str) -> str | None:
-        notes = self.meta["test_time_notes"]
-        return notes.get(f"{framework}/{dataset}") or notes.get(framework)
-
-
-@functools.lru_cache(maxsize=None)
-def reference() -> Reference:
-    text = importlib.resources.files(__package__).joinpath("reference/gtdlbench.json").read_text()
-    data = json.loads(text)
-    cells = {(c["framework"], c["dataset"], c["device"]): c for c in data.pop("cells")}
-    return Reference(meta=data, cells=cells)
+ALPHA = 0.05
+CONFIDENCE = 0.95
+RESAMPLES = 4000
+SEED = 31
+# the fewest runs a side for an interval and a test: with 4 and 4 runs that do not overlap
+# the exact Mann-Whitney p is 2/70 = 0.029; with 3 and 3 it cannot go below 0.1, and one run
+# against many (2/41 with 1 against 40) would let a single baseline run fail a build
+MIN_RUNS = 4
+EXIT_SLOWER = 4
+EXIT_INCONCLUSIVE = 5
+# metric -> (stored column, scale, unit, better); accuracy is shown in percent everywhere
+METRICS = {"train_time_s": ("train_time_s", 1.0, "s", "lower"),
+           "test_time_s": ("test_time_s", 1.0, "s", "lower"),
+           "accuracy": ("accuracy", 100.0, "%", "higher")}
+KEYS = ["framework", "dataset", "model", "device", "profile", "settings"]
+SPLIT = ["threads", "host_name", "host_cpu_model", "image_id", "framework_version"]
+MACHINE = ["host_name", "host_cpu_model"]
+# settings stored as columns of their own; any other is a hyper-parameter
+SETTING_COLUMNS = ("blas", "onednn")
+FASTER, SLOWER, HIGHER, LOWER = "faster", "slower", "higher", "lower"
+SAME, TOO_FEW = "no significant difference", "too few runs"
+ONLY_A, ONLY_B = "only in A", "only in B"
+INCONCLUSIVE = (TOO_FEW, ONLY_A, ONLY_B)
 
 
 @dataclasses.dataclass
-class Section:
-    """One machine and schema version: its rows are never mixed with another's."""
+class Side:
+    label: str          # as given on the command line (``blas=blis`` for ``--by blas`` blis)
+    what: str           # what it is, in words
+    rows: pd.DataFrame  # its stored rows, as loaded and chosen
 
-    index: int
-    host_name: str
-    host_cpu_model: str
-    schema_version: int         # the version its rows were written with
-    host_cpus: int | None
-    host_memory_gb: float | None
-    dlbench_versions: list[str]
+
+@dataclasses.dataclass
+class Comparison:
+    a: Side
+    b: Side
+    metric: str
+    groups: pd.DataFrame        # one row per pair (or per group only one side has)
+    exclude_disturbed: bool
+    fail_on_slowdown: float | None      # a fraction: 0.05 for 5%
+    allow_inconclusive: bool = False
+    across: list[str] = dataclasses.field(default_factory=list)   # settings compared across
 
     @property
-    def title(self) -> str:
-        facts = [self.host_cpu_model]
-        if self.host_cpus:
-            facts.append(f"{self.host_cpus} CPUs")
-        if self.host_memory_gb:
-            facts.append(f"{self.host_memory_gb:.0f} GB")
-        return (f"{self.host_name} ({', '.join(facts)}), schema version {self.schema_version}, "
-                f"dlbench {', '.join(self.dlbench_versions)}")
+    def split(self) -> list[str]:
+        """What a pair's sides may differ in: ``SPLIT`` and the settings compared across."""
+        return SPLIT + self.across
 
+    @property
+    def compared(self) -> int:
+        """The pairs with runs on both sides: the family Holm's correction is over."""
+        return int((~self.groups["verdict"].isin([ONLY_A, ONLY_B])).sum())
 
-@dataclasses.dataclass
-class Report:
-    sections: list[Section]
-    groups: pd.DataFrame          # one row per group: statistics, paper cell, verdicts, ratios
-    rows: pd.DataFrame            # the stored rows, with section, group and settings added
-    traces: pd.DataFrame | None   # resource samples of the rows' runs, when recorded
-    resources: list[str]          # the resource columns the rows have
-    tolerance: float              # accuracy, percentage points
-    reference: Reference
-    ratio_tolerance: float = RATIO_TOLERANCE   # training-time ratios, a factor either way
-    disturbed_left_out: int = 0   # runs the noise rule marked, left out (--exclude-disturbed)
-    # the quick groups held against dlbench's reference rows (reference_rows.Judgement);
-    # set by report.make_report, None where not asked
-    against_reference: object | None = None
-    # the rows' accuracy under attack (store.load_robustness), by run id; set by
-    # report.make_report, None where not loaded
-    robustness: pd.DataFrame | None = None
-    # the transfer matrices (report/transfer.py); set by report.make_report, empty where
-    # no run kept FGSM images
-    transfer: list = dataclasses.field(default_factory=list)
-    # the varied settings against the measures (report/correlations.py); set by
-    # report.make_report, None where not computed
-    correlations: pd.DataFrame | None = None
-    # the fair runs' step losses (store.load_steps; report/verification.py reads them with
-    # the rows); set by report.make_report, None where no row is of the fair profile
-    steps: pd.DataFrame | None = None
-    # the fair runs' layer times (store.load_ops), likewise
-    ops: pd.DataFrame | None = None
-    # the fair runs' first step losses against the NumPy reference training
-    # (verification.references), likewise
-    fair_reference: pd.DataFrame | None = None
-    # each ok run's time to its target accuracy (report/tta.py: tta.runs); set by
-    # report.make_report, None where not computed
-    time_to_accuracy: pd.DataFrame | None = None
+    @property
+    def slowdowns(self) -> pd.DataFrame:
+        """The pairs that fail ``--fail-on-slowdown``: slower, the interval's lower end above
+        the threshold."""
+        if self.fail_on_slowdown is None:
+            return self.groups.iloc[0:0]
+        low = pd.to_numeric(self.groups["ratio_low"], errors="coerce")
+        return self.groups[(self.groups["verdict"] == SLOWER) & (low > 1 + self.fail_on_slowdown)]
+
+    @property
+    def inconclusive(self) -> pd.DataFrame:
+        return self.groups[self.groups["verdict"].isin(INCONCLUSIVE)]
+
+    @property
+    def exit_status(self) -> int:
+        """0, or ``EXIT_SLOWER`` where a pair fails the gate, else ``EXIT_INCONCLUSIVE`` where
+        the gate is set, a pair could not be judged and that is not allowed."""
+        if self.fail_on_slowdown is None:
+            return 0
+        if len(self.slowdowns):
+            return EXIT_SLOWER
+        if len(self.inconclusive) and not self.allow_inconclusive:
+            return EXIT_INCONCLUSIVE
+        return 0
+
+    def tally(self) -> dict[str, int]:
+        verdicts = list(self.groups["verdict"])
+        better = METRICS[self.metric][3] == "lower"
+        kinds = (SLOWER, FASTER) if better else (HIGHER, LOWER)
+        return {kinds[0]: verdicts.count(kinds[0]), kinds[1]: verdicts.count(kinds[1]),
+                SAME: verdicts.count(SAME),
+                "inconclusive": sum(verdicts.count(v) for v in INCONCLUSIVE)}
+
+    def tally_line(self) -> str:
+        counts = self.tally()
+        why = [f"{n} {v}" for v in INCONCLUSIVE if (n := list(self.groups["verdict"]).count(v))]
+        return ("Tally: " + ", ".join(f"{n} {kind}" for kind, n in counts.items())
+                + (f" ({', '.join(why)})" if why else "") + ".")
+
+    def warnings(self) -> list[str]:
+        """A line per two machines paired: their times compare the machines too."""
+        seen = []
+        for a, b in zip(self.groups["a_split"], self.groups["b_split"]):
+            if isinstance(a, dict) and isinstance(b, dict) and _machine(a) != _machine(b):
+                if (_machine(a), _machine(b)) not in seen:
+                    seen.append((_machine(a), _machine(b)))
+        return [f"Warning: the two sides ran on different machines: A on {x}, B on {y}; "
+                f"their times differ by the machine too." for x, y in seen]
 
     def notes(self) -> list[str]:
-        """The report's rules, printed with it."""
-        meta = self.reference.meta
-        return [
-            f"Verdicts: every group is judged twice, on its accuracy and on its training-time "
-            f"ratio: \"{REPRODUCED}\", \"{NOT_REPRODUCED}\" or \"{NOT_COMPARABLE}: <reason>\" "
-            f"(quick profile, changed settings, another framework's defaults, another model or "
-            f"framework than the paper's cell, no paper cell, no ok run, ...). Caveats beside a "
-            f"verdict weaken it (another framework version than the paper's, a single run, a "
-            f"reconstructed program).",
-            f"Accuracy is reproduced when the median accuracy of a paper-profile group run with "
-            f"the framework's own defaults is within {self.tolerance:g} percentage point(s) of the "
-            f"published accuracy for the same framework, data set and device class (cpu: CPU "
-            f"column, cuda: GPU column), and of the model the paper's cell names where it names "
-            f"one.",
-            f"Times are never judged themselves: the machines differ. A training-time ratio "
-            f"(training time ÷ a baseline framework's, on one machine, data set, device, profile "
-            f"and thread count, own defaults) is reproduced when within ×/÷ {self.ratio_tolerance:g} "
-            f"of the same ratio of the paper's published times, in the paper profile only. Why "
-            f"×/÷ 1.5: 21 of the paper's 24 pairs of frameworks on one data set and device differ "
-            f"by more than 1.5× (up to 224×), while other CPUs, BLAS libraries and framework "
-            f"versions move a ratio by less; within 1.5× a ratio keeps its size and, for those "
-            f"pairs, which framework is faster.",
-            f"Spans: the paper's published times are held against the \"{PAPER_SPAN}\" (the span "
-            f"GTDLBench's own method timed, with its programs' periodic work, in rows that "
-            f"measured it) where a group has one, else against \"{STEPS_ONLY}\" and \"{ONE_PASS}\"; "
-            f"a ratio is of paper spans when both frameworks have them, of training steps only "
-            f"when neither has, and not comparable when only one has.",
-            "Paper testing times (marked †) were not measured alike: "
-            + " ".join(v for k, v in meta["test_time_notes"].items() if k != "*")
-            + " dlbench's testing time is one pass over the test set.",
-            f"Paper: {meta['source']}. {meta['machine']}; {meta['software']}.",
-            "Statistics: median [min–max] over a group's ok runs; machines and schema versions "
-            "are reported apart, never averaged together.",
-            noise.RULE + (f" {self.disturbed_left_out} disturbed run(s) left out here."
-                          if self.disturbed_left_out else ""),
-        ] + (self.against_reference.notes() if self.against_reference is not None
-             and len(self.against_reference.groups) else []) + (
-            [TTA_RULE] if self.time_to_accuracy is not None and len(self.time_to_accuracy) else [])
+        better = METRICS[self.metric][3]
+        across = (f" less {', '.join(self.across)} (compared across)" if self.across else "")
+        notes = [self.tally_line(), *self.warnings()]
+        if self.fail_on_slowdown is not None:
+            t, let = self.fail_on_slowdown, self.allow_inconclusive
+            notes.append(
+                f"--fail-on-slowdown {t:.1%}: a group fails it where it is slower (corrected "
+                f"p < {ALPHA:g}) and its interval's lower end is above {1 + t:g}×: "
+                f"{len(self.slowdowns)} group(s) (exit status {EXIT_SLOWER}). Else a group that "
+                f"cannot be judged (too few runs, or on one side only) fails it: "
+                f"{len(self.inconclusive)} group(s) (exit status {EXIT_INCONCLUSIVE}; "
+                + ("let pass by --allow-inconclusive)." if let else
+                   "--allow-inconclusive lets them pass)."))
+        notes += [
+            f"A: {self.a.what}; B: {self.b.what}. Metric {self.metric} over the ok runs "
+            f"({'disturbed runs left out' if self.exclude_disturbed else 'disturbed runs counted'}); "
+            f"B ÷ A above 1 means B's is {'longer' if better == 'lower' else 'higher'}.",
+            f"A group is one job definition{across}; within a side, rows of another machine "
+            f"(host name and CPU model), thread count, framework version or image are another "
+            f"group. Each is paired with the other side's most alike group of its definition "
+            f"(machine, then threads, then version and image).",
+            f"Verdict: a two-sided Mann-Whitney U test with Holm's correction over the "
+            f"{self.compared} pair(s) compared; significant where the corrected p < {ALPHA:g} "
+            f"(the p shown). \"{TOO_FEW}\": under {MIN_RUNS} runs a side, or too few for even "
+            f"runs far apart to reach p < {ALPHA:g} ÷ {max(self.compared, 1)}. No interval "
+            f"under {MIN_RUNS} runs a side; else {CONFIDENCE:.0%} bootstrap percentiles of the "
+            f"ratio of medians ({RESAMPLES} resamples, seeded).",
+            noise.RULE,
+        ]
+        return notes
 
 
-# the time-to-accuracy rule (report/tta.py, which reads this module, computes it)
-TTA_RULE = ("Time to accuracy: the training time (the epochs' times summed, test passes left out) "
-            "until the end of the first epoch whose training accuracy is at or above the target, "
-            "never interpolated; \"not reached\" where no epoch is. Default targets: the paper's "
-            "lowest published accuracy for the model, rounded down to a whole percent (MNIST 99%; "
-            "CIFAR-10: Caffe 75%, TensorFlow 86%, Torch7 65%, Theano 49%), else MNIST 99%, CIFAR-10 "
-            "75%; --target sets another.")
+def _machine(split: dict) -> str:
+    return f"{split.get('host_name')} ({split.get('host_cpu_model')})"
 
 
-def build(frame: pd.DataFrame, traces: pd.DataFrame | None = None,
-          tolerance: float = TOLERANCE_POINTS, ref: Reference | None = None,
-          ratio_tolerance: float = RATIO_TOLERANCE, exclude_disturbed: bool = False) -> Report:
-    """The report of the stored rows ``frame`` (as ``store.load`` returns them); rows are
-    kept apart by the schema version they were written with (``written_schema_version``).
-    Runs the noise rule marks (``noise.RULE``) are counted apart, or left out where
-    ``exclude_disturbed``."""
-    ref = ref or reference()
-    rows = prepare(frame)
-    rows["disturbed"] = noise.reasons(rows, ["written_schema_version"] + GROUP_KEYS[1:])
-    left_out = int((rows["disturbed"] != "").sum()) if exclude_disturbed else 0
-    if exclude_disturbed:
-        rows = rows[rows["disturbed"] == ""].reset_index(drop=True)
-        if not len(rows):
-            raise StoreError("every chosen run is disturbed; nothing left to report without "
-                             "--exclude-disturbed")
-    sections, section_of = _sections(rows)
-    rows["section"] = [section_of[key] for key in zip(
-        rows["host_name"], rows["host_cpu_model"], rows["written_schema_version"])]
-    resources = [c for c in RESOURCES if c in rows.columns and rows[c].notna().any()]
-    groups = _groups(rows, resources, ref, tolerance, ratio_tolerance)
-    group_of = {i: group for group, members in zip(groups["group"], groups.pop("_rows"))
-                for i in members}
-    rows["group"] = [group_of.get(i, 0) for i in rows.index]
-    if traces is not None:
-        traces = traces[traces["run_id"].isin(rows["run_id"])]
-        traces = traces if len(traces) else None
-    return Report(sections=sections, groups=groups, rows=rows, traces=traces, resources=resources,
-                  tolerance=tolerance, reference=ref, ratio_tolerance=ratio_tolerance,
-                  disturbed_left_out=left_out)
+def threshold(text: str | None) -> float | None:
+    """``--fail-on-slowdown``: "5%" or "5" (percent) as a fraction."""
+    if text is None:
+        return None
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*%?\s*", text)
+    if match is None or not 0 <= float(match.group(1)) <= 1000:
+        raise UsageError(f"--fail-on-slowdown {text!r}: a percentage from 0 to 1000, e.g. 5%")
+    return float(match.group(1)) / 100
 
 
-def prepare(frame: pd.DataFrame) -> pd.DataFrame:
-    """The stored rows as the report groups them: each run once, the machine's names filled,
-    and each row's ``settings`` label and kind (own, changed, cross)."""
-    rows = frame.drop_duplicates("run_id").reset_index(drop=True)   # a directory merged twice
-    for column in ("host_name", "host_cpu_model"):
-        rows[column] = rows[column].fillna("unknown").astype(str)
-    for column in ("paper_train_time_s", "paper_test_time_s", "framework_version"):
-        if column not in rows.columns:
-            rows[column] = None
-    # itertuples costs a column access per column: the few _settings reads, not all ~120
-    needed = [c for c in ("framework", "dataset", "profile", "device", "hyperparameters",
-                          "settings_from", "overrides", "blas", "onednn") if c in rows.columns]
-    settings = [_settings(r) for r in rows[needed].itertuples()]
-    rows["settings"] = [label for label, _ in settings]
-    rows["settings_kind"] = [kind for _, kind in settings]
-    rows["threads"] = rows["threads"].astype("Int64")
+def sides(a: str, b: str, results: Path, where: list[select.Condition], by: str | None = None,
+          ignore: list[str] | None = None) -> tuple[Side, Side, list[str]]:
+    """Both sides, and the settings they are compared across: ``by``, ``ignore``, and the
+    column both sides are conditions on where it is a setting (``blas=blis blas=openblas``)."""
+    first, second = side(a, results, where, by), side(b, results, where, by)
+    across = list(dict.fromkeys(([by] if by else []) + list(ignore or [])))
+    conditions = [_condition(text) for text in (a, b)]
+    if all(c is not None and c.op == "=" for c in conditions) and \
+            conditions[0].column == conditions[1].column and conditions[0].column not in across:
+        column = conditions[0].column
+        if column in _settings_of(pd.concat([first.rows, second.rows])):
+            across.append(column)
+    rows = pd.concat([first.rows, second.rows])
+    for key in across:
+        _setting(key, rows, "--by" if key == by else "--ignore")
+    return first, second, across
+
+
+def _setting(key: str, rows: pd.DataFrame, option: str) -> None:
+    known = _settings_of(rows)
+    if key not in known:
+        raise UsageError(f"{option} {key}: not a setting of these runs (one of "
+                         f"{', '.join(sorted(known))})")
+
+
+def side(text: str, results: Path, where: list[select.Condition], by: str | None = None) -> Side:
+    """A side of the comparison: a results directory, else a condition on the rows of
+    ``results``, else (with ``by``) a value of that setting there, else a campaign's name
+    there.  Errors name the side as typed."""
+    if Path(text).is_dir():
+        frame, what = store.load(Path(text)), f"the runs in {text}"
+        if not len(frame):
+            raise StoreError(f"{text}: no stored run in this results directory")
+    else:
+        condition = _condition(text)
+        if not results.is_dir():
+            raise StoreError(f"{text}: no such results directory (nor a campaign of --results "
+                             f"{results}, which does not exist)" if condition is None and not by
+                             else f"{text}: a condition on --results {results}, which does not "
+                                  f"exist")
+        frame = store.load(results)
+        if condition is not None:
+            what, label = f"the runs of {results} with {condition}", text
+            frame = select.apply(frame, [condition]) if len(frame) else frame
+        elif by:
+            _setting(by, frame, "--by")
+            what, label = f"the runs of {results} with {by}={text}", f"{by}={text}"
+            frame = frame[[_matches(v, text) for v in _values(frame, by)]] if len(frame) else frame
+        else:
+            what, label = f"campaign {text} in {results}", text
+            frame = select.apply(frame, [select.Condition("campaign", "=", text)]) \
+                if len(frame) else frame
+        if not len(frame):
+            raise StoreError(f"{label}: no stored run in {results} meets it" if condition or by
+                             else f"{text}: no such results directory, and no campaign of that "
+                                  f"name in {results} (a side is a results directory, a "
+                                  f"condition such as framework_version=2.20.0, or a "
+                                  f"campaign's name)")
+        text = label
+    chosen = select.apply(frame, where)
+    if not len(chosen):
+        raise StoreError(f"{text}: no stored run meets {' and '.join(map(str, where))}")
+    return Side(text, what, chosen)
+
+
+def _condition(text: str) -> select.Condition | None:
+    if Path(text).is_dir():
+        return None
+    try:
+        return select.parse(text)
+    except UsageError:
+        return None
+
+
+def _settings_of(rows: pd.DataFrame) -> set[str]:
+    """The settings a comparison can be across: the library columns and every hyper-parameter
+    the rows name."""
+    found = set(SETTING_COLUMNS)
+    for text in rows.get("hyperparameters", pd.Series(dtype=object)).dropna().unique():
+        try:
+            found.update(json.loads(text))
+        except (TypeError, ValueError):
+            continue
+    return found
+
+
+def _values(rows: pd.DataFrame, key: str) -> list:
+    """Each row's value of a setting (None: not set, the image's or model's default)."""
+    if key in SETTING_COLUMNS:
+        column = rows[key] if key in rows.columns else pd.Series(None, index=rows.index)
+        return [v if isinstance(v, str) and v else None for v in column]
+    found = []
+    for text in rows["hyperparameters"]:
+        try:
+            found.append(json.loads(text).get(key))
+        except (TypeError, ValueError, AttributeError):
+            found.append(None)
+    return found
+
+
+def _matches(value, text: str) -> bool:
+    if value is None:
+        return text in ("", "default")
+    try:
+        return float(value) == float(text)
+    except (TypeError, ValueError):
+        return str(value) == text
+
+
+def _across(rows: pd.DataFrame, across: list[str]) -> pd.DataFrame:
+    """The rows with the settings compared across kept as ``by:KEY`` columns and taken out of
+    the definition: a library column emptied, a hyper-parameter set to its default (the
+    settings label then shows the others only)."""
+    rows = rows.copy()
+    for key in across:
+        rows[f"by:{key}"] = [None if v is None else str(v) for v in _values(rows, key)]
+    for key in across:
+        if key in SETTING_COLUMNS and key in rows.columns:
+            rows[key] = None
+    hyper = [k for k in across if k not in SETTING_COLUMNS]
+    if hyper and len(rows):
+        rows["hyperparameters"] = [_as_default(r, hyper) for r in rows[
+            ["framework", "dataset", "profile", "device", "hyperparameters"]].itertuples()]
     return rows
 
 
-def _settings(row) -> tuple[str, str]:
-    """How a row's hyper-parameters were chosen, and the compute libraries it asked for:
-    (label, kind own|cross|changed).  A library asked for is part of the label (rows on
-    different libraries are different groups), not of the kind: the program is the same."""
-    label, kind = _hyperparameters(row)
-    asked = [f"{name} {value}" for name, value in (("BLAS", getattr(row, "blas", None)),
-                                                   ("oneDNN", getattr(row, "onednn", None)))
-             if isinstance(value, str) and value]
-    return (f"{label}; {', '.join(asked)}" if asked else label), kind
-
-
-def _hyperparameters(row) -> tuple[str, str]:
-    """A row's settings kind: another framework's defaults, what its job was asked to
-    change (``overrides``, stored since schema version 15), or for an older row, its
-    hyper-parameters against today's defaults (models.json)."""
-    source = getattr(row, "settings_from", None)
-    if isinstance(source, str) and source:
-        return f"{source}'s defaults", "cross"
-    asked = _overrides(row)
-    if asked is not None:
-        if not asked:
-            return "own defaults", "own"
-        return "changed: " + ", ".join(f"{k}={v}" for k, v in sorted(asked.items())), "changed"
-    expected = defaults(row.framework, row.dataset, row.profile, getattr(row, "device", "cpu") or "cpu")
-    if expected is None:
-        return "own defaults", "own"
+def _as_default(row, keys: list[str]):
     try:
         used = json.loads(row.hyperparameters)
     except (TypeError, ValueError):
-        return "own defaults", "own"
-    changed = {k: v for k, v in used.items() if expected.get(k) != v}
-    # a setting of the checks after training (robustness, migration), or one added later at
-    # a default that changes nothing (contract.LATER_SETTINGS), that a row lacks is one its
-    # runner did not have yet: the training's settings are what tell a row's kind
-    changed.update({k: None for k in expected if k not in used
-                    and k not in contract.AFTER_TRAINING | contract.LATER_SETTINGS})
-    if not changed:
-        return "own defaults", "own"
-    return "changed: " + ", ".join(f"{k}={v}" for k, v in sorted(changed.items())), "changed"
+        return row.hyperparameters
+    expected = paper.defaults(row.framework, row.dataset, row.profile, row.device or "cpu") or {}
+    for key in keys:
+        if key in expected:
+            used[key] = expected[key]
+        else:
+            used.pop(key, None)
+    return json.dumps(used, sort_keys=True)
 
 
-def _overrides(row) -> dict | None:
-    """The overrides a row's job was asked for, with the values it trained with; None where
-    the row does not say (written before schema version 15)."""
-    text = getattr(row, "overrides", None)
-    if not isinstance(text, str):
-        return None
-    try:
-        asked = json.loads(text)
-        used = json.loads(row.hyperparameters)
-    except (TypeError, ValueError):
-        return None
-    if not isinstance(asked, dict) or not isinstance(used, dict):
-        return None
-    return {k: used.get(k, v) for k, v in asked.items()}
+def build(a: Side, b: Side, metric: str = "train_time_s", exclude_disturbed: bool = False,
+          fail_on_slowdown: float | None = None, across: list[str] | None = None,
+          allow_inconclusive: bool = False) -> Comparison:
+    if metric not in METRICS:
+        raise UsageError(f"--metric {metric}: one of {', '.join(METRICS)}")
+    if fail_on_slowdown is not None and METRICS[metric][3] != "lower":
+        raise UsageError(f"--fail-on-slowdown goes with a time metric, not {metric}")
+    across = list(across or [])
+    parts = {name: _subgroups(paper.prepare(_across(s.rows, across)), metric,
+                              exclude_disturbed, across) for name, s in (("a", a), ("b", b))}
+    pairs = []
+    for key in dict.fromkeys(list(parts["a"]) + list(parts["b"])):
+        pairs += [(key, x, y) for x, y in _pairs(parts["a"].get(key, []), parts["b"].get(key, []),
+                                                 across)]
+    compared = sum(1 for _, x, y in pairs if x is not None and y is not None)
+    records = [dict(zip(KEYS, key)) | _pair(x, y, compared) for key, x, y in pairs]
+    _judge(records, metric, compared)
+    columns = KEYS + ["a_split", "b_split", "a_median", "b_median", "a_runs", "b_runs",
+                      "a_disturbed", "b_disturbed", "ratio", "ratio_low", "ratio_high", "p_value",
+                      "p_uncorrected", "verdict"]
+    return Comparison(a, b, metric, pd.DataFrame.from_records(records, columns=columns),
+                      exclude_disturbed, fail_on_slowdown, allow_inconclusive, across)
 
 
-@functools.lru_cache(maxsize=None)
-def defaults(framework: str, dataset: str, profile: str, device: str = "cpu") -> dict | None:
-    """This dlbench's defaults for a framework's model on a device, or None when it does not
-    know them."""
-    if framework not in catalog.names():     # rows of a framework not found any more
-        return None
-    try:
-        return contract.resolve_hyperparameters(catalog.models(framework), dataset, profile,
-                                                device=device)
-    except (OSError, KeyError, ValueError, contract.SpecError):
-        return None
+def _subgroups(rows: pd.DataFrame, metric: str, exclude_disturbed: bool, across: list[str]) -> dict:
+    """Definition -> [(its split: machine, threads, settings across, image, version), the ok
+    values, how many of them are disturbed]."""
+    column, scale, _, _ = METRICS[metric]
+    by = [f"by:{key}" for key in across]
+    rows = rows.assign(disturbed=noise.reasons(rows, KEYS + ["threads"] + by))
+    ok = rows[(rows["status"] == "ok") & pd.to_numeric(rows[column], errors="coerce").notna()]
+    if exclude_disturbed:
+        ok = ok[ok["disturbed"] == ""]
+    found: dict = {}
+    for key, part in ok.groupby(KEYS + SPLIT + by, sort=False, dropna=False):
+        split = dict(zip(SPLIT + across, (None if _missing(v) else v for v in key[len(KEYS):])))
+        values = part[column].astype(float).to_numpy() * scale
+        found.setdefault(tuple(key[:len(KEYS)]), []).append(
+            (split, values, int((part["disturbed"] != "").sum())))
+    return found
 
 
-def _sections(rows: pd.DataFrame):
-    keys = ["host_name", "host_cpu_model", "written_schema_version"]
-    sections, section_of = [], {}
-    if not len(rows):
-        return sections, section_of
-    ordered = rows.sort_values("recorded_at").groupby(keys, sort=False)
-    for index, ((host, cpu, version), part) in enumerate(ordered):
-        sections.append(Section(
-            index=index, host_name=host, host_cpu_model=cpu, schema_version=int(version),
-            host_cpus=_first(part["host_cpus"]), host_memory_gb=_first(part["host_memory_gb"]),
-            dlbench_versions=sorted(part["dlbench_version"].dropna().unique())))
-        section_of[(host, cpu, version)] = index
-    return sections, section_of
+def _missing(value) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value)) or value is pd.NA
 
 
-def _first(series):
-    values = series.dropna()
-    return values.iloc[0].item() if len(values) else None
+def _pairs(mine: list, theirs: list, across: list[str]) -> list[tuple]:
+    """Each group of A with B's most alike group(s) of the same definition, then each group of
+    B not yet paired with A's most alike: a side against itself pairs each group with itself,
+    never a cross product of its images or versions."""
+    if not mine or not theirs:
+        return [(x, None) for x in mine] + [(None, y) for y in theirs]
+    order = MACHINE + ["threads"] + across + ["framework_version", "image_id"]
+
+    def alike(x, y) -> tuple:
+        return tuple(x[0].get(k) == y[0].get(k) for k in order)
+
+    pairs = []
+    for x in mine:
+        best = max(alike(x, y) for y in theirs)
+        pairs += [(x, y) for y in theirs if alike(x, y) == best]
+    for y in theirs:
+        if not any(p[1] is y for p in pairs):
+            best = max(alike(x, y) for x in mine)
+            pairs += [(x, y) for x in mine if alike(x, y) == best]
+    return pairs
 
 
-def _order(frame: pd.DataFrame) -> pd.DataFrame:
-    """The study's order: section, data set, device, profile, framework, settings, threads."""
-    rank = {name: i for i, name in enumerate(catalog.names())}
-    data_rank = {name: i for i, name in enumerate(catalog.DATASETS)}
-    kind_rank = {"own": 0, "changed": 1, "cross": 2}
-    keys = pd.DataFrame({
-        "s": frame["section"], "d": frame["dataset"].map(data_rank).fillna(99),
-        "v": frame["device"], "p": frame["profile"] != "paper",
-        "f": frame["framework"].map(rank).fillna(len(rank)), "n": frame["framework"],
-        "k": frame["settings_kind"].map(kind_rank),
-        "x": frame["settings"], "t": frame["threads"].fillna(0)})
-    return frame.loc[keys.sort_values(list(keys.columns)).index].reset_index(drop=True)
+def _pair(x, y, compared: int) -> dict:
+    """A pair's medians, ratio, interval and uncorrected p (no verdict yet)."""
+    record = {"a_split": x and x[0], "b_split": y and y[0],
+              "a_median": x and float(np.median(x[1])), "b_median": y and float(np.median(y[1])),
+              "a_runs": x and len(x[1]), "b_runs": y and len(y[1]),
+              "a_disturbed": x and x[2], "b_disturbed": y and y[2],
+              "ratio": None, "ratio_low": None, "ratio_high": None, "p_value": None,
+              "p_uncorrected": None, "verdict": None}
+    if x is None or y is None:
+        return record | {"verdict": ONLY_B if x is None else ONLY_A}
+    a, b = x[1], y[1]
+    enough = min(len(a), len(b)) >= MIN_RUNS
+    if record["a_median"] > 0:
+        record["ratio"] = record["b_median"] / record["a_median"]
+        if enough and (a > 0).all():
+            record["ratio_low"], record["ratio_high"] = _interval(a, b)
+    # the smallest p the runs allow (no overlap at all) against Holm's first step
+    if not enough or 2 / math.comb(len(a) + len(b), len(a)) >= ALPHA / compared:
+        return record | {"verdict": TOO_FEW}
+    from scipy.stats import mannwhitneyu     # scipy: loaded by this command only
+
+    p = float(mannwhitneyu(a, b, alternative="two-sided").pvalue)
+    record["p_uncorrected"] = 1.0 if math.isnan(p) else p       # every value the same
+    return record
 
 
-def _groups(rows: pd.DataFrame, resources: list[str], ref: Reference, tolerance: float,
-            ratio_tolerance: float) -> pd.DataFrame:
-    records = []
-    for key, part in rows.groupby(GROUP_KEYS, sort=False, dropna=False):
-        record = dict(zip(GROUP_KEYS, key), _rows=list(part.index))
-        ok = part[part["status"] == "ok"]
-        record.update(settings_kind=part["settings_kind"].iloc[0], runs=len(part), ok=len(ok),
-                      disturbed=int((ok["disturbed"] != "").sum()),
-                      not_ok=", ".join(f"{n} {s}" for s, n in
-                                       part.loc[part["status"] != "ok", "status"].value_counts().items()),
-                      framework_versions=sorted(ok["framework_version"].dropna().astype(str).unique()))
-        for metric, (column, scale) in METRICS.items():
-            record.update(_stats(metric, ok[column] * scale))
-        for column in resources:
-            record.update(_stats(column, ok[column]))
-        record.update(_against_paper(record, ref, tolerance))
-        records.append(record)
-    columns = GROUP_KEYS + ["settings_kind", "runs", "ok", "disturbed", "not_ok", "_rows"]
-    groups = pd.DataFrame.from_records(records, columns=columns + [
-        c for c in (records[0] if records else {}) if c not in columns])
-    groups = _order(groups)
-    groups.insert(0, "group", range(len(groups)))
-    return _ratios(groups, ref, ratio_tolerance)
-
-
-def _stats(metric: str, values: pd.Series) -> dict:
-    values = pd.to_numeric(values, errors="coerce").dropna()
-    if not len(values):
-        return {f"{metric}_median": None, f"{metric}_min": None, f"{metric}_max": None}
-    return {f"{metric}_median": float(values.median()), f"{metric}_min": float(values.min()),
-            f"{metric}_max": float(values.max())}
-
-
-def _not_comparable(g, ref: Reference) -> str | None:
-    """Why a group ``g`` (its fields as attributes) cannot be held against the paper at all,
-    or None where it can."""
-    published = ref.cell(g.framework, g.dataset, g.device)
-    if g.ok == 0:
-        return "no ok run"
-    if g.profile == contract.FAIR_PROFILE:      # first: whatever the framework, not the paper's work
-        return ("fair profile (the same network in every framework, not the paper's models): "
-                "its speeds are in their own table")
-    if g.framework in ref.meta.get("not_comparable", {}):
-        return ref.meta["not_comparable"][g.framework].removeprefix(f"{NOT_COMPARABLE}: ")
-    if not ref.publishes(g.framework):
-        return f"{g.framework} is not in the paper"
-    if published is None:
-        return f"no paper cell for {g.framework} on {g.dataset} ({g.device})"
-    if ref.cell(g.framework, g.dataset, g.device, g.model) is None:
-        return f"the paper's cell is {published['model']}, not {g.model}"
-    if g.profile != "paper":
-        return f"{g.profile} profile (it trains for other lengths than the paper did)"
-    if g.settings_kind == "cross":
-        return f"trained with {g.settings}"
-    if g.settings_kind != "own":
-        return f"changed hyper-parameters ({g.settings.removeprefix('changed: ')})"
-    return None
-
-
-def _version_caveat(framework: str, versions: list[str], ref: Reference) -> str | None:
-    """A caveat where the group's framework version is not the paper's, or is unknown there."""
-    software = ref.software(framework)
-    if software is None:
-        return None
-    name, version, ran = software["name"], software["version"], ", ".join(versions)
-    if not versions:
-        return f"no {name} version recorded; " + (f"the paper's is {version}" if version
-                                                  else "the paper names none either")
-    if version is None:
-        return f"the paper names no {name} version (ran {ran})"
-    if versions != [version]:
-        return f"{name} {ran} here, {version} in the paper"
-    return None
-
-
-def _run_caveats(g) -> list[str]:
-    caveats = []
-    if g.ok == 1:
-        caveats.append(f"{g.framework}: one ok run only")
-    if g.not_ok:
-        caveats.append(f"{g.framework}: {g.not_ok} of {g.runs} run(s) left out")
-    return caveats
-
-
-def _against_paper(group: dict, ref: Reference, tolerance: float) -> dict:
-    cell = ref.cell(group["framework"], group["dataset"], group["device"], group["model"])
-    own = group["settings_kind"] == "own"
-    shown = cell if own else None   # another framework's settings: the own-defaults cell is not theirs
-    has_span = {t: group[f"paper_{t}_time_s_median"] is not None for t in ("train", "test")}
-    result = {
-        "published_train_time_s": shown and shown["train_time_s"],
-        "published_test_time_s": shown and shown["test_time_s"],
-        "published_test_time_note": shown and ref.test_time_note(group["framework"], group["dataset"]),
-        "published_accuracy_pct": shown and shown["accuracy_pct"],
-        "train_time_span": PAPER_SPAN if has_span["train"] else STEPS_ONLY,
-        "test_time_span": PAPER_SPAN if has_span["test"] else ONE_PASS,
-        "accuracy_diff_points": None,
-        "accuracy_caveats": [],
-    }
-    g = types.SimpleNamespace(**group)
-    reason = _not_comparable(g, ref)
-    if reason is None and group["accuracy_pct_median"] is None:
-        reason = "no accuracy recorded"
-    if reason is not None:
-        result["accuracy_verdict"] = f"{NOT_COMPARABLE}: {reason}"
-        return result
-    diff = group["accuracy_pct_median"] - cell["accuracy_pct"]
-    result["accuracy_diff_points"] = round(diff, 6)
-    result["accuracy_verdict"] = REPRODUCED if abs(diff) <= tolerance + 1e-9 else NOT_REPRODUCED
-    caveats = [_version_caveat(group["framework"], group["framework_versions"], ref),
-               cell.get("note")] + _run_caveats(g)
-    result["accuracy_caveats"] = [c for c in caveats if c]
-    return result
-
-
-RATIO_COLUMNS = ["ratio_baseline", "ratio_span", "train_time_ratio", "published_train_time_ratio",
-                 "ratio_vs_published", "ratio_verdict", "ratio_caveats"]
-
-
-def _ratios(groups: pd.DataFrame, ref: Reference, ratio_tolerance: float) -> pd.DataFrame:
-    """Training time relative to a baseline framework on the same machine, beside the paper's,
-    and its verdict.
-
-    A ratio set is one section, data set, device, profile and thread count, own defaults
-    only; the baseline is the first framework of the study present there that has a paper
-    cell (else the first present).  The ratio is of paper spans where both frameworks have
-    them, else of training steps only.  Published ratios are shown for the paper profile
-    only: quick runs train for other lengths than the paper did."""
-    groups = groups.assign(**{c: None for c in RATIO_COLUMNS})
-    groups["ratio_caveats"] = [[] for _ in range(len(groups))]
-    candidates = groups[(groups["settings_kind"] == "own") & groups["train_time_s_median"].notna()
-                        & (groups["profile"] != contract.FAIR_PROFILE)]    # apart: verification.py
-    candidates = candidates.assign(no_cell=[ref.cell(g.framework, g.dataset, g.device, g.model) is None
-                                            for g in candidates.itertuples()])
-    placed = set()
-    for _, part in candidates.groupby(["section", "dataset", "device", "profile", "threads"],
-                                       sort=False, dropna=False):
-        # one group per framework: the model the paper's cell names first
-        part = part.sort_values("no_cell", kind="stable").drop_duplicates("framework").sort_index()
-        if len(part) < 2:
+def _judge(records: list[dict], metric: str, compared: int) -> None:
+    """Holm's correction over the pairs compared (an untested one counts as p = 1), and each
+    tested pair's verdict."""
+    tested = [r for r in records if r["verdict"] is None]
+    for record, p in zip(tested, holm([r["p_uncorrected"] for r in tested], compared)):
+        record["p_value"] = p
+        if p >= ALPHA or record["ratio"] is None:
+            record["verdict"] = SAME
             continue
-        with_cell = [r for r in part.itertuples() if not r.no_cell]
-        base = with_cell[0] if with_cell else next(part.itertuples())
-        base_cell = ref.cell(base.framework, base.dataset, base.device, base.model)
-        for r in part.itertuples():
-            placed.add(r.Index)
-            groups.at[r.Index, "ratio_baseline"] = base.framework
-            spans = (present(r.paper_train_time_s_median), present(base.paper_train_time_s_median))
-            column = "paper_train_time_s_median" if all(spans) else "train_time_s_median"
-            groups.at[r.Index, "ratio_span"] = PAPER_SPAN if all(spans) else STEPS_ONLY
-            ratio = getattr(r, column) / getattr(base, column)
-            groups.at[r.Index, "train_time_ratio"] = ratio
-            cell = ref.cell(r.framework, r.dataset, r.device, r.model)
-            if r.profile == "paper" and cell and base_cell:
-                published = cell["train_time_s"] / base_cell["train_time_s"]
-                groups.at[r.Index, "published_train_time_ratio"] = published
-                groups.at[r.Index, "ratio_vs_published"] = ratio / published
-            verdict, caveats = _ratio_verdict(r, base, spans, ref, ratio_tolerance,
-                                              groups.at[r.Index, "ratio_vs_published"])
-            groups.at[r.Index, "ratio_verdict"] = verdict
-            groups.at[r.Index, "ratio_caveats"] = caveats
-    for g in groups.itertuples():
-        if g.Index not in placed:
-            reason = _not_comparable(g, ref)
-            if reason is None:
-                reason = ("no training time" if not present(g.train_time_s_median) else
-                          "no other framework ran on this machine with this data set, device, "
-                          "profile and thread count")
-            groups.at[g.Index, "ratio_verdict"] = f"{NOT_COMPARABLE}: {reason}"
-    return groups
+        up = record["b_median"] > record["a_median"]
+        if METRICS[metric][3] == "lower":
+            record["verdict"] = SLOWER if up else FASTER
+        else:
+            record["verdict"] = HIGHER if up else LOWER
 
 
-def _ratio_verdict(r, base, spans: tuple[bool, bool], ref: Reference, tolerance: float,
-                   factor) -> tuple[str, list[str]]:
-    """The verdict on one framework's training-time ratio to the baseline, and its caveats."""
-    reason = _not_comparable(r, ref)
-    if reason is None and r.Index == base.Index:
-        reason = "the baseline of its ratios"
-    if reason is None and (base_reason := _not_comparable(base, ref)) is not None:
-        reason = f"the baseline {base.framework}: {base_reason}"
-    if reason is None and spans[0] != spans[1]:
-        with_span, without = (r, base) if spans[0] else (base, r)
-        reason = (f"the spans differ: {with_span.framework} has a paper span, "
-                  f"{without.framework} training steps only")
-    if reason is not None:
-        return f"{NOT_COMPARABLE}: {reason}", []
-    verdict = (REPRODUCED if max(factor, 1 / factor) <= tolerance * (1 + 1e-9)
-               else NOT_REPRODUCED)
-    caveats = [] if all(spans) else [
-        "training steps only: the paper's times also hold its programs' periodic work "
-        "(test passes, snapshots, prints)"]
-    caveats += [c for g in (r, base) for c in
-                [_version_caveat(g.framework, g.framework_versions, ref)] + _run_caveats(g) if c]
-    return verdict, caveats
+def holm(p_values: list[float], family: int | None = None) -> list[float]:
+    """Holm's step-down adjusted p-values: the k-th smallest p times (family - k + 1), never
+    less than the one before, at most 1.  ``family``: the hypotheses in all (those not
+    tested have p = 1 and would sort last, changing nothing but the count)."""
+    family = len(p_values) if family is None else family
+    adjusted, running = [1.0] * len(p_values), 0.0
+    for rank, i in enumerate(sorted(range(len(p_values)), key=p_values.__getitem__)):
+        running = max(running, min(1.0, (family - rank) * p_values[i]))
+        adjusted[i] = running
+    return adjusted
 
 
-def present(value) -> bool:
-    """A value that is there: neither None nor a missing value of pandas (NaN, NA)."""
-    return value is not None and not pd.isna(value)
+def _interval(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
+    """The bootstrap percentile interval of median(B) ÷ median(A), each side resampled apart,
+    seeded: the same rows give the same interval."""
+    from scipy.stats import bootstrap
+
+    def ratio(x, y, axis=-1):
+        return np.median(y, axis=axis) / np.median(x, axis=axis)
+
+    found = bootstrap((a, b), ratio, n_resamples=RESAMPLES, confidence_level=CONFIDENCE,
+                      method="percentile", vectorized=True,
+                      random_state=np.random.default_rng(SEED)).confidence_interval
+    return float(found.low), float(found.high)

@@ -62,7 +62,7 @@ def paper_hyperparameters(framework: str, dataset: str, device: str = "cpu") -> 
     """The paper profile's hyper-parameters of a framework's model on a device class."""
     from dlbench_runner import contract
 
-    return contract.resolve_hyperparameters(catalog.models(framework), dataset, "paper",
+    return contract.resolve_hyperparameters(catalog.models(framework), dataset, contract.PAPER_PROFILE,
                                             device=device)
 
 

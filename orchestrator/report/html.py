@@ -17,7 +17,7 @@ import plotly.offline
 
 from .. import __version__
 from ..errors import DlbenchError
-from . import compare, reference_rows, tta
+from . import paper, reference_rows, tta
 from .charts import Chart, Missing, charts, machine_label
 from .text import csv_text
 from .views import View, correlation_views, fair_views, reference_lines, section_views
@@ -97,7 +97,7 @@ for (const table of document.querySelectorAll('table.sortable')) {
 """
 
 
-def write_page(rep: compare.Report, directory: Path) -> Path:
+def write_page(rep: paper.Report, directory: Path) -> Path:
     """Write DIRECTORY/index.html; returns its path."""
     text = render_page(rep)
     page = directory / PAGE
@@ -115,7 +115,7 @@ def write_page(rep: compare.Report, directory: Path) -> Path:
     return page
 
 
-def render_page(rep: compare.Report, plotly_src: str | None = None, nav: str = "") -> str:
+def render_page(rep: paper.Report, plotly_src: str | None = None, nav: str = "") -> str:
     """The page's HTML: the plotting library inlined, or loaded from ``plotly_src`` (a
     relative address: a site's pages share one copy); ``nav`` (HTML) goes above the title."""
     esc = html.escape
@@ -157,7 +157,7 @@ def render_page(rep: compare.Report, plotly_src: str | None = None, nav: str = "
     return "\n".join(p for p in parts if p) + "\n"
 
 
-def _machines(rep: compare.Report) -> str:
+def _machines(rep: paper.Report) -> str:
     if len(rep.sections) < 2:
         return f'<p class="meta">Machine: {html.escape(rep.sections[0].title)}.</p>'
     return '<ul class="meta">' + "".join(
@@ -166,7 +166,7 @@ def _machines(rep: compare.Report) -> str:
 
 # --- what was judged: one line a group ---
 
-def _verdicts(rep: compare.Report) -> str:
+def _verdicts(rep: paper.Report) -> str:
     """One row a group, one short line a cell, coloured by verdict; the full verdict and its
     caveats in the cell's tooltip (and in the tables below)."""
     groups = rep.groups
@@ -221,13 +221,13 @@ def short(verdict: str) -> str:
 
 def _verdict(verdict: str, caveats, diff, diff_format: str) -> str:
     text = short(verdict)
-    if compare.present(diff):
+    if paper.present(diff):
         text += f" ({diff_format.format(diff)})"
     caveats = list(caveats) if caveats is not None else []
     if caveats:
         text += " *"
     title = "; ".join([verdict] + caveats)
-    return _td(text, title=title, classes=["verdict", compare.kind(verdict).replace(" ", "-")])
+    return _td(text, title=title, classes=["verdict", paper.kind(verdict).replace(" ", "-")])
 
 
 def _reference_verdict(verdict) -> str:
@@ -239,7 +239,7 @@ def _reference_verdict(verdict) -> str:
 
 
 def _number(value, fmt: str) -> str:
-    return fmt.format(value) if compare.present(value) else "-"
+    return fmt.format(value) if paper.present(value) else "-"
 
 
 def _td(text: str, title: str | None = None, classes: list[str] = ()) -> str:
@@ -278,7 +278,7 @@ def _table(view: View) -> str:
         for i, cell in enumerate(row):
             classes = ["num"] if i in view.numeric else ["wrap"] if i in view.wrap else []
             if i in view.verdicts:
-                classes.append(compare.kind(cell).replace(" ", "-"))
+                classes.append(paper.kind(cell).replace(" ", "-"))
             attr = f' class="{" ".join(classes)}"' if classes else ""
             cells.append(f"<td{attr}>{esc(cell)}</td>")
         body.append("<tr>" + "".join(cells) + "</tr>")

@@ -6,7 +6,7 @@ trains for other lengths.  dlbench ships the rows of its own quick run instead: 
 directory inside the package (``LOCATION``), read with the store like any other.
 
 Rules, stated once here and printed with every judgement (``Judgement.notes``):
-- A quick group of the report (``compare``'s groups) is held against the reference rows' group
+- A quick group of the report (``paper``'s groups) is held against the reference rows' group
   of the same framework, data set, model, device class, profile and settings.  Machine and
   thread count may differ: that is what the speed ratio measures.
 - "not comparable: <reason>" where the group ran with settings other than this dlbench's
@@ -31,9 +31,10 @@ import math
 from pathlib import Path
 
 import pandas as pd
+from dlbench_runner import contract
 
 from .. import store
-from . import compare
+from . import paper
 
 # The reference rows: a results directory shipped inside the package (its runs/*.parquet).
 LOCATION = Path(__file__).resolve().parent / "reference" / "quick"
@@ -44,7 +45,7 @@ LOCATION = Path(__file__).resolve().parent / "reference" / "quick"
 TOLERANCE_POINTS = 3.0
 SPREAD_FACTOR = 3.0
 AS_EXPECTED, NOT_AS_EXPECTED = "trains as expected", "does not train as expected"
-NOT_COMPARABLE = compare.NOT_COMPARABLE
+NOT_COMPARABLE = paper.NOT_COMPARABLE
 PAPER_ONLY = "paper profile: dlbench report holds it against the paper"
 COLUMNS = ["group", "framework", "dataset", "model", "device", "settings", "threads", "runs",
            "verdict", "accuracy_pct", "reference_accuracy_pct", "diff_points", "tolerance_points",
@@ -70,7 +71,7 @@ def first_machine(frame: pd.DataFrame | None) -> pd.DataFrame | None:
                  & (frame["host_cpu_model"] == first["host_cpu_model"])]
 
 
-def machine_of(rep: compare.Report) -> str | None:
+def machine_of(rep: paper.Report) -> str | None:
     """The machine that measured a report's rows, in words (its CPU model and CPU count)."""
     if not rep.sections:
         return None
@@ -84,7 +85,7 @@ class Judgement:
 
     groups: pd.DataFrame        # COLUMNS: one row per quick group of the report
     machine: str | None         # the reference machine; None where no reference rows ship
-    reference: compare.Report | None   # the reference rows, grouped as the report groups them
+    reference: paper.Report | None   # the reference rows, grouped as the report groups them
 
     @property
     def judged(self) -> pd.DataFrame:
@@ -99,7 +100,7 @@ class Judgement:
         training-time ratios (of those whose ids are in ``groups``, where given: one
         machine's)."""
         judged = self.judged if groups is None else self.judged[self.judged["group"].isin(groups)]
-        ratios = [r for r in judged["speed_ratio"] if compare.present(r) and r > 0]
+        ratios = [r for r in judged["speed_ratio"] if paper.present(r) and r > 0]
         return math.exp(sum(map(math.log, ratios)) / len(ratios)) if ratios else None
 
     def notes(self) -> list[str]:
@@ -115,7 +116,7 @@ class Judgement:
         ]
 
 
-def judge(rep: compare.Report, where: Path | None = None,
+def judge(rep: paper.Report, where: Path | None = None,
           against: Judgement | None = None) -> Judgement:
     """The quick groups of ``rep`` held against the reference rows (``LOCATION`` unless
     ``where``); ``against``: an earlier judgement whose reference rows are used again
@@ -124,14 +125,14 @@ def judge(rep: compare.Report, where: Path | None = None,
         ref = against.reference
     else:
         rows = load(where)
-        ref = compare.build(rows) if rows is not None else None
-    quick = rep.groups[rep.groups["profile"] == "quick"]
+        ref = paper.build(rows) if rows is not None else None
+    quick = rep.groups[rep.groups["profile"] == contract.QUICK_PROFILE]
     records = [_judge(g, ref) for g in quick.itertuples()]
     return Judgement(groups=pd.DataFrame.from_records(records, columns=COLUMNS),
                      machine=machine_of(ref) if ref is not None else None, reference=ref)
 
 
-def _judge(g, ref: compare.Report | None) -> dict:
+def _judge(g, ref: paper.Report | None) -> dict:
     record = dict(group=g.group, framework=g.framework, dataset=g.dataset, model=g.model,
                   device=g.device, settings=g.settings, threads=g.threads, runs=g.runs,
                   accuracy_pct=g.accuracy_pct_median, train_time_s=g.train_time_s_median)
@@ -145,13 +146,13 @@ def _judge(g, ref: compare.Report | None) -> dict:
     diff = g.accuracy_pct_median - base.accuracy_pct_median
     record.update(diff_points=round(diff, 6), tolerance_points=tolerance,
                   verdict=AS_EXPECTED if abs(diff) <= tolerance + 1e-9 else NOT_AS_EXPECTED)
-    if compare.present(g.train_time_s_median) and compare.present(base.train_time_s_median) \
+    if paper.present(g.train_time_s_median) and paper.present(base.train_time_s_median) \
             and base.train_time_s_median > 0:
         record["speed_ratio"] = g.train_time_s_median / base.train_time_s_median
     return record
 
 
-def _same_model(g, ref: compare.Report) -> pd.DataFrame:
+def _same_model(g, ref: paper.Report) -> pd.DataFrame:
     """The reference groups with ok runs of ``g``'s framework, data set, model, device class
     and profile, on every machine."""
     groups = ref.groups
@@ -160,7 +161,7 @@ def _same_model(g, ref: compare.Report) -> pd.DataFrame:
                   & (groups["profile"] == g.profile) & (groups["ok"] > 0)]
 
 
-def _spread(g, ref: compare.Report) -> float:
+def _spread(g, ref: paper.Report) -> float:
     """The range of the reference accuracies of ``g``'s model and settings, in points, over
     every machine the reference rows hold (other CPUs take other paths through the same
     libraries: MXNet's quick CIFAR-10 model, near chance, gave 17.1% on an Intel Xeon and
@@ -170,7 +171,7 @@ def _spread(g, ref: compare.Report) -> float:
     return float(same["accuracy_pct_max"].max() - same["accuracy_pct_min"].min())
 
 
-def _reference_group(g, ref: compare.Report | None):
+def _reference_group(g, ref: paper.Report | None):
     """The reference group a quick group ``g`` is held against, and why it cannot be (None
     where it can)."""
     if g.ok == 0:
@@ -193,6 +194,6 @@ def _reference_group(g, ref: compare.Report | None):
     ours, theirs = list(g.framework_versions), list(base.framework_versions)
     if ours and theirs and ours != theirs:
         return base, f"{', '.join(ours)} here, {', '.join(theirs)} in the reference rows"
-    if not compare.present(g.accuracy_pct_median) or not compare.present(base.accuracy_pct_median):
+    if not paper.present(g.accuracy_pct_median) or not paper.present(base.accuracy_pct_median):
         return base, "no accuracy recorded"
     return base, None

@@ -28,7 +28,7 @@ from plotly.subplots import make_subplots
 
 from .. import __version__, store
 from ..errors import DlbenchError, StoreError, StoreWarning, UsageError
-from . import build_report, compare
+from . import build_report, paper
 from .charts import _layout, colour, inert
 from .html import PLOT_CONFIG, STYLE, TABLE_SCRIPT, render_page
 
@@ -40,7 +40,7 @@ HISTORY = "history.html"
 class Folder:
     """One results folder of the site: its page's name and its report."""
 
-    def __init__(self, path: Path, name: str, rep: compare.Report):
+    def __init__(self, path: Path, name: str, rep: paper.Report):
         self.path, self.name, self.rep = path, name, rep
         recorded = pd.to_datetime(rep.rows["recorded_at"], utc=True)
         self.first, self.last = recorded.min(), recorded.max()
@@ -114,7 +114,7 @@ def _head(title: str, plots: bool) -> str:
             f"<title>{html.escape(title)}</title><style>{STYLE}</style>{library}</head><body>")
 
 
-def _machines(rep: compare.Report) -> list[str]:
+def _machines(rep: paper.Report) -> list[str]:
     return [f"{s.host_name} ({s.host_cpu_model}{f', {s.host_cpus} CPUs' if s.host_cpus else ''})"
             for s in rep.sections]
 
@@ -165,7 +165,7 @@ def history(chosen: list[Folder]) -> pd.DataFrame:
         rep = f.rep
         when = pd.to_datetime(rep.rows["recorded_at"], utc=True).groupby(rep.rows["group"]).median()
         for g in rep.groups[rep.groups["settings_kind"] == "own"].itertuples():
-            if not compare.present(g.train_time_s_median):
+            if not paper.present(g.train_time_s_median):
                 continue
             section = rep.sections[g.section]
             records.append({

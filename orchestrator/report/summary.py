@@ -9,7 +9,7 @@ from pathlib import Path
 from dlbench_runner import contract
 
 from .. import catalog, store
-from . import compare, estimate, reference_rows
+from . import estimate, paper, reference_rows
 
 WIDTH = 80
 
@@ -27,16 +27,16 @@ def run_summary(results: Path, run_ids, reference: Path | None = None,
     frame = frame[frame["run_id"].isin(set(run_ids))]
     if not len(frame):
         return []
-    rep = compare.build(frame)
+    rep = paper.build(frame)
     judgement = reference_rows.judge(rep, reference)
     lines = _verdicts(rep, judgement) + _speed(frame, rep, judgement)
     lines += _paper_command(rep, command_results)
     return lines
 
 
-def _verdicts(rep: compare.Report, judgement: reference_rows.Judgement) -> list[str]:
+def _verdicts(rep: paper.Report, judgement: reference_rows.Judgement) -> list[str]:
     judged, not_judged = judgement.judged, judgement.not_judged
-    others = rep.groups[rep.groups["profile"] != "quick"]
+    others = rep.groups[rep.groups["profile"] != contract.QUICK_PROFILE]
     if not len(judgement.groups):
         counts = others["profile"].value_counts(sort=False)
         return _wrap("Not judged here: " + "; ".join(
@@ -70,15 +70,15 @@ def _where_judged(profile: str) -> str:
     return "held against the paper by `dlbench report`"
 
 
-def _speed(frame, rep: compare.Report, judgement: reference_rows.Judgement) -> list[str]:
+def _speed(frame, rep: paper.Report, judgement: reference_rows.Judgement) -> list[str]:
     """This machine's speed beside the reference machine's, from the quick runs that no
     other work disturbed (``noise.RULE``: image builds beside them, load, CPU use, spread)
     where there are any; from disturbed ones only when there are no others, and then said."""
-    quick = rep.rows[(rep.rows["status"] == "ok") & (rep.rows["profile"] == "quick")]
+    quick = rep.rows[(rep.rows["status"] == "ok") & (rep.rows["profile"] == contract.QUICK_PROFILE)]
     disturbed = quick["disturbed"] != ""
     note = ""
     if disturbed.any() and not disturbed.all():
-        judgement = reference_rows.judge(compare.build(frame, exclude_disturbed=True),
+        judgement = reference_rows.judge(paper.build(frame, exclude_disturbed=True),
                                          against=judgement)
         note = f"; {int(disturbed.sum())} disturbed {_runs(int(disturbed.sum()))} left out"
     elif disturbed.any():
@@ -87,7 +87,7 @@ def _speed(frame, rep: compare.Report, judgement: reference_rows.Judgement) -> l
     ratio = judgement.speed_ratio()
     if ratio is None:
         return []
-    timed = [r for r in judgement.judged["speed_ratio"] if compare.present(r) and r > 0]
+    timed = [r for r in judgement.judged["speed_ratio"] if paper.present(r) and r > 0]
     return _wrap(f"speed: training here takes {ratio:.2f}x the reference machine's time "
                  f"(geometric mean over {len(timed)} {_jobs(len(timed))}{note})", "  ")
 
@@ -104,10 +104,10 @@ def _grouped(reasons: list[tuple[str, str]]) -> list[str]:
     return [f"{', '.join(jobs)}: {reason}" for reason, jobs in by_reason.items()]
 
 
-def _paper_command(rep: compare.Report, command_results: Path | None) -> list[str]:
+def _paper_command(rep: paper.Report, command_results: Path | None) -> list[str]:
     """The command of a paper verdict for the run's quick models, and its time here from
     their measured speed."""
-    quick = rep.groups[(rep.groups["profile"] == "quick") & (rep.groups["ok"] > 0)]
+    quick = rep.groups[(rep.groups["profile"] == contract.QUICK_PROFILE) & (rep.groups["ok"] > 0)]
     if not len(quick):          # no quick job trained: no paper run to suggest
         return []
     models = list(dict.fromkeys(zip(quick["framework"], quick["dataset"], quick["model"],
@@ -136,7 +136,7 @@ def paper_command(groups, rows, results: Path | None = None) -> str:
             known.index(f) if f in known else len(known), f))))
     if datasets and sorted(datasets) != sorted(catalog.DATASETS):
         words.append("--datasets " + ",".join(d for d in catalog.DATASETS if d in datasets))
-    if gpus := sorted({str(g) for g in rows["gpu"] if compare.present(g)}):
+    if gpus := sorted({str(g) for g in rows["gpu"] if paper.present(g)}):
         words.append("--gpu " + ",".join(gpus))
     if results is not None:
         words.insert(1, f"--results {results}")

@@ -31,7 +31,7 @@ from rich.text import Text
 
 from ..terminal import shown
 from ..errors import UsageError
-from . import ab, compare, reference_rows, tta, verification
+from . import compare, paper, reference_rows, tta, verification
 from .views import (COMPARISON_KEYS, REPORT_KEYS, View, comparison_view, correlation_records,
                     correlation_views, fair_views, plan_view, reference_lines, robustness_records,
                     robustness_views, runs_view, section_views, transfer_records, transfer_views)
@@ -286,7 +286,7 @@ def _status(status: str) -> str:
 
 # --- the comparison report ---
 
-def report_table(rep: compare.Report, width: int | None = 80, color_system: str | None = None,
+def report_table(rep: paper.Report, width: int | None = 80, color_system: str | None = None,
                  columns: list[str] | None = None, wide: bool = False, explain: bool = False) -> str:
     """The report's tables for the terminal (fitted to ``width``) or a file (whole); the
     rules behind them (``rep.notes()``) with ``explain``, else a line that says how."""
@@ -325,11 +325,11 @@ EXPLAIN_LINE = "The rules behind these verdicts and statistics: dlbench report -
 
 
 def _coloured(verdict: str) -> str:
-    colour = {compare.REPRODUCED: "green", compare.NOT_REPRODUCED: "red"}.get(compare.kind(verdict), "dim")
+    colour = {paper.REPRODUCED: "green", paper.NOT_REPRODUCED: "red"}.get(paper.kind(verdict), "dim")
     return f"[{colour}]{escape(verdict)}[/{colour}]"
 
 
-def report_markdown(rep: compare.Report) -> str:
+def report_markdown(rep: paper.Report) -> str:
     lines = ["# dlbench report", "",
              f"{len(rep.rows)} stored run(s) on {len(rep.sections)} machine(s) / schema version(s).", ""]
     for section in rep.sections:
@@ -406,7 +406,7 @@ REFERENCE_COLUMNS = {"verdict": "reference_verdict", "reference_accuracy_pct": "
 TTA_COLUMNS = ["target_pct", "reached", "epoch_median", "time_s_median", "time_s_min", "time_s_max"]
 
 
-def report_frame(rep: compare.Report, join_lists: bool = True) -> pd.DataFrame:
+def report_frame(rep: paper.Report, join_lists: bool = True) -> pd.DataFrame:
     """One flat row per group, with its machine: the CSV form (lists joined with "; ")."""
     machines = pd.DataFrame([{"section": s.index, "host_name": s.host_name,
                               "host_cpu_model": s.host_cpu_model, "schema_version": s.schema_version}
@@ -423,7 +423,7 @@ def report_frame(rep: compare.Report, join_lists: bool = True) -> pd.DataFrame:
     return frame.assign(tolerance_points=rep.tolerance, ratio_tolerance_factor=rep.ratio_tolerance)
 
 
-def report_json(rep: compare.Report) -> str:
+def report_json(rep: paper.Report) -> str:
     frame = report_frame(rep, join_lists=False)
     document = {
         "format_version": JSON_FORMAT_VERSION,
@@ -465,7 +465,7 @@ def report_json(rep: compare.Report) -> str:
     return json.dumps(document, indent=1, ensure_ascii=False)
 
 
-def _csv(rep: compare.Report) -> str:
+def _csv(rep: paper.Report) -> str:
     """The CSV: ``report_frame``, and each quick group's verdict against the reference rows."""
     frame = report_frame(rep)
     judgement = rep.against_reference
@@ -475,7 +475,7 @@ def _csv(rep: compare.Report) -> str:
     return csv_text(frame)
 
 
-def render_report(rep: compare.Report, fmt: str, width: int | None = 80,
+def render_report(rep: paper.Report, fmt: str, width: int | None = 80,
                   color_system: str | None = None, columns: list[str] | None = None,
                   wide: bool = False, explain: bool = False) -> str:
     """The report as terminal tables (fmt 'table'; its rules with ``explain``), Markdown,
@@ -491,7 +491,7 @@ def render_report(rep: compare.Report, fmt: str, width: int | None = 80,
 
 # --- two sets of runs (`dlbench compare`) ---
 
-def render_comparison(cmp: ab.Comparison, fmt: str, width: int | None = 80,
+def render_comparison(cmp: compare.Comparison, fmt: str, width: int | None = 80,
                       color_system: str | None = None, columns: list[str] | None = None,
                       wide: bool = False) -> str:
     """The comparison as a terminal table (fmt 'table'), Markdown, CSV or JSON text."""
@@ -499,8 +499,8 @@ def render_comparison(cmp: ab.Comparison, fmt: str, width: int | None = 80,
         return csv_text(comparison_frame(cmp))
     if fmt == "json":
         return json.dumps({"format_version": 2, "metric": cmp.metric, "a": cmp.a.label,
-                           "b": cmp.b.label, "alpha": ab.ALPHA, "confidence": ab.CONFIDENCE,
-                           "min_runs": ab.MIN_RUNS, "across": cmp.across,
+                           "b": cmp.b.label, "alpha": compare.ALPHA, "confidence": compare.CONFIDENCE,
+                           "min_runs": compare.MIN_RUNS, "across": cmp.across,
                            "fail_on_slowdown": cmp.fail_on_slowdown,
                            "allow_inconclusive": cmp.allow_inconclusive,
                            "exit_status": cmp.exit_status, "tally": cmp.tally(),
@@ -525,7 +525,7 @@ def render_comparison(cmp: ab.Comparison, fmt: str, width: int | None = 80,
     return console.file.getvalue()
 
 
-def comparison_frame(cmp: ab.Comparison) -> pd.DataFrame:
+def comparison_frame(cmp: compare.Comparison) -> pd.DataFrame:
     """One flat row per pair: the splits as a_host_name, b_image_id, ..."""
     frame = cmp.groups.copy()
     for name in ("a", "b"):

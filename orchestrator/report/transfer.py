@@ -30,7 +30,7 @@ from .. import store
 from ..checks import transfer as kept
 from ..errors import StoreWarning
 from ..checks.migration import Refused
-from . import compare
+from . import paper
 
 
 @dataclasses.dataclass
@@ -67,7 +67,7 @@ class Matrix:
                 for i, a in enumerate(self.entries) for j, b in enumerate(self.entries)]
 
 
-def matrices(results: Path, rep: compare.Report) -> list[Matrix]:
+def matrices(results: Path, rep: paper.Report) -> list[Matrix]:
     """Every transfer matrix of the report's ok rows; none where no run kept images."""
     ok = rep.rows[rep.rows["status"] == "ok"]
     if not len(ok) or not any(store.transfer_path(results, r).exists() for r in ok["run_id"]):
@@ -107,7 +107,7 @@ def _column(model: bytes, entries: list[Entry], loaded: dict) -> dict:
     return dict(zip(have, kept.accuracies(model, [loaded[r] for r in have]) if have else []))
 
 
-def _entry(results: Path, rep: compare.Report, g, row, part: pd.DataFrame) -> Entry:
+def _entry(results: Path, rep: paper.Report, g, row, part: pd.DataFrame) -> Entry:
     """A group's entry: its label says what sets it apart from the matrix's others."""
     label = [g.framework]
     if part["device"].nunique() > 1:
@@ -119,7 +119,7 @@ def _entry(results: Path, rep: compare.Report, g, row, part: pd.DataFrame) -> En
     return Entry(group=int(row.group), label=" · ".join(label), framework=g.framework, run_id=row.run_id)
 
 
-def _images(results: Path, rep: compare.Report, entry: Entry, dataset: str, refused=None):
+def _images(results: Path, rep: paper.Report, entry: Entry, dataset: str, refused=None):
     """The entry's checked images (filling its epsilon, count and own FGSM accuracy), or
     None with ``images_reason`` set (``refused``: its row's ``transfer_reason``, why the
     host did not take the file the job left)."""
@@ -127,7 +127,7 @@ def _images(results: Path, rep: compare.Report, entry: Entry, dataset: str, refu
     rows = rep.robustness
     mine = rows[rows["run_id"] == entry.run_id] if rows is not None and len(rows) else None
     if not path.exists():
-        entry.images_reason = "no FGSM images: " + (refused if compare.present(refused) else _why_no_images(mine))
+        entry.images_reason = "no FGSM images: " + (refused if paper.present(refused) else _why_no_images(mine))
         return None
     try:
         found = kept.load(path, dataset)
@@ -157,7 +157,7 @@ def _model(results: Path, entry: Entry, why) -> bytes | None:
     ``migration_reason``)."""
     path = store.model_path(results, entry.run_id)
     if not path.exists():
-        entry.model_reason = "no ONNX model: " + (why if compare.present(why) else
+        entry.model_reason = "no ONNX model: " + (why if paper.present(why) else
                                                   "a run before the migration check")
         return None
     try:

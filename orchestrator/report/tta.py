@@ -28,7 +28,7 @@ import pandas as pd
 
 from .. import catalog
 from ..errors import DlbenchError, UsageError
-from . import compare
+from . import paper
 from .views import View, rounded
 
 # a model without a paper cell (MXNet's, the fair networks, a framework added to dlbench):
@@ -59,7 +59,7 @@ def parse_target(text: str | None) -> float | None:
 def paper_targets() -> dict[str, float]:
     """Each model's default target from the paper's cells: the lowest published accuracy of
     the model (CPU or GPU), rounded down to a whole percent."""
-    ref = compare.reference()
+    ref = paper.reference()
     lowest: dict[str, float] = {}
     for (framework, dataset, _), cell in ref.cells.items():
         model = cell.get("model") or _model_of(framework, dataset)
@@ -97,7 +97,7 @@ def _floats(values) -> list[float]:
     return [float(v) for v in values] if isinstance(values, (list, tuple, np.ndarray)) else []
 
 
-def runs(rep: compare.Report, target: float | None = None) -> pd.DataFrame:
+def runs(rep: paper.Report, target: float | None = None) -> pd.DataFrame:
     """One record per ok run with per-epoch accuracies: its target, the epoch that reached it
     and the time until then (empty where not reached), its best and last training
     accuracy, its epochs."""
@@ -113,13 +113,13 @@ def runs(rep: compare.Report, target: float | None = None) -> pd.DataFrame:
         records.append({"run_id": run.run_id, "group": int(run.group), "target": goal,
                         "epoch": epoch, "time_s": seconds, "epochs": len(accuracy),
                         "best_accuracy": max(accuracy), "last_accuracy": accuracy[-1],
-                        "test_accuracy": float(run.accuracy) if compare.present(run.accuracy) else None})
+                        "test_accuracy": float(run.accuracy) if paper.present(run.accuracy) else None})
     return pd.DataFrame.from_records(records, columns=[
         "run_id", "group", "target", "epoch", "time_s", "epochs", "best_accuracy", "last_accuracy",
         "test_accuracy"])
 
 
-def groups(rep: compare.Report) -> pd.DataFrame:
+def groups(rep: paper.Report) -> pd.DataFrame:
     """One record per group with runs in ``rep.time_to_accuracy``: the group's keys, the
     target, how many ok runs reached it, the median (min, max) time and epoch over those."""
     found = rep.time_to_accuracy
@@ -150,7 +150,7 @@ def result_text(g) -> str:
     98.97%, 3 epochs)", or with how many of its runs reached it."""
     if not g.reached:
         return f"{NOT_REACHED} (best {g.best_accuracy_pct:.2f}%, {_epochs(g.epochs_max)})"
-    if not compare.present(g.time_s_median):
+    if not paper.present(g.time_s_median):
         text = f"epoch {g.epoch_median:g}, its time not recorded"
     else:
         text = f"{_seconds(g.time_s_median)} s (epoch {g.epoch_median:g})"
@@ -172,7 +172,7 @@ KEYS = ["framework", "data", "model", "device", "profile", "settings", "target",
 DROP = ["model", "device", "settings"]
 
 
-def views(rep: compare.Report, section: compare.Section):
+def views(rep: paper.Report, section: paper.Section):
     """The section's time-to-accuracy table (none where no run has per-epoch accuracies)."""
     found = groups(rep)
     if not len(found):
@@ -188,7 +188,7 @@ def views(rep: compare.Report, section: compare.Section):
                  rows, numeric=set(), wrap={5, 7}, keys=KEYS, drop=DROP)]
 
 
-def records(rep: compare.Report) -> list[dict]:
+def records(rep: paper.Report) -> list[dict]:
     """The JSON report's "time_to_accuracy": one record per group (``groups``)."""
     found = groups(rep)
     return [] if not len(found) else [
@@ -196,4 +196,4 @@ def records(rep: compare.Report) -> list[dict]:
         for r in found.to_dict(orient="records")]
 
 
-RULE = compare.TTA_RULE         # the report's rules list it; compare cannot import this module
+RULE = paper.TTA_RULE         # the report's rules list it; paper cannot import this module

@@ -9,7 +9,7 @@ import re
 import pandas as pd
 
 from ..checks import fair
-from . import ab, compare, correlations, verification
+from . import compare, correlations, paper, verification
 
 
 @dataclasses.dataclass
@@ -45,14 +45,14 @@ SPAN_HEADINGS = {"paper_train_time_s": "paper span train s", "paper_test_time_s"
 SETTINGS = ["framework", "data", "device", "profile", "settings", "threads"]
 
 
-def section_views(rep: compare.Report, section: compare.Section) -> list[View]:
+def section_views(rep: paper.Report, section: paper.Section) -> list[View]:
     groups = rep.groups[rep.groups["section"] == section.index]
     views = [_measured(groups, rep.resources), _against_paper(groups), _ratios(groups)]
     rows = rep.rows[(rep.rows["section"] == section.index) & (rep.rows["disturbed"] != "")]
     return views + ([_disturbed(rows)] if len(rows) else [])
 
 
-def reference_lines(rep: compare.Report, section: compare.Section) -> tuple[str, list[str]]:
+def reference_lines(rep: paper.Report, section: paper.Section) -> tuple[str, list[str]]:
     """A section's quick groups against dlbench's reference rows, one line each, and this
     machine's speed beside the reference machine's: (heading, lines); no lines where the
     section has no quick group."""
@@ -66,10 +66,10 @@ def reference_lines(rep: compare.Report, section: compare.Section) -> tuple[str,
     lines = []
     for g in groups.itertuples():
         text = rounded(f"{g.framework} {g.dataset} {g.device}, {g.settings}: {g.verdict}")
-        if compare.present(g.diff_points):
+        if paper.present(g.diff_points):
             text += (f", {_pct(g.accuracy_pct)}% against {_pct(g.reference_accuracy_pct)}% "
                      f"({g.diff_points:+.2f} points, within {g.tolerance_points:g} expected)")
-        if compare.present(g.speed_ratio):
+        if paper.present(g.speed_ratio):
             text += (f"; training time {_ratio(g.speed_ratio)} the reference machine's "
                      f"({_seconds(g.train_time_s)} s against {_seconds(g.reference_train_time_s)} s)")
         lines.append(text)
@@ -179,7 +179,7 @@ def _attack_notes(rows: pd.DataFrame) -> set[str]:
     return notes
 
 
-def robustness_views(rep: compare.Report, section: compare.Section) -> list[View]:
+def robustness_views(rep: paper.Report, section: paper.Section) -> list[View]:
     """A section's accuracy under attack: one table per data set, a row per group that has
     any (a framework, its device, profile and settings), a column per attack and epsilon
     (the median over the group's ok runs), beside the trained model's size; the largest
@@ -246,7 +246,7 @@ def robustness_views(rep: compare.Report, section: compare.Section) -> list[View
     return views
 
 
-def transfer_views(rep: compare.Report, section: compare.Section) -> list[View]:
+def transfer_views(rep: paper.Report, section: paper.Section) -> list[View]:
     """A section's transfer matrices (report/transfer.py), one table each: a row per run
     whose FGSM images are tried, a column per run whose ONNX model is, the accuracy %."""
     views = []
@@ -274,7 +274,7 @@ def transfer_views(rep: compare.Report, section: compare.Section) -> list[View]:
     return views
 
 
-def correlation_views(rep: compare.Report, section: compare.Section) -> list[View]:
+def correlation_views(rep: paper.Report, section: paper.Section) -> list[View]:
     """A section's settings against its measures (report/correlations.py): a row per family
     and axis, a column per measure: ρ for an axis of numbers, ε² (and the best value) for
     one of names."""
@@ -305,7 +305,7 @@ def correlation_views(rep: compare.Report, section: compare.Section) -> list[Vie
                  drop=["values", "device", "runs", "profile"])]
 
 
-def fair_views(rep: compare.Report, section: compare.Section) -> list[View]:
+def fair_views(rep: paper.Report, section: paper.Section) -> list[View]:
     """A section's fair runs (report/verification.py): their logits against the NumPy
     reference, where two frameworks' step losses part, and the speed of the same work."""
     rows = rep.rows[rep.rows["section"] == section.index]
@@ -404,7 +404,7 @@ def op_view(dataset: str, part: pd.DataFrame) -> View:
         keys=["layer", "input"] + frameworks, drop=["input"])
 
 
-def correlation_records(rep: compare.Report) -> list[dict]:
+def correlation_records(rep: paper.Report) -> list[dict]:
     """The correlation table's records, for the JSON report."""
     found = rep.correlations
     if found is None or not len(found):
@@ -427,12 +427,12 @@ def _association(record) -> str:
     return (f"ε² {record.value:.2f}, " if given(record.value) else "") + found
 
 
-def transfer_records(rep: compare.Report) -> list[dict]:
+def transfer_records(rep: paper.Report) -> list[dict]:
     """Every cell of the transfer matrices, for the JSON report."""
     return [record for matrix in rep.transfer for record in matrix.records()]
 
 
-def robustness_records(rep: compare.Report) -> list[dict]:
+def robustness_records(rep: paper.Report) -> list[dict]:
     """The robustness tables as records, for the JSON report: one per group, attack and
     epsilon."""
     found = rep.robustness
@@ -489,8 +489,8 @@ def _against_paper(groups: pd.DataFrame) -> View:
                               "published test s †", "times held against the paper"]
     rows = []
     for g in groups.itertuples():
-        train = "paper_train_time_s" if g.train_time_span == compare.PAPER_SPAN else "train_time_s"
-        test = "paper_test_time_s" if g.test_time_span == compare.PAPER_SPAN else "test_time_s"
+        train = "paper_train_time_s" if g.train_time_span == paper.PAPER_SPAN else "train_time_s"
+        test = "paper_test_time_s" if g.test_time_span == paper.PAPER_SPAN else "test_time_s"
         rows.append([g.framework, g.dataset, g.device, g.profile, rounded(g.settings)] + [
             _num(g.accuracy_pct_median, _pct), _num(g.published_accuracy_pct, _pct),
             _num(g.accuracy_diff_points, lambda v: f"{v:+.2f}"), rounded(g.accuracy_verdict),
@@ -498,7 +498,7 @@ def _against_paper(groups: pd.DataFrame) -> View:
             _num(getattr(g, f"{train}_median"), _seconds), _num(g.published_train_time_s, _published),
             _num(getattr(g, f"{test}_median"), _seconds),
             _num(g.published_test_time_s, _published)
-            + (" †" if compare.present(g.published_test_time_note) else ""),
+            + (" †" if paper.present(g.published_test_time_note) else ""),
             _spans(g)])
     return View("Against the paper (GTDLBench, Server1)", columns, rows,
                 numeric={5, 6, 7, 10, 11, 12, 13}, verdicts={8}, wrap={4, 8, 9, 14},
@@ -506,8 +506,8 @@ def _against_paper(groups: pd.DataFrame) -> View:
 
 
 def _spans(g) -> str:
-    if g.train_time_span == compare.PAPER_SPAN and g.test_time_span == compare.PAPER_SPAN:
-        return compare.PAPER_SPAN
+    if g.train_time_span == paper.PAPER_SPAN and g.test_time_span == paper.PAPER_SPAN:
+        return paper.PAPER_SPAN
     return f"train: {g.train_time_span}; test: {g.test_time_span}"
 
 
@@ -518,8 +518,8 @@ def _ratios(groups: pd.DataFrame) -> View:
                "÷ baseline here", "÷ baseline in paper", "here ÷ paper", "ratio verdict", "caveats"]
     rows = []
     for g in groups.itertuples():
-        if compare.present(g.ratio_baseline):
-            train = "paper_train_time_s" if g.ratio_span == compare.PAPER_SPAN else "train_time_s"
+        if paper.present(g.ratio_baseline):
+            train = "paper_train_time_s" if g.ratio_span == paper.PAPER_SPAN else "train_time_s"
             measured = [g.ratio_span, _num(getattr(g, f"{train}_median"), _seconds),
                         f"{_ratio(g.train_time_ratio)} (÷ {g.ratio_baseline})",
                         _num(g.published_train_time_ratio, _ratio), _num(g.ratio_vs_published, _ratio)]
@@ -537,7 +537,7 @@ def _caveats(caveats) -> str:
 
 def _stat(g, metric: str, fmt) -> str:
     median, low, high = (getattr(g, f"{metric}_{s}") for s in ("median", "min", "max"))
-    if not compare.present(median):
+    if not paper.present(median):
         return "-"
     text = fmt(median)
     if g.ok > 1 and high > low:
@@ -546,7 +546,7 @@ def _stat(g, metric: str, fmt) -> str:
 
 
 def _num(value, fmt) -> str:
-    return fmt(value) if compare.present(value) else "-"
+    return fmt(value) if paper.present(value) else "-"
 
 
 def _seconds(v: float) -> str:
@@ -625,8 +625,8 @@ COMPARISON_DROP = ["machines", "images", "versions", "b_runs", "a_runs", "p"]
 
 
 def comparison_view(cmp) -> View:
-    """One line per pair of groups (``ab.Comparison``): medians, B ÷ A, p, verdict."""
-    _, _, unit, _ = ab.METRICS[cmp.metric]
+    """One line per pair of groups (``compare.Comparison``): medians, B ÷ A, p, verdict."""
+    _, _, unit, _ = compare.METRICS[cmp.metric]
     fmt = _pct if unit == "%" else _seconds
     columns = ["group", f"A {unit}", f"B {unit}", "B ÷ A [95% CI]", "p", "verdict", "A runs",
                "B runs", "framework version A / B", "image A / B", "machine A / B"]
@@ -636,8 +636,8 @@ def comparison_view(cmp) -> View:
         across = "".join(f"; {k} {_pair_of(g.a_split, g.b_split, k)}" for k in cmp.across)
         group = f"{g.framework} {g.dataset} {g.device} {g.profile}, {rounded(g.settings)}{across}, " + (
             f"threads {threads}" if "/" in threads else f"{threads} threads")
-        ratio = "-" if not compare.present(g.ratio) else _ratio(g.ratio) + (
-            f" [{_ratio(g.ratio_low)}–{_ratio(g.ratio_high)}]" if compare.present(g.ratio_low) else "")
+        ratio = "-" if not paper.present(g.ratio) else _ratio(g.ratio) + (
+            f" [{_ratio(g.ratio_low)}–{_ratio(g.ratio_high)}]" if paper.present(g.ratio_low) else "")
         rows.append([group, _num(g.a_median, fmt), _num(g.b_median, fmt), ratio,
                      _num(g.p_value, _p), g.verdict, _runs(g.a_runs, g.a_disturbed),
                      _runs(g.b_runs, g.b_disturbed)]
@@ -649,14 +649,14 @@ def comparison_view(cmp) -> View:
 
 
 def _runs(runs, disturbed) -> str:
-    if not compare.present(runs):
+    if not paper.present(runs):
         return "-"
     return f"{int(runs)}" + (f" ({int(disturbed)} disturbed)" if disturbed else "")
 
 
 def _pair_of(a, b, key: str) -> str:
     def one(split):
-        if not isinstance(split, dict) or not compare.present(split.get(key)):
+        if not isinstance(split, dict) or not paper.present(split.get(key)):
             return "-"
         value = str(split[key])
         return value.removeprefix("sha256:")[:12] if key == "image_id" else value

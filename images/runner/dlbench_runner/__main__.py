@@ -14,7 +14,7 @@ import json
 import os
 import sys
 
-from . import blas, runner, spec as specs
+from . import blas, contract, runner, spec as specs
 
 
 def parse_value(text):
@@ -31,7 +31,7 @@ def main(argv=None):
     parser.add_argument("--out", default="/out")
     parser.add_argument("--spec", help="job spec JSON (default: OUT/job.json if present)")
     parser.add_argument("--dataset")
-    parser.add_argument("--profile", default="paper")
+    parser.add_argument("--profile", default=contract.PAPER_PROFILE)
     parser.add_argument("--threads", type=int)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--seed", type=int, default=1)

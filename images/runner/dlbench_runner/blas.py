@@ -11,7 +11,9 @@ implementation's ``libblas.so.3`` and a ``liblapack.so.3`` (its own, or Debian's
 reference LAPACK on top of it where it has none), and keeps the first name the
 system's default; a job that asks for another starts with that folder first on
 ``LD_LIBRARY_PATH`` (``environment``).  ``loaded`` names the implementations a process
-has mapped, so that a silent fallback shows.
+has mapped, so that a silent fallback shows.  ``mapped`` is the one reading of the
+process's memory map: the runner's list of BLAS files and the adapters' OpenBLAS (its
+thread count), OpenMP and CUDA run-time libraries are found through it.
 
 Standard library only and Python 3.9, like the rest of the runner; run as a script
 (``python3 blas.py install NAME...``) while an image is built, before the runner is
@@ -99,6 +101,49 @@ def name_of(path):
 def loaded(paths):
     """The BLAS implementations among mapped library files, sorted, each once."""
     return sorted({n for n in (name_of(p) for p in paths) if n})
+
+
+def mapped(fragment="", maps="/proc/self/maps"):
+    """The files mapped into this process whose path holds ``fragment`` (in lower case),
+    sorted, each once; none where the map cannot be read."""
+    try:
+        with open(maps) as f:
+            lines = [line.split() for line in f]
+    except OSError:
+        return []
+    return sorted({fields[-1] for fields in lines
+                   if len(fields) >= 6 and fragment in fields[-1].lower()})
+
+
+def mapped_libraries(maps="/proc/self/maps"):
+    """The BLAS and LAPACK libraries (and oneDNN) mapped into this process, by real path."""
+    found = set()
+    for path in mapped(maps=maps):
+        name = os.path.basename(path).lower()
+        if name.startswith("lib") and ".so" in name and \
+                any(k in name for k in ("blas", "lapack", "mkl", "blis", "dnnl")):
+            found.add(os.path.realpath(path))
+    return sorted(found)
+
+
+def openblas():
+    """The OpenBLAS mapped into this process, loaded again by its path (so the same
+    instance, running on the threads it was given), or None."""
+    import ctypes
+    for path in mapped("openblas"):
+        try:
+            library = ctypes.CDLL(path)
+        except OSError:
+            continue
+        if hasattr(library, "openblas_get_num_threads"):
+            return library
+    return None
+
+
+def openblas_threads():
+    """``openblas_get_num_threads()`` of the OpenBLAS this process runs on, or None."""
+    library = openblas()
+    return None if library is None else int(library.openblas_get_num_threads())
 
 
 def multiarch_dir():

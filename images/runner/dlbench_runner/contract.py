@@ -43,7 +43,10 @@ EVENT_TAG = ":::DLBENCH "
 # Thread variables every BLAS and OpenMP runtime honours; a job's thread count sets them.
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS")
 
-PROFILES = ("paper", "quick", "fair")
+PAPER_PROFILE = "paper"     # the published settings
+QUICK_PROFILE = "quick"     # the same models, trained briefly
+FAIR_PROFILE = "fair"       # one network alike in every framework (FAIR below)
+PROFILES = (PAPER_PROFILE, QUICK_PROFILE, FAIR_PROFILE)
 # The fair profile (``fair.py``): one network per data set, the same in every framework
 # whose models.json lists the data set under ``fair``; these settings and the thread count
 # are all a fair job may change (``--set``), as its network and its training are fixed.
@@ -53,7 +56,6 @@ PROFILES = ("paper", "quick", "fair")
 # first ``log_steps`` steps is kept; the logits of the first ``probe_images`` test images are
 # taken before the first step; after the test pass each layer is timed alone ``op_repeats``
 # times (``ops.py``; 0: not timed).
-FAIR_PROFILE = "fair"
 FAIR = {
     "mnist": {"batch_size": 64, "learning_rate": 0.01, "momentum": 0.9, "steps": 937,
               "log_steps": 200, "probe_images": 64, "op_repeats": 20},
@@ -128,9 +130,10 @@ TEST_IMAGES = {"mnist": 10000, "cifar10": 10000}
 # training take it: MNIST 28 x 28, CIFAR-10 3 x 32 x 32.
 IMAGE_SHAPES = {"mnist": (28, 28), "cifar10": (3, 32, 32)}
 
-__all__ = ["SCHEMA_VERSION", "EVENT_TAG", "THREAD_VARIABLES", "PROFILES", "SpecError",
+__all__ = ["SCHEMA_VERSION", "EVENT_TAG", "THREAD_VARIABLES", "PROFILES", "PAPER_PROFILE", "QUICK_PROFILE",
+           "SpecError",
            "load_catalog", "resolve_hyperparameters", "check_value", "check_seed", "default_seed", "MAX_SEED",
-           "formats", "cpu_model", "gpu_index", "ROBUSTNESS", "PGD_STEPS", "TEST_IMAGES", "epsilons",
+           "formats", "cpu_model", "DEVICES", "device_of", "gpu_index", "ROBUSTNESS", "PGD_STEPS", "TEST_IMAGES", "epsilons",
            "MIGRATION", "MAX_MODEL_BYTES", "AFTER_TRAINING", "LATER_SETTINGS", "OPENMP", "FAIR_PROFILE", "FAIR", "FAIR_MODELS", "FAIR_WEIGHTS_FILE",
            "model_name", "fair_hyperparameters", "thread_environment",
            "openmp_threads", "TRANSFER_FILE", "MAX_TRANSFER_BYTES", "IMAGE_SHAPES"]
@@ -174,7 +177,7 @@ def resolve_hyperparameters(catalog, dataset, profile, overrides=None, device="c
     if profile not in PROFILES:
         raise SpecError("unknown profile %r (choose from %s)" % (profile, ", ".join(PROFILES)))
     params = dict(ROBUSTNESS.get(dataset, {}))
-    if profile == "quick" and dataset in ROBUSTNESS:
+    if profile == QUICK_PROFILE and dataset in ROBUSTNESS:
         params.update(QUICK_ROBUSTNESS)
     params.update(MIGRATION)
     params.update(OPENMP)
@@ -299,6 +302,25 @@ def check_value(key, value):
         raise SpecError("hyper-parameter %r must be at most %d, not %r" % (key, MAX_BATCH_SIZE, value))
     if isinstance(value, int) and value > MAX_INT:
         raise SpecError("hyper-parameter %r must be at most %d, not %r" % (key, MAX_INT, value))
+
+
+# A device has three spellings, each where it is read, and the conversions between the
+# last two are here:
+# - the command line and a campaign file: ``cpu`` or ``gpu:N`` (``--gpu N`` is ``gpu:N``;
+#   the images are cpu and gpu too), read by the host's ``options.device``;
+# - the plan: the GPU's index on the host (``Job.gpu``; None on the CPU), which a row keeps
+#   as text in its ``gpu`` column;
+# - the job spec, a row's ``device`` column and the paper's cells: ``cpu`` or ``cuda``, no
+#   index, as the paper's columns are named.  A container (or the native runtime's process,
+#   through CUDA_VISIBLE_DEVICES) sees its own GPU alone, as its first.  The runner takes
+#   ``cuda:N`` too, for a run by hand on a machine of several GPUs.
+# Rows hold the last two spellings since schema version 1: they stay.
+DEVICES = ("cpu", "cuda")      # the spec's and the rows' devices
+
+
+def device_of(gpu):
+    """The device a job on GPU ``gpu`` (None: the CPU) has in its spec and its row."""
+    return "cpu" if gpu is None else "cuda"
 
 
 def gpu_index(device):

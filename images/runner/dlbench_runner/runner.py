@@ -289,22 +289,6 @@ def apply_threads(threads, hyperparameters, environ=os.environ):
     return {name: environ.get(name) for name in THREAD_VARIABLES}
 
 
-def loaded_blas():
-    """BLAS and LAPACK libraries mapped into this process, by real path."""
-    found = set()
-    try:
-        with open("/proc/self/maps") as f:
-            for line in f:
-                path = line.split()[-1] if len(line.split()) >= 6 else ""
-                name = os.path.basename(path).lower()
-                if name.startswith("lib") and ".so" in name and \
-                        any(k in name for k in ("blas", "lapack", "mkl", "blis", "dnnl")):
-                    found.add(os.path.realpath(path))
-    except OSError:
-        pass
-    return sorted(found)
-
-
 def folder_bytes(folder):
     """The bytes of the regular files under ``folder`` (links not followed)."""
     total = 0
@@ -415,7 +399,7 @@ def run(spec, framework_dir, data_dir, out_dir):
     result["epochs"] = ctx.epochs
     if spec["profile"] == FAIR_PROFILE and result["status"] == "ok":
         result["fair"] = ctx.fair
-    result["blas"] = result.pop("blas_paths", None) or loaded_blas()
+    result["blas"] = result.pop("blas_paths", None) or blas.mapped_libraries()
     result["blas_loaded"] = blas.loaded(result["blas"])
     wanted = spec.get("blas")
     if result["status"] == "ok" and wanted and wanted not in result["blas_loaded"]:

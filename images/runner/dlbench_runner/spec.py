@@ -7,7 +7,7 @@ live in one place.
 """
 
 from . import blas
-from .contract import (PROFILES, SpecError, check_seed, check_value,  # noqa: F401
+from .contract import (PAPER_PROFILE, PROFILES, SpecError, check_seed, check_value,  # noqa: F401
                        default_seed, gpu_index, load_catalog, model_name, resolve_hyperparameters)
 
 
@@ -20,7 +20,7 @@ def complete(spec, catalog):
     if spec["framework"] != catalog["framework"]:
         raise SpecError("job is for %s but this runner holds %s"
                         % (spec["framework"], catalog["framework"]))
-    spec.setdefault("profile", "paper")
+    spec.setdefault("profile", PAPER_PROFILE)
     spec.setdefault("overrides", {})
     spec.setdefault("threads", None)
     spec.setdefault("device", "cpu")
