@@ -818,13 +818,13 @@ def test_own_or_changed_settings_from_the_overrides_a_row_stored():
     today's models.json."""
     import types
 
-    defaults = compare.defaults("caffe", "mnist", "quick")
+    defaults = paper.defaults("caffe", "mnist", "quick")
     used = json.dumps({**defaults, "max_iter": defaults["max_iter"] + 1})
     row = types.SimpleNamespace(framework="caffe", dataset="mnist", profile="quick", device="cpu",
                                 hyperparameters=used, settings_from=None, blas=None, onednn=None)
-    assert compare._settings(types.SimpleNamespace(**vars(row), overrides="{}")) == ("own defaults", "own")
-    assert compare._settings(types.SimpleNamespace(**vars(row), overrides='{"max_iter":9}')) == (
+    assert paper._settings(types.SimpleNamespace(**vars(row), overrides="{}")) == ("own defaults", "own")
+    assert paper._settings(types.SimpleNamespace(**vars(row), overrides='{"max_iter":9}')) == (
         f"changed: max_iter={defaults['max_iter'] + 1}", "changed")
-    assert compare._settings(types.SimpleNamespace(**vars(row), overrides=None)) == (
+    assert paper._settings(types.SimpleNamespace(**vars(row), overrides=None)) == (
         f"changed: max_iter={defaults['max_iter'] + 1}", "changed")      # today's defaults
-    assert compare._settings(row) == compare._settings(types.SimpleNamespace(**vars(row), overrides=None))
+    assert paper._settings(row) == paper._settings(types.SimpleNamespace(**vars(row), overrides=None))
