@@ -50,7 +50,6 @@ from pathlib import Path
 # a build uses them: dlbench --help, which imports this module for its options' defaults, starts
 # without them
 from . import __version__, catalog
-from .choices import VARIANTS
 from .errors import BuildError, DlbenchError, DockerUnavailable, UsageError, docker_errors
 
 SUITE = "bullseye"

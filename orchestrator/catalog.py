@@ -44,6 +44,10 @@ PATH_VARIABLE = "DLBENCH_FRAMEWORKS_PATH"
 STUDY_ORDER = ("caffe", "tensorflow", "torch", "pytorch", "mxnet", "theano")
 DATASETS = ("mnist", "cifar10")
 PROFILES = contract.PROFILES
+VARIANTS = ("cpu", "gpu")           # the images of a framework: build.image_tag(framework, variant)
+# Where a run's jobs run, named here for the options (which come before the schedulers):
+# ``schedulers.SCHEDULERS`` makes each
+SCHEDULERS = ("local", "slurm")
 REQUIRED_FILES = ("Dockerfile", "adapter.py", "models.json")
 # A name is an image's name (dlbench/NAME:cpu), a folder of its build context and a key of
 # a campaign file's tables; the base images' names and the runner's folder are taken.

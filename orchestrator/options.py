@@ -28,7 +28,6 @@ from dlbench_runner import contract
 
 from . import axes as axes_, catalog
 from .axes import blas_library, device, onednn_switch, settings_source  # noqa: F401 (the parsers)
-from .choices import SCHEDULERS, VARIANTS
 from .errors import UsageError
 
 MIN_MEMORY_BYTES = 6 * 2**20        # Docker refuses smaller limits
@@ -268,8 +267,8 @@ def check_profile(name: str) -> str:
 
 def check_variant(name: str) -> str:
     """An image variant (``dlbench run --variant``, ``dlbench build-images --variant``)."""
-    if name not in VARIANTS:
-        raise PlanError(f"--variant {name!r}: choose from {', '.join(VARIANTS)}", ("variant",))
+    if name not in catalog.VARIANTS:
+        raise PlanError(f"--variant {name!r}: choose from {', '.join(catalog.VARIANTS)}", ("variant",))
     return name
 
 

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from conftest import REPO, make_plan
-from orchestrator import choices, execute, runtimes, schedulers
+from orchestrator import catalog, execute, runtimes, schedulers
 from orchestrator.errors import UsageError
 from orchestrator.runtimes import Target
 
@@ -20,7 +20,7 @@ ORCHESTRATOR = REPO / "orchestrator"
 
 def test_each_runtime_and_scheduler_is_found_by_name():
     assert list(runtimes.RUNTIMES) == ["docker", "native"]
-    assert tuple(schedulers.SCHEDULERS) == choices.SCHEDULERS    # the options' choices
+    assert tuple(schedulers.SCHEDULERS) == catalog.SCHEDULERS    # the options' choices
     for name in schedulers.SCHEDULERS:
         assert schedulers.make(name).name == name
     assert schedulers.DEFAULT in schedulers.SCHEDULERS

@@ -16,7 +16,6 @@ import typer
 from rich.console import Console
 
 from .. import __version__, axes, build, catalog
-from ..choices import SCHEDULERS
 from ..runtimes import RUNTIMES
 
 
@@ -101,7 +100,7 @@ class DoctorFormat(str, enum.Enum):
 
 
 Runtime = enum.Enum("Runtime", {r: r for r in RUNTIMES}, type=str)
-Scheduler = enum.Enum("Scheduler", {s: s for s in SCHEDULERS}, type=str)
+Scheduler = enum.Enum("Scheduler", {s: s for s in catalog.SCHEDULERS}, type=str)
 
 
 def _one_of(choices) -> str:

@@ -10,7 +10,6 @@ import typer
 from dlbench_runner import contract
 
 from .. import build, catalog
-from ..choices import VARIANTS
 from ..errors import DlbenchError, UsageError
 from .common import (BUILD, DataOpt, Frameworks, PlanFormat, ResultsOpt, Runtime, SETTINGS, SLURM,
                      Scheduler, Verbose, _names, _one_of, _screen, _skipped, _taking, _write, app,
@@ -22,7 +21,7 @@ from .common import (BUILD, DataOpt, Frameworks, PlanFormat, ResultsOpt, Runtime
 def build_images(frameworks: Frameworks = None, build_options: build.BuildOptions = None,
                  rebuild: Annotated[bool, typer.Option(help="Build again even if nothing changed.")] = False,
                  variant: Annotated[str, typer.Option(
-                     metavar=f"[{_one_of(VARIANTS)}],...",
+                     metavar=f"[{_one_of(catalog.VARIANTS)}],...",
                      help="cpu, gpu (CUDA builds, where a framework has one) or cpu,gpu.")] = "cpu",
                  jobs: Annotated[int, typer.Option(
                      "--jobs", help="Framework images built at once.")] = build.DEFAULT_JOBS,
@@ -89,7 +88,7 @@ def run(frameworks: Frameworks = None,
         devices: Annotated[Optional[str], typer.Option(
             help="Devices to sweep, e.g. cpu,gpu:0.")] = None,
         variant: Annotated[Optional[str], typer.Option(
-            metavar=f"[{_one_of(VARIANTS)}]",
+            metavar=f"[{_one_of(catalog.VARIANTS)}]",
             help="The images the jobs run in (default: the GPU image for GPU jobs, the CPU image "
                  "for CPU jobs); gpu runs CPU jobs in the GPU images too.")] = None,
         set_: Annotated[list[str], typer.Option(

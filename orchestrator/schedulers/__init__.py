@@ -8,9 +8,9 @@
 
 ``SCHEDULERS`` names each with its factory, which imports the scheduler's module only
 when it is made; ``execute`` finds one by name with ``make``.  The names are the
-choices of ``--scheduler`` and a campaign file's ``scheduler`` (``choices.SCHEDULERS``,
+choices of ``--scheduler`` and a campaign file's ``scheduler`` (``catalog.SCHEDULERS``,
 which the options check without importing this package).  A scheduler added is a
-module beside these and one line here and in ``choices.py``.
+module beside these and one line here and in ``catalog.SCHEDULERS``.
 """
 
 from __future__ import annotations
