@@ -64,7 +64,7 @@ from pydantic import (BaseModel, ConfigDict, Field, PlainValidator, StrictInt, V
 
 from . import axes as axes_, catalog, files
 from .errors import DeprecatedName, UsageError, UsageErrors
-from .options import SCHEDULERS, Axes, Limits, PlanError, RunOptions, from_file, merge
+from .options import Axes, Limits, PlanError, RunOptions, from_file, merge
 from .plan import Job, Plan, expand
 
 if sys.version_info >= (3, 11):
@@ -154,7 +154,7 @@ class _CampaignFile(BaseModel):
     description: str = ""
     hyperparameters: Hyperparameters = Hyperparameters()     # their tables for each framework:
     limits: FileLimits = FileLimits()                         # the subclass ``file_model`` makes
-    scheduler: Optional[Literal[SCHEDULERS]] = None     # where it runs (default: local)
+    scheduler: Optional[Literal[catalog.SCHEDULERS]] = None     # where it runs (default: local)
     slurm: SlurmTable = SlurmTable()
     matrix: list[Matrix] = []               # several matrices, each the file's with its own on top
 

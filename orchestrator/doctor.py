@@ -7,7 +7,8 @@ import os
 import shutil
 from pathlib import Path
 
-from . import build, catalog, datasets, hostinfo, sources
+from . import build, catalog, datasets, hostinfo
+from .build import sources
 from .errors import DlbenchError
 
 OK, FAIL, WARN, NOTE = "ok", "fail", "warn", "note"

@@ -9,8 +9,9 @@ import shlex
 
 import pytest
 
-from orchestrator import build, build_progress, catalog
-from orchestrator.build_progress import BuildProgress, Step, Times, duration
+from orchestrator import build, catalog
+from orchestrator.build import progress as build_progress
+from orchestrator.build.progress import BuildProgress, Step, Times, duration
 
 
 class Clock:

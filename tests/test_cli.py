@@ -112,7 +112,8 @@ def test_without_docker_host_the_default_socket_is_named(monkeypatch):
 def test_a_cache_directory_that_cannot_be_made_is_one_line(tmp_path, monkeypatch):
     """XDG_CACHE_HOME naming a file gave a NotADirectoryError traceback."""
     from conftest import NO_ROUTE
-    from orchestrator import owners, sources
+    from orchestrator import owners
+    from orchestrator.build import sources
     from orchestrator.errors import DlbenchError
 
     a_file = tmp_path / "a-file"

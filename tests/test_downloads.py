@@ -14,7 +14,7 @@ import urllib.request
 
 import pytest
 
-from orchestrator import downloads
+from orchestrator.build import downloads
 
 PACKAGE = "http://deb.debian.org/debian/pool/main/h/hello/hello_2.10-2_amd64.deb"
 

@@ -19,7 +19,8 @@ import pyarrow as pa
 import pytest
 
 from conftest import REPO, dlbench, quiet_host
-from orchestrator import doctor, hostinfo, traces
+from orchestrator import doctor, hostinfo
+from orchestrator.runtimes import traces
 from orchestrator.report import noise
 from orchestrator.schema import ADDED_IN, ARROW_SCHEMA, RunRecord
 

@@ -22,7 +22,8 @@ from pathlib import Path
 import pytest
 
 from conftest import NO_ROUTE, REPO, dlbench
-from orchestrator import build, catalog, sources
+from orchestrator import build, catalog
+from orchestrator.build import sources
 
 TORCH7 = sources.lookup("torch/torch7")
 MOSES = sources.lookup("Yonaba/Moses")      # the first archive fetched, in sorted order

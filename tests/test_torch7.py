@@ -16,7 +16,8 @@ import pytest
 
 from conftest import (NO_CHECKS, NO_ROUTE, assert_migration, assert_model_size, assert_robustness, dlbench,
                       quick_profile)
-from orchestrator import catalog, sources
+from orchestrator import catalog
+from orchestrator.build import sources
 
 pytestmark = pytest.mark.docker
 

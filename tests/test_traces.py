@@ -12,7 +12,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from conftest import dlbench
-from orchestrator import store, traces
+from orchestrator import store
+from orchestrator.runtimes import traces
 from orchestrator.schema import TRACE_SCHEMA
 
 FIXTURES = Path(__file__).parent / "fixtures"

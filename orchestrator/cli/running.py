@@ -27,7 +27,8 @@ def build_images(frameworks: Frameworks = None, build_options: build.BuildOption
                      "--jobs", help="Framework images built at once.")] = build.DEFAULT_JOBS,
                  verbose: Verbose = False):
     """Build the root, base and framework images (no registry needed)."""
-    from .. import build_progress, cache, options as options_
+    from .. import cache, options as options_
+    from ..build import progress as build_progress
     from ..display import RichDisplay
     from ..runtimes.docker import docker_client
 

@@ -47,7 +47,7 @@ from dlbench_runner.contract import EVENT_TAG
 
 if TYPE_CHECKING:       # the CLI lists RUNTIMES before anything imports pydantic (plan.py)
     from ..plan import Job
-    from ..traces import Summary
+    from .traces import Summary
 
 LOG_TAIL_LINES = 50
 MAX_LOG_BYTES = 64 << 20     # log.txt keeps this much of a job's output

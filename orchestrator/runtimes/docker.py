@@ -21,11 +21,12 @@ import os
 import threading
 from pathlib import Path
 
-from .. import build, build_progress, catalog, hostinfo, jobdir, owners, store
+from .. import build, catalog, hostinfo, jobdir, owners, store
+from ..build import progress as build_progress
 from ..errors import DlbenchError, docker_errors
 from ..interrupts import signals_deferred
 from ..plan import Job
-from ..traces import Sampler
+from .traces import Sampler
 from .base import Outcome, Running, Target, follow_output, gpu_device, split_lines
 
 LABEL = build.LABEL

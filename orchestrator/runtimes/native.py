@@ -37,7 +37,7 @@ from .. import catalog, hostinfo, jobdir
 from ..errors import UsageError
 from ..interrupts import signals_deferred
 from ..plan import Job
-from ..traces import summarise
+from .traces import summarise
 from .base import Outcome, Running, Target, follow_output, gpu_device, split_lines
 
 SAMPLE_INTERVAL_S = 1.0

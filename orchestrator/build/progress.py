@@ -28,8 +28,8 @@ import threading
 import time
 from pathlib import Path
 
-from . import cache
-from .errors import DlbenchError
+from .. import cache
+from ..errors import DlbenchError
 
 STEP = re.compile(r"^Step (\d+)/(\d+) : (.*)")
 CACHED = "---> Using cache"

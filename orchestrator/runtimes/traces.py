@@ -33,7 +33,7 @@ import threading
 import time
 from pathlib import Path
 
-from .hostinfo import gpu_sample, load_average
+from ..hostinfo import gpu_sample, load_average
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 PEAK_FILES = ("memory.peak", "memory.max_usage_in_bytes")   # cgroup v2, v1

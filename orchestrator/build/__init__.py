@@ -25,6 +25,11 @@ Each build's inputs (files, build arguments, parent image) are hashed; an image
 already labelled with the same hash is reused as it is, so a build with
 nothing changed takes seconds and keeps its image id.  When something changed,
 Docker's layer cache still reuses the unchanged steps.
+
+The package's other rooms: ``progress.py`` (a build's step, time left and downloads, read
+from its output, and each image's last build time), ``downloads.py`` (the download cache:
+Debian's and the package index's files fetched once, through a local proxy) and
+``sources.py`` (the pinned source archives: the registry, a local mirror, the checks).
 """
 
 from __future__ import annotations
@@ -49,8 +54,8 @@ from pathlib import Path
 # build_progress, cache, downloads (an HTTP proxy) and sources (the archives) are imported where
 # a build uses them: dlbench --help, which imports this module for its options' defaults, starts
 # without them
-from . import __version__, catalog
-from .errors import BuildError, DlbenchError, DockerUnavailable, UsageError, docker_errors
+from .. import __version__, catalog
+from ..errors import BuildError, DlbenchError, DockerUnavailable, UsageError, docker_errors
 
 SUITE = "bullseye"
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
@@ -313,7 +318,7 @@ class Builder:
                pinned: list[str] = ()):
         """``pinned``: the source repositories whose archives go into the context, under
         ``sources/<group>/`` (their identity is a build argument already)."""
-        from . import build_progress, downloads, sources
+        from . import downloads, progress as build_progress, sources
 
         if not rebuild:
             existing = self._present(tag, files, buildargs, labels)
@@ -388,7 +393,8 @@ class Builder:
         """The download cache's proxy, started on first use; None where it is off or the
         builds could not reach the host's loopback: with another ``--build-network`` than
         host, a Docker daemon on another machine, or a rootless one."""
-        from . import cache, downloads
+        from .. import cache
+        from . import downloads
 
         with self._downloads_lock:
             if self._download_cache and self._downloads is None:

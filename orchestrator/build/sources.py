@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from . import cache, catalog
-from .errors import DlbenchError, reason
+from .. import cache, catalog
+from ..errors import DlbenchError, reason
 
 MIRROR_VARIABLE = "DLBENCH_SOURCES_DIR"
 GITHUB = "https://github.com"
