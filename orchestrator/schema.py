@@ -374,6 +374,7 @@ class _Host(BaseModel):
 
 # One stored row: one job's outcome, the runner's measurements, the after-training checks'
 # columns (``checks.row_fields``: each check declares its own), host provenance.
+CHECK_COLUMNS = tuple(row_fields())     # empty in a row written without that check (store.upgrade)
 RunRecord = create_model(
     "RunRecord", __doc__="One stored row: one job's outcome, its measurements, its checks', "
                          "host provenance.",

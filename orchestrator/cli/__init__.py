@@ -21,7 +21,7 @@ from ..interrupts import interrupted, received
 from ..errors import (DeprecatedName, DlbenchError, StoreWarning, UsageError, docker_errors,
                       usage_message)
 from . import common
-from .common import app, err
+from .common import _warn_line, app, err
 
 # each module registers its commands, in the order --help lists them
 from . import running  # noqa: E402,F401,I001
@@ -61,12 +61,6 @@ def _warning(message, category, filename, lineno, file=None, line=None, _shown=w
     if text not in _warned:
         _warned.add(text)
         _warn_line(text)
-
-
-def _warn_line(text: str) -> None:
-    """One line in a log; in a terminal, wrapped between words."""
-    err.print(f"dlbench: warning: {' '.join(text.split())}", markup=False, highlight=False,
-              soft_wrap=not err.is_terminal)
 
 
 def _fail(message: str, code: int, detail: str | None = None, exc: DlbenchError | None = None):

@@ -253,3 +253,9 @@ def _screen() -> int | None:
 
 def _write(text: str) -> None:
     sys.stdout.write(text if text.endswith("\n") else text + "\n")
+
+
+def _warn_line(text: str) -> None:
+    """One line in a log; in a terminal, wrapped between words."""
+    err.print(f"dlbench: warning: {' '.join(text.split())}", markup=False, highlight=False,
+              soft_wrap=not err.is_terminal)

@@ -11,7 +11,7 @@ from typing import Annotated, Optional
 import typer
 
 from .common import (ColumnsOpt, DatasetFilter, DisturbedOpt, Format, FrameworkFilter, ResultsOpt,
-                     WhereOpt, WideOpt, _names, _screen, _write, app, err, out)
+                     WhereOpt, WideOpt, _names, _screen, _warn_line, _write, app, err, out)
 
 
 @app.command()

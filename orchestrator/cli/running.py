@@ -12,8 +12,8 @@ from dlbench_runner import contract
 from .. import build, catalog
 from ..errors import DlbenchError, UsageError
 from .common import (BUILD, DataOpt, Frameworks, PlanFormat, ResultsOpt, Runtime, SETTINGS, SLURM,
-                     Scheduler, Verbose, _names, _one_of, _screen, _skipped, _taking, _write, app,
-                     err, out)
+                     Scheduler, Verbose, _names, _one_of, _screen, _skipped, _taking, _warn_line,
+                     _write, app, err, out)
 
 
 @app.command("build-images")

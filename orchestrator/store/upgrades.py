@@ -28,7 +28,7 @@ from dlbench_runner import contract
 
 from .. import files, rowcheck
 from ..errors import StoreError
-from ..schema import ADDED_IN, ARROW_SCHEMA, RENAMED_IN, SCHEMA_VERSION
+from ..schema import ADDED_IN, ARROW_SCHEMA, CHECK_COLUMNS, RENAMED_IN, SCHEMA_VERSION
 from .layout import OLD_TRACES, REWRITTEN, RUNS, SIDE_TABLES, SideTable, _warn, _why, row_files, side_files
 from .read import _gather, _is_current, _read_table, _Unreadable
 from .settle import _settle_locked
@@ -124,10 +124,15 @@ UPGRADES = {1: _add_empty(2), 2: _add_empty(3), 3: _to_4, 4: _renamed(5), 5: _ad
 
 
 def upgrade(table: pa.Table, version: int) -> pa.Table:
-    """Rows of an older schema version, brought to the current one step by step."""
+    """Rows of an older schema version, brought to the current one step by step; a check's
+    column that rows written without the check lack is empty in them, as in the steps."""
     while version < SCHEMA_VERSION:
         table = UPGRADES[version](table)
         version += 1
+    for name in CHECK_COLUMNS:
+        if name not in table.column_names:
+            field = ARROW_SCHEMA.field(name)
+            table = table.append_column(field, pa.nulls(len(table), field.type))
     table = table.set_column(table.schema.get_field_index("schema_version"), "schema_version",
                              pa.array([SCHEMA_VERSION] * len(table), pa.int64()))
     return table.select(ARROW_SCHEMA.names).cast(ARROW_SCHEMA)
