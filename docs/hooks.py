@@ -69,13 +69,15 @@ def report_markdown(results: Path) -> str:
 def schema_markdown() -> str:
     """Every column of a row: its Parquet type, the schema version that added it and the
     comment it has in schema.py; then the history of versions, as schema.py keeps it."""
-    from orchestrator import schema
+    from orchestrator import checks, schema
 
     comments = {}
-    for line in inspect.getsource(schema.RunRecord).splitlines():
-        found = re.match(r"\s+(\w+):[^#]*#\s*(.*)$", line)
-        if found:
-            comments[found.group(1)] = found.group(2)
+    # the row's own columns, and each check's (``"name": (type, default),  # comment``)
+    for source in (schema._Job, schema._Host, *(type(check) for check in checks.CHECKS)):
+        for line in inspect.getsource(source).splitlines():
+            found = re.match(r'\s+"?(\w+)"?:[^#]*#\s*(.*)$', line)
+            if found:
+                comments[found.group(1)] = found.group(2)
     added = {column: version for version, columns in schema.ADDED_IN.items() for column in columns}
     for version, renames in schema.RENAMED_IN.items():
         added.update({new: version for new in renames.values()})
