@@ -133,7 +133,7 @@ def phase(name: str, results: str, rows: int, rows_per_file: int, samples: int, 
                 pending = []
         seconds, details = spent["rows"] + spent["traces"], spent
     elif name == "compact":
-        rows, traces, _ = store.compact(folder)
+        rows, traces, *_ = store.compact(folder)       # then the other side tables
         details.update({"row files merged": rows, "trace files merged": traces})
     elif name == "load rows":
         details["rows"] = len(store.load(folder))
