@@ -13,7 +13,9 @@ the report; accuracy in percent, 2 decimals)."""
 from __future__ import annotations
 
 import contextlib
+import importlib
 import io
+import pkgutil
 import re
 import shutil
 import subprocess
@@ -39,6 +41,10 @@ needs_tmux = pytest.mark.skipif(shutil.which("tmux") is None,
                                 reason="tmux is not installed (scripts/setup --dev installs it)")
 
 
+CLI_MODULES = [cli] + [importlib.import_module(f"{cli.__name__}.{found.name}")
+                      for found in pkgutil.iter_modules(cli.__path__)]
+
+
 @pytest.fixture
 def terminal(monkeypatch, tmp_path):
     """``terminal(columns, *args)``: what `dlbench ARGS` prints, stdout and stderr, in a
@@ -52,8 +58,10 @@ def terminal(monkeypatch, tmp_path):
         buffer = io.StringIO()
         console = Console(file=buffer, force_terminal=True, color_system=None, soft_wrap=True)
         assert console.width == columns
-        monkeypatch.setattr(cli, "out", console)
-        monkeypatch.setattr(cli, "err", console)
+        for module in CLI_MODULES:      # each command module holds the consoles it prints to
+            for name in ("out", "err"):
+                if hasattr(module, name):
+                    monkeypatch.setattr(module, name, console)
         code = 0
         with contextlib.redirect_stdout(buffer):
             try:
