@@ -33,11 +33,10 @@ from pydantic import ValidationError
 
 from dlbench_runner import contract
 
-from . import __version__, checks, hostinfo, jobdir, rowcheck
+from . import __version__, checks, hostinfo, jobdir, rowcheck, store
 from .plan import Job
 from .runtimes.base import Outcome
-from .schema import (ARROW_SCHEMA, MAX_RESULT_BYTES, OPS_SCHEMA, ROBUSTNESS_SCHEMA, STEPS_SCHEMA,
-                     RunnerResult, RunRecord, dumps)
+from .schema import ARROW_SCHEMA, MAX_RESULT_BYTES, RunnerResult, RunRecord, dumps
 
 
 def read_result(job_dir: Path) -> tuple[RunnerResult | None, str | None]:
@@ -147,11 +146,6 @@ def _measured(result: RunnerResult) -> dict:
         started_at=result.started_at, finished_at=result.finished_at)
 
 
-# the side tables whose rows come from a job's result: their schemas and rules
-_SIDES = {"robustness": (ROBUSTNESS_SCHEMA, rowcheck.ROBUSTNESS), "ops": (OPS_SCHEMA, rowcheck.OPS),
-          "steps": (STEPS_SCHEMA, rowcheck.STEPS)}
-
-
 def _untrue(result: RunnerResult, found: checks.Found | None) -> str | None:
     """Why a valid result cannot be true, by the rules every stored row keeps
     (``rowcheck``: a time of -inf or NaN, an epoch accuracy of 150 %, a negative count, a
@@ -159,9 +153,9 @@ def _untrue(result: RunnerResult, found: checks.Found | None) -> str | None:
     rows of the side tables; None when it keeps them."""
     measured = dict(_measured(result), **(found.fields if found else {}))
     tables = [("", [measured], ARROW_SCHEMA, rowcheck.ROWS)]
+    sides = {side.folder: side for side in store.RESULT_TABLES}     # their schemas and rules
     for folder, rows in (found.sides if found else {}).items():
-        schema, rules = _SIDES[folder]
-        tables.append((f"{folder}: ", rows, schema, rules))
+        tables.append((f"{folder}: ", rows, sides[folder].schema, sides[folder].rules))
     for where, rows, schema, rules in tables:
         if not rows:
             continue
