@@ -100,7 +100,7 @@ def collect(job: Job, run_id: str, job_id: str, job_dir: Path, outcome: Outcome,
     found = None
     if result is not None and result.status == "ok":
         after = after or checks.After(job, run_id, job_dir, None, {})
-        found = checks.found(after, result, taken if taken is not None else [None] * len(checks.CHECKS))
+        found = checks.found(after, result, taken)
     if result is not None and (untrue := _untrue(result, found)) is not None:
         result, found, problem = None, None, f"result.json is invalid: {untrue}"
     status, error = _status(outcome, result, problem)

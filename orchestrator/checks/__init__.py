@@ -46,10 +46,11 @@ def take(after: After, stop: threading.Event | None = None) -> list:
     return [check.take(after, stop) for check in CHECKS]
 
 
-def found(after: After, result, taken: list) -> Found:
-    """An ok row's share of every check, merged: their columns, side-table rows and files."""
+def found(after: After, result, taken: list | None = None) -> Found:
+    """An ok row's share of every check, merged: their columns, side-table rows and files
+    (``taken``: what each check took, ``take``; None: nothing)."""
     merged = Found()
-    for check, kept in zip(CHECKS, taken):
+    for check, kept in zip(CHECKS, taken if taken is not None else [None] * len(CHECKS)):
         share = check.found(after, result, kept)
         merged.fields.update(share.fields)
         merged.sides.update(share.sides)
