@@ -1,6 +1,6 @@
 """The check's child as it is started (orchestrator/checks/untrusted_child.py, by its path,
 ``python -I``): what it imports, what of the host's environment it ignores, the process
-it leaves behind (none).
+it leaves behind (none); and the migration check's test images, read once a run.
 
 The hostile models themselves are test_hostile_models.py's."""
 
@@ -17,7 +17,7 @@ import numpy as np
 import psutil
 from onnx import TensorProto, helper
 
-from orchestrator.checks import untrusted
+from orchestrator.checks import migration, untrusted
 from test_hostile_models import IMAGES, _model, endless_loop, is_check
 
 CLASS_3 = _model([helper.make_node("Cast", ["v"], ["vector"], to=TensorProto.FLOAT)],
@@ -91,3 +91,23 @@ def test_a_stopped_check_kills_its_child_at_once():
     assert [str(f) for f in found] == ["the check was stopped"] * 2 and time.monotonic() - started < 3
     assert not [p for p in psutil.Process().children(recursive=True) if is_check(p)]
 
+
+def test_the_test_images_are_read_once_for_each_state_of_the_files(tmp_path, monkeypatch):
+    """Once a run, not once a job; read-only, since every job shares them; read again where
+    a file of the data set changed."""
+    root = tmp_path / "data"
+    (root / "mnist").mkdir(parents=True)
+    images, labels = np.arange(2 * 28 * 28, dtype=np.uint8).reshape(2, 28, 28), np.array([1, 2], np.int64)
+    (root / "mnist" / "t10k-images-idx3-ubyte").write_bytes(
+        np.array([2051, 2, 28, 28], ">i4").tobytes() + images.tobytes())
+    (root / "mnist" / "t10k-labels-idx1-ubyte").write_bytes(np.array([2049, 2], ">i4").tobytes()
+                                                             + labels.astype(np.uint8).tobytes())
+    reads = []
+    real = migration.formats.test_split
+    monkeypatch.setattr(migration.formats, "test_split", lambda *a: reads.append(a) or real(*a))
+    first = migration._test_split("mnist", root)
+    assert migration._test_split("mnist", root) is first and len(reads) == 1
+    assert np.array_equal(first[0], images) and first[1].tolist() == [1, 2]
+    assert not first[0].flags.writeable and not first[1].flags.writeable
+    os.utime(root / "mnist" / "t10k-labels-idx1-ubyte", ns=(1, 1))
+    assert migration._test_split("mnist", root) is not first and len(reads) == 2
