@@ -208,9 +208,14 @@ def test_a_model_past_the_wall_clock_limit_is_stopped_with_a_reason(data_root, t
     assert no_check_running()
 
 
+def is_check(process) -> bool:
+    """A process is a check's child (``untrusted_child.py`` run by its path)."""
+    return str(untrusted.CHILD) in process.cmdline()
+
+
 def no_check_running() -> bool:
     import psutil
-    return not [p for p in psutil.Process().children(recursive=True) if "orchestrator.checks.untrusted" in p.cmdline()]
+    return not [p for p in psutil.Process().children(recursive=True) if is_check(p)]
 
 
 def test_a_model_past_the_cpu_limit_is_stopped_by_the_kernel(tmp_path, monkeypatch):
@@ -358,14 +363,14 @@ def test_dlbench_run_stores_a_reason_for_a_model_past_the_memory_limit(framework
 
 
 def wait_for_check(process: subprocess.Popen, limit_s: float = 300, after=lambda: True) -> None:
-    """Until ``process`` runs a model's check (a child ``orchestrator.checks.untrusted``) once
+    """Until ``process`` runs a model's check (a child ``untrusted_child.py``) once
     ``after()`` holds."""
     import psutil
     deadline = time.monotonic() + limit_s
     while time.monotonic() < deadline:
         assert process.poll() is None, process.communicate()
         try:
-            if after() and any("orchestrator.checks.untrusted" in p.cmdline() for p in psutil.Process(process.pid).children(True)):
+            if after() and any(is_check(p) for p in psutil.Process(process.pid).children(True)):
                 return
         except psutil.NoSuchProcess:
             pass
@@ -381,7 +386,7 @@ def signalled_during_check(process: subprocess.Popen, signum: int, limit_s: floa
     import psutil
     try:
         wait_for_check(process, limit_s, after)
-        checks = [p for p in psutil.Process(process.pid).children(True) if "orchestrator.checks.untrusted" in p.cmdline()]
+        checks = [p for p in psutil.Process(process.pid).children(True) if is_check(p)]
         time.sleep(1.0)             # well inside the Loop
         sent = time.monotonic()
         process.send_signal(signum)

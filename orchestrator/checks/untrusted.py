@@ -6,7 +6,10 @@ a file that onnxruntime opens, relative to the process's working directory when 
 model is loaded from bytes (a row's ``migration_max_logit_error`` was the first byte of
 a file beside dlbench).  Every host-side use of a job's model (the migration check,
 the transfer matrices of the report; a model built from a job's layer list as well, its
-arrays being the job's) goes through ``classify``, which runs it in a child process:
+arrays being the job's) goes through ``classify``, which runs it in a child process
+(``untrusted_child.py``, started by its path in Python's isolated mode: no ``PYTHON*``
+variable read, neither its working directory nor its folder on ``sys.path``; it imports
+nothing of dlbench):
 
 - The child refuses, before onnxruntime sees the file, any tensor stored as external
   data, wherever it is: an initializer, a sparse tensor, a ``Constant``'s or any other
@@ -41,7 +44,9 @@ limit 37 times its CPU time, the memory limit 4 times an address space that suff
 onnxruntime's threads are fixed (``THREADS``) so that neither the CPU time nor the address
 space (a thread's stack and its allocator's arenas) grows with the host's cores.  A hostile
 model then holds its job's row up by 15 minutes at most.  The child's start (Python, numpy,
-onnx, onnxruntime) takes 1.3 s under that load.
+onnxruntime, onnx's protobuf classes without onnx's package, whose ``ml_dtypes`` alone took
+0.9 to 1.1 s) takes 0.15 to 0.25 s under a load average of 5, and its end, without the
+interpreter's teardown, 0.03 s.
 """
 
 from __future__ import annotations
@@ -60,24 +65,18 @@ from pathlib import Path
 import numpy as np
 
 from .. import interrupts
+from .untrusted_child import CLASSES, REASON_CHARS, Refused, stored_outside  # noqa: F401
 
+CHILD = Path(__file__).with_name("untrusted_child.py")      # run by its path, importing nothing of dlbench
 WALL_SECONDS = 900              # the child's wall-clock time, at most (see above)
 THREADS = 2                     # onnxruntime's threads in the child
 CPU_SECONDS = THREADS * WALL_SECONDS        # its CPU time (all threads), at most
 MEMORY_BYTES = 4 << 30          # its address space, at most
 OUTPUT_BYTES = 64 << 20         # any file it writes, at most
-CLASSES = 10
-BATCH = 500                     # images per onnxruntime call
 POLL_SECONDS = 0.05             # how often the wait looks at the clock and the stop signals
-ALARM_MARGIN = 10               # the child's own alarm, after dlbench's deadline
-REASON_CHARS = 500              # of a reason the child writes
 
 
 last_usage: list[resource.struct_rusage] = []     # the last child's, that ended of itself
-
-
-class Refused(Exception):
-    """Why the model cannot be checked: the reason in the row."""
 
 
 Found = tuple[np.ndarray, np.ndarray]       # classes of every image, outputs of the first ones
@@ -107,16 +106,14 @@ def classify(model: bytes, image_sets: list[np.ndarray], first: int = 0,
 def _run_child(folder: Path, sets: int, first: int, stop) -> Refused | None:
     """The child, started, waited for and killed at the deadline or a stop; None when it
     ended of itself with exit status 0."""
-    root = str(Path(__file__).resolve().parent.parent)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])),
-               OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
     if stop is not None and stop.is_set():
         return Refused("the check was stopped before it ran")
-    limits = (WALL_SECONDS, CPU_SECONDS, MEMORY_BYTES)      # the child's, as set here now
+    limits = (WALL_SECONDS, CPU_SECONDS, MEMORY_BYTES, OUTPUT_BYTES, THREADS)    # the child's, as set here now
     child = None
     try:
         with interrupts.signals_deferred(), open(folder / "stderr.txt", "wb") as errors:     # never a child unknown
-            child = subprocess.Popen([sys.executable, "-m", __name__, str(folder), str(sets), str(first),
+            child = subprocess.Popen([sys.executable, "-I", str(CHILD), str(folder), str(sets), str(first),
                                       *map(str, limits)],
                                      cwd=folder / "work", env=env, stdin=subprocess.DEVNULL,
                                      stdout=subprocess.DEVNULL, stderr=errors, start_new_session=True)
@@ -194,120 +191,3 @@ def _array(path: Path, limit: int) -> np.ndarray:
     if path.stat().st_size > limit:
         raise ValueError(f"{path.name} is larger than {limit} bytes")
     return np.load(path, allow_pickle=False)
-
-
-# -- in the child --------------------------------------------------------------------------
-def stored_outside(model) -> str | None:
-    """Where the first tensor stored as ONNX external data is in a parsed model (an
-    ``onnx.ModelProto``), and the file it names; None when every tensor is in the file.
-    Every message of the model is visited, without recursion, whatever its depth."""
-    from google.protobuf.message import Message
-    from onnx import TensorProto
-
-    pending = [(model, "")]
-    while pending:
-        message, where = pending.pop()
-        if isinstance(message, TensorProto) and (message.data_location == TensorProto.EXTERNAL
-                                                 or len(message.external_data)):
-            location = next((e.value for e in message.external_data if e.key == "location"), "")
-            return f"the tensor {message.name!r} ({where.strip(' /')}) is stored as external data ({location!r})"
-        for field, value in message.ListFields():
-            if field.type != field.TYPE_MESSAGE or field.message_type.GetOptions().map_entry:
-                continue
-            for index, item in enumerate([value] if isinstance(value, Message) else value):
-                name = getattr(item, "name", "")
-                named = f" {name!r}" if isinstance(name, str) and name else (
-                    "" if isinstance(value, Message) else f" {index}")
-                pending.append((item, f"{where} / {field.name}{named}"))
-    return None
-
-
-def _limit_self(wall: int, cpu: int, memory: int) -> None:
-    """This process's limits, before it reads the model."""
-    for kind, value in ((resource.RLIMIT_AS, (memory, memory)), (resource.RLIMIT_CPU, (cpu, cpu + 5)),
-                        (resource.RLIMIT_CORE, (0, 0)), (resource.RLIMIT_FSIZE, (OUTPUT_BYTES, OUTPUT_BYTES))):
-        resource.setrlimit(kind, value)
-    signal.alarm(wall + ALARM_MARGIN)
-
-
-def _session(model: bytes):
-    """onnxruntime's session of the model, once nothing in it is stored outside it."""
-    import onnx
-    import onnxruntime
-
-    try:
-        parsed = onnx.ModelProto.FromString(model)
-    except Exception as exc:        # protobuf's DecodeError, a recursion limit
-        raise Refused(f"the ONNX model cannot be read: {_one_line(exc)}") from None
-    outside = stored_outside(parsed)
-    if outside is not None:
-        raise Refused(f"{outside}: dlbench runs one self-contained ONNX file and reads no other")
-    del parsed
-    options = onnxruntime.SessionOptions()
-    options.log_severity_level = 3              # its warnings would go to dlbench's terminal
-    options.intra_op_num_threads, options.inter_op_num_threads = THREADS, 1
-    try:
-        return onnxruntime.InferenceSession(model, options, providers=["CPUExecutionProvider"])
-    except Exception as exc:        # onnxruntime's own errors share no base class but Exception
-        raise Refused(f"onnxruntime: {_one_line(exc)}") from None
-
-
-def _run(session, images: np.ndarray, first: int) -> Found:
-    """The model's classes for the images and its outputs for the ``first`` of them."""
-    inputs = session.get_inputs()
-    if len(inputs) != 1:
-        raise Refused(f"the ONNX model takes {len(inputs)} inputs, not the pixels alone")
-    name, parts = inputs[0].name, []
-    try:
-        for start in range(0, len(images), BATCH):
-            pixels = images[start:start + BATCH]
-            if pixels.dtype == np.uint8:    # the runner's pixels: bytes / 255 in float32
-                pixels = pixels.astype(np.float32) / np.float32(255.0)     # (robustness.pixels_of)
-            output = np.asarray(session.run(None, {name: pixels})[0])
-            if output.shape != (len(pixels), CLASSES):
-                raise Refused(f"the ONNX model's output is {'x'.join(map(str, output.shape))}, "
-                              f"not {len(pixels)}x{CLASSES} for {len(pixels)} images")
-            parts.append(output)
-    except Refused:
-        raise
-    except Exception as exc:
-        raise Refused(f"onnxruntime: {_one_line(exc)}") from None
-    outputs = np.concatenate(parts)
-    return outputs.argmax(1).astype(np.int64), outputs[:first]
-
-
-def _one_line(exc: BaseException) -> str:
-    """The exception as one line; an allocation that failed says the limit it met."""
-    text = (" ".join(str(exc).split()) or type(exc).__name__)[:REASON_CHARS]
-    if isinstance(exc, MemoryError) or "alloc" in text.lower():
-        text += f" (the host's limit: {MEMORY_BYTES >> 30} GiB of memory)"
-    return text
-
-
-def _child(folder: Path, sets: int, first: int, limits: list[int]) -> int:
-    """The child's work: 0 when every set has its arrays or its reason, 3 with
-    ``reason.txt`` when the model cannot be loaded."""
-    _limit_self(*limits)
-    try:
-        session = _session((folder / "model.onnx").read_bytes())
-    except Refused as exc:
-        (folder / "reason.txt").write_text(str(exc))
-        return 3
-    except MemoryError:
-        (folder / "reason.txt").write_text(f"the ONNX model needs more than the host's limit of "
-                                           f"{MEMORY_BYTES >> 30} GiB of memory")
-        return 3
-    for index in range(sets):
-        images = np.load(folder / f"images-{index}.npy", allow_pickle=False)
-        try:
-            classes, outputs = _run(session, images, first)
-        except Refused as exc:
-            (folder / f"reason-{index}.txt").write_text(str(exc))
-            continue
-        np.save(folder / f"classes-{index}.npy", classes, allow_pickle=False)
-        np.save(folder / f"outputs-{index}.npy", outputs, allow_pickle=False)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(_child(Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), [int(a) for a in sys.argv[4:7]]))
