@@ -480,7 +480,7 @@ class Adapter:
         for name, blobs in net.params.items():   # the TEST net shares the trained weights
             for mine, theirs in zip(blobs, trained[name]):
                 mine.data[...] = theirs.data
-        loss_sum, correct = 0.0, 0.0
+        loss_sum, correct, predicted = 0.0, 0.0, []
         for start in range(0, n, batch):
             x, y = self.test_x[start:start + batch], self.test_y[start:start + batch]
             if len(y) != net.blobs["label"].data.shape[0]:   # a last, smaller batch
@@ -492,7 +492,9 @@ class Adapter:
             out = net.forward()
             loss_sum += float(out["loss"]) * len(y)
             correct += float(out["accuracy"]) * len(y)
-        return {"accuracy": correct / n, "loss": loss_sum / n}
+            predicted.append(net.blobs["ip2"].data.argmax(axis=1))     # the scores' classes
+        return {"accuracy": correct / n, "loss": loss_sum / n,
+                "predictions": np.concatenate(predicted) if predicted else None}
 
     # -- the robustness check: Caffe's backward through the transform to the pixels -----------
     def _attack_net(self, count):

@@ -632,7 +632,7 @@ class Adapter:
     def test(self):
         np, mx = self.np, self.mx
         batch, n = self.hp["test_batch_size"], len(self.test_y)
-        loss_sum, correct = 0.0, 0
+        loss_sum, correct, predicted = 0.0, 0, []
         for start in range(0, n, batch):
             x = self.test_x[start:start + batch]
             y = self.test_y[start:start + batch]
@@ -644,9 +644,12 @@ class Adapter:
             probs = self.test_module.get_outputs()[0].asnumpy()[:real]
             picked = probs[np.arange(real), y]
             loss_sum += float(-np.log(np.maximum(picked, 1e-12)).sum())
-            correct += int((probs.argmax(axis=1) == y).sum())
+            classes = probs.argmax(axis=1)
+            correct += int((classes == y).sum())
+            predicted.append(classes)
         mx.nd.waitall()
-        return {"accuracy": correct / n, "loss": loss_sum / n}
+        return {"accuracy": correct / n, "loss": loss_sum / n,
+                "predictions": np.concatenate(predicted) if predicted else None}
 
     # -- the robustness check: the model's view of [0, 1] pixels, by autograd -----------------
     def _network(self):

@@ -329,14 +329,17 @@ class Adapter:
         torch = self.torch
         batch, n = self.hp["test_batch_size"], len(self.test_y)
         self.model.eval()
-        loss_sum, correct = 0.0, 0
+        loss_sum, correct, predicted = 0.0, 0, []
         with torch.no_grad():
             for start in range(0, n, batch):
                 x, y = self.test_x[start:start + batch], self.test_y[start:start + batch]
                 output = self.model(x)
                 loss_sum += torch.nn.functional.nll_loss(output, y, reduction="sum").item()
-                correct += (output.argmax(1) == y).sum().item()
-        return {"accuracy": correct / n, "loss": loss_sum / n}
+                classes = output.argmax(1)
+                correct += (classes == y).sum().item()
+                predicted.append(classes)
+        return {"accuracy": correct / n, "loss": loss_sum / n,
+                "predictions": torch.cat(predicted).cpu().numpy() if predicted else None}
 
     # -- the robustness check: the model's view of [0, 1] pixels, by autograd ----------
     def model_input(self, pixels):

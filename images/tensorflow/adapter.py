@@ -881,9 +881,9 @@ class Adapter:
         tf, model = self.tf, self.model
         logits = model.logits(self._params(), self._central(images))
         loss = tf.reduce_sum(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
-        correct = tf.reduce_sum(tf.cast(tf.equal(tf.argmax(logits, 1, output_type=tf.int32), labels),
-                                        tf.int32))
-        return loss, correct
+        classes = tf.argmax(logits, 1, output_type=tf.int32)
+        correct = tf.reduce_sum(tf.cast(tf.equal(classes, labels), tf.int32))
+        return loss, correct, classes
 
     # -- GTDLBench's periodic work --------------------------------------------------
     def _batch_accuracy(self, index):
@@ -1045,16 +1045,18 @@ class Adapter:
     def test(self):
         tf = self.tf
         batch, n = self.hp["test_batch_size"], len(self.test_y)
-        loss_sum, correct = 0.0, 0
+        loss_sum, correct, predicted = 0.0, 0, []
         started = self.ctx.now()
         with tf.device(self.device):
             for start in range(0, n, batch):
-                loss, right = self.test_step(self.test_x[start:start + batch],
-                                             tf.constant(self.test_y[start:start + batch]))
+                loss, right, classes = self.test_step(self.test_x[start:start + batch],
+                                                      tf.constant(self.test_y[start:start + batch]))
                 loss_sum += float(loss)
                 correct += int(right)
+                predicted.append(classes.numpy())
         self.session.tested(correct / n, started)
-        return {"accuracy": correct / n, "loss": loss_sum / n}
+        return {"accuracy": correct / n, "loss": loss_sum / n,
+                "predictions": self.np.concatenate(predicted) if predicted else None}
 
     def synchronize(self):
         """On a GPU, wait for the kernels TensorFlow has queued (TF 2.12's sync_devices)."""

@@ -575,8 +575,8 @@ class LeNet5:
             givens={x: window(self.train_x), y: window(self.train_y)})
         self.validate_fn = theano.function(
             [index], errors, givens={x: window(self.valid_x), y: window(self.valid_y)})
-        self.test_fn = theano.function(
-            [index], [cost, errors], givens={x: window(self.test_x), y: window(self.test_y)})
+        self.test_fn = theano.function(      # and the classes, for the migration check
+            [index], [cost, errors, y_pred], givens={x: window(self.test_x), y: window(self.test_y)})
         if self.paper:
             # the tutorial's test_model: the error rate of one minibatch, nothing else
             self.test_model = theano.function(
@@ -719,13 +719,15 @@ class LeNet5:
 
     def test(self):
         batch = self.hp["batch_size"]
-        loss_sum, error_sum = 0.0, 0.0
+        loss_sum, error_sum, predicted = 0.0, 0.0, []
         for i in range((self.n_test + batch - 1) // batch):
             count = min(batch, self.n_test - i * batch)
-            cost, errors = self.test_fn(i)
+            cost, errors, classes = self.test_fn(i)
             loss_sum += float(cost) * count
             error_sum += float(errors) * count
-        return {"accuracy": 1.0 - error_sum / self.n_test, "loss": loss_sum / self.n_test}
+            predicted.append(classes)
+        return {"accuracy": 1.0 - error_sum / self.n_test, "loss": loss_sum / self.n_test,
+                "predictions": self.np.concatenate(predicted) if predicted else None}
 
 
 class ReslabConvnet:
@@ -798,7 +800,7 @@ class ReslabConvnet:
         self.updated = [var for var, _ in updates]
 
         self.train_fn = theano.function([x, t], [cost, correct], updates=updates)
-        self.test_fn = theano.function([x, t], [cost, correct])
+        self.test_fn = theano.function([x, t], [cost, correct, T.argmax(p_y_given_x, axis=1)])
         if self.paper:
             # the script's predict: the predicted classes, nothing else
             self.predict = theano.function([x], T.argmax(p_y_given_x, axis=1))
@@ -876,8 +878,8 @@ class ReslabConvnet:
 
     def test(self):
         # The script predicts the whole test set in one call.
-        cost, correct = self.test_fn(self.test_x, self.test_t)
-        return {"accuracy": int(correct) / len(self.test_x), "loss": float(cost)}
+        cost, correct, predicted = self.test_fn(self.test_x, self.test_t)
+        return {"accuracy": int(correct) / len(self.test_x), "loss": float(cost), "predictions": predicted}
 
 
 NETS = {"mnist": LeNet5, "cifar10": ReslabConvnet}

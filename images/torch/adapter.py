@@ -215,7 +215,13 @@ class Adapter:
         scores = self._expect("end", phase="test")
         self._go()
         self.ctx.epochs[-1]["test_accuracy"] = scores.get("accuracy")
-        return {"accuracy": scores["accuracy"], "loss": scores.get("loss")}
+        # the classes the script's test predicted, one an image it added to its confusion
+        # matrix (MNIST's adds whole batches, a last one's padding included, so more than
+        # the test set holds where it is not a multiple of the batch: the runner then
+        # predicts them itself)
+        predicted = scores.get("predictions")
+        return {"accuracy": scores["accuracy"], "loss": scores.get("loss"),
+                "predictions": numpy.asarray(predicted, dtype=numpy.int64) if predicted else None}
 
     # -- save: torch.save of the script's model, in th ----------------------------------------
     def _finished(self):
@@ -244,9 +250,10 @@ class Adapter:
         """The vector-Jacobian product of the model's LogSoftMax outputs (whose softmax is
         its probabilities) with ``output_gradient(outputs)``, by updateGradInput of the
         model and of the preprocessing rebuilt from nn modules: two requests, ``logits``
-        then ``vjp``; and the classes predicted."""
+        then ``vjp`` of the same images, which reuses the first's forward pass; and the
+        classes predicted."""
         g = output_gradient(self.logits(pixels))
-        found = self._ask("vjp", pixels, output_gradient=g)
+        found = self._ask("vjp", pixels, output_gradient=g, again=True)
         gradient = numpy.fromfile(os.path.join(self.work, ROBUST_FILES["vjp"]), dtype=numpy.float64)
         return gradient.reshape(pixels.shape).astype(pixels.dtype), _classes(found)
 
@@ -343,13 +350,14 @@ class Adapter:
                 raise NoExport("Lua Torch7's %s has no layer kind in the layer list yet" % kind)
         return layers
 
-    def _ask(self, request, pixels, labels=None, output_gradient=None):
+    def _ask(self, request, pixels, labels=None, output_gradient=None, again=False):
         """One robustness request of the harness's: the pixels (float64) and labels (uint8),
         or the output gradient (float64), written as raw files in its working directory,
         named relative to it; its answer, or NoInputGradient with its reason where it cannot
-        rebuild the script's preprocessing."""
+        rebuild the script's preprocessing.  ``again``: the pixels are those of the
+        ``logits`` request just before (``-``: the harness reuses its forward pass)."""
         self._finished()
-        names = [self._write_raw("pixels", pixels, numpy.float64)]
+        names = ["-" if again else self._write_raw("pixels", pixels, numpy.float64)]
         if labels is not None:
             names.append(self._write_raw("labels", labels, numpy.uint8))
         if output_gradient is not None:

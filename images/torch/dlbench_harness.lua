@@ -8,7 +8,8 @@
 --   each call is announced on stdout and waits for the runner's go (so the runner's
 --   own clock brackets them); `numEpoch`, `nbTrainingPatches`/`nbTestingPatches`
 --   (MNIST) and `trsize`/`tesize` (CIFAR-10) take the job's epoch count and subsets;
---   `criterion` and `confusion` are observed for the epoch's loss and accuracy;
+--   `criterion` and `confusion` are observed for the epoch's loss and accuracy, and
+--   the classes a test pass predicted, in the order it added them to `confusion`;
 -- * at the end, the script's own `trainTime` / `testTime` (what it prints as
 --   "whole training time" / "whole test time"), its last epoch's test time (what
 --   it prints as "test time" after the last pass: `testTime` less its value when
@@ -26,7 +27,9 @@
 --     logits N PIXELS OUT                 -> `logits`, and OUT written: the model's outputs
 --     vjp N PIXELS OUTGRAD GRADIENT       -> `vjp` {predicted}, and GRADIENT written: the
 --                                            outputs' vector-Jacobian product with OUTGRAD
---                                            (raw float64, N x outputs), by updateGradInput
+--                                            (raw float64, N x outputs), by updateGradInput;
+--                                            PIXELS `-`: the images of the `logits` request
+--                                            just before, whose forward pass it reuses
 --     layers DIR                          -> `layers`: the model's modules for the migration
 --                                            check (see `layers` below)
 --   the last five for the robustness check: PIXELS holds N images in [0, 1] as raw float64
@@ -157,6 +160,7 @@ end
 -- the script's globals -------------------------------------------------------------
 local phase, epoch = nil, 0
 local loss_sum, loss_count, last_valid = 0, 0, nil
+local predicted = nil       -- the test pass's classes (0-9), as confusion:add saw them
 -- the script's testTime (the sum of its per-epoch test passes) when its last test pass began
 local test_time_before, test_passes = 0, 0
 
@@ -167,6 +171,7 @@ local function wrap(name, fn)
          test_time_before, test_passes = rawget(_G, 'testTime') or 0, test_passes + 1
       end
       loss_sum, loss_count, last_valid = 0, 0, nil
+      predicted = name == 'test' and {} or nil
       emit('begin', {phase = name, epoch = epoch})
       wait_for_go()
       phase = name
@@ -174,7 +179,8 @@ local function wrap(name, fn)
       phase = nil
       local loss = loss_count > 0 and loss_sum / loss_count or nil
       emit('end', {phase = name, epoch = epoch, accuracy = last_valid, loss = loss,
-                   samples = (...):size()})
+                   samples = (...):size(), predictions = predicted})
+      predicted = nil
       wait_for_go()
       return unpack(results)
    end
@@ -196,6 +202,20 @@ local function observe_confusion(confusion)
    confusion.zero = function(self, ...)
       if phase then last_valid = self.totalValid end
       return zero(self, ...)
+   end
+   -- a test pass adds one image at a time, its outputs (or its class, 1-10): the class
+   -- is the largest output's, as ConfusionMatrix takes it
+   local add = confusion.add
+   confusion.add = function(self, prediction, target)
+      if predicted then
+         local class = prediction
+         if type(prediction) ~= 'number' then
+            local _, index = prediction:max(1)
+            class = index[1]
+         end
+         predicted[#predicted + 1] = class - 1
+      end
+      return add(self, prediction, target)
    end
    return confusion
 end
@@ -360,20 +380,39 @@ end
 -- batch (the script's criterion averages).  The model's own updateOutput and updateGradInput,
 -- not forward and backward: its input is made its type here (the harness's GPU copy of the
 -- script's batches is not needed), and no gradient of its parameters is accumulated.
+-- The last `logits` request's forward pass (its preprocessing, pixels, input and output:
+-- the modules' state that updateGradInput reads), kept for a `vjp` of the same images that
+-- follows it: the attacks ask for the logits, compute the output gradient from them and
+-- ask for its vector-Jacobian product, which then costs no second forward pass.
+local last_forward = nil
+
 local function robust(request, n, pixels_path, labels_path, out_path)
    local known, model = DATASETS[config.dataset], rawget(_G, 'model')
+   local kept = last_forward
+   last_forward = nil
    local preprocessing, reason = nil, 'no preprocessing is known for ' .. tostring(config.dataset)
-   if known then preprocessing, reason = known.preprocessing() end
+   if pixels_path == '-' then       -- the images of the logits request just before
+      assert(request == 'vjp' and kept and kept.n == n, 'vjp of the last logits: none of ' .. n .. ' images')
+      preprocessing = kept.preprocessing
+   elseif known then
+      preprocessing, reason = known.preprocessing()
+   end
    if preprocessing and not model then reason = 'the script made no global model' end
    if not (preprocessing and model) then return emit('unavailable', {reason = reason}) end
    local default = torch.getdefaulttensortype()
    local model_type = cuda_type or default
-   local pixels = raw(pixels_path, {n, unpack(known.shape)}, 'Double'):type(default)
-   local input = preprocessing:forward(pixels):type(model_type)
-   model:evaluate()
-   local output = model:updateOutput(input)
+   local pixels, input, output
+   if kept and pixels_path == '-' then
+      pixels, input, output = kept.pixels, kept.input, kept.output
+   else
+      pixels = raw(pixels_path, {n, unpack(known.shape)}, 'Double'):type(default)
+      input = preprocessing:forward(pixels):type(model_type)
+      model:evaluate()
+      output = model:updateOutput(input)
+   end
    if request == 'logits' then       -- the model's LogSoftMax outputs, N x 10
       write_doubles(labels_path, output)
+      last_forward = {n = n, preprocessing = preprocessing, pixels = pixels, input = input, output = output}
       return emit('logits')
    end
    local _, classes = output:double():max(2)

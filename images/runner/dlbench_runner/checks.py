@@ -30,7 +30,7 @@ def _robustness(adapter, ctx, result, out_dir):
 def _migration(adapter, ctx, result, out_dir):
     from . import migration
     images = ctx.test_arrays()[0][:ctx.test_samples or None]
-    result.update(migration.export(adapter, images, out_dir))
+    result.update(migration.export(adapter, images, out_dir, ctx.test_predictions))
 
 
 def _skip_migration(result):

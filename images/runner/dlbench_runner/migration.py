@@ -5,8 +5,11 @@ an ONNX graph of its trained model and writes, beside ``result.json``:
 
     model.onnx      the graph, as the adapter exported it
     migration.npz   ``predictions``: the classes the framework itself predicts for the
-                    test images the job tested on (the first ``test_samples``), from the
-                    adapter's ``predict`` in batches of ``robustness.BATCH``;
+                    test images the job tested on (the first ``test_samples``): those its
+                    test pass predicted, where the adapter's ``test`` gives them (Caffe,
+                    TensorFlow, PyTorch, MXNet: the job's own test, not a second pass over
+                    the same images), else from its ``predict`` in batches of
+                    ``PREDICT_BATCH``;
                     ``logits``: the framework's own outputs for the first ``BATCH``
                     test images (``logits`` below), in its own floating-point type
 
@@ -58,6 +61,7 @@ from . import contract, robustness
 from .output import remove as _remove, write_atomic as _write_atomic
 
 BATCH = 16              # test images whose logits the host compares, the first ones
+PREDICT_BATCH = 500     # images per ``predict`` call, where the test pass gave no predictions
 MODEL = "model.onnx"
 COMPARED = "migration.npz"
 LAYERS = "layers.json"
@@ -69,11 +73,12 @@ class NoExport(Exception):
     """The framework cannot export this model to ONNX; the message says why."""
 
 
-def export(adapter, images, out_dir):
+def export(adapter, images, out_dir, predicted=None):
     """Export the adapter's model and its own predictions for ``images`` (uint8, the test
-    images the job tested on) into ``out_dir``; returns the result's fields:
-    ``migration_reason`` (None when exported) and ``migration_model_bytes`` (None for a
-    layer list: the host builds the model)."""
+    images the job tested on) into ``out_dir``: ``predicted``, the test pass's classes for
+    them where it gave them (one for each image), else its ``predict``'s; returns the
+    result's fields: ``migration_reason`` (None when exported) and
+    ``migration_model_bytes`` (None for a layer list: the host builds the model)."""
     x = robustness.pixels_of(images)
     try:
         if not (all(hasattr(adapter, name) for name in ("logits", "predict"))
@@ -83,7 +88,9 @@ def export(adapter, images, out_dir):
             size = _export_file(adapter, x[:BATCH], os.path.join(out_dir, MODEL))
         else:
             size = _export_layers(adapter, x[:BATCH], out_dir)
-        predicted, = robustness._batched(adapter.predict, x)
+        if predicted is None or len(predicted) != len(x):
+            predicted = np.concatenate([np.asarray(adapter.predict(x[start:start + PREDICT_BATCH]))
+                                        for start in range(0, len(x), PREDICT_BATCH)])
         logits = np.asarray(adapter.logits(x[:BATCH]))
     except Exception as exc:        # the framework's exporter: any refusal is a reason
         for name in (MODEL, LAYERS, ARRAYS):

@@ -10,7 +10,10 @@ An adapter (``adapter.py`` in the framework directory) defines ``Adapter``::
                                 #     other work (a script's per-epoch test passes) goes
                                 #     into ctx.train_excluded_s, and out of the epoch's
                                 #     time_s too
-        def test(self):         # one pass over the test set -> {"accuracy": .., "loss": ..}
+        def test(self):         # one pass over the test set -> {"accuracy": .., "loss": ..},
+                                #     and "predictions" where it has them: the classes it
+                                #     predicted for each image, in order (the migration
+                                #     check compares the ONNX model's with them)
         def save(self, folder): # the trained model into the empty folder, as the
                                 #     framework's users save it (its size is measured)
         def describe(self):     # -> {"framework_version", "param_count", "param_bytes",
@@ -146,6 +149,10 @@ class Context:
         self.swallowed = Swallowed()
         self.synchronize = lambda: None     # the adapter's, once it is made
         self._test_arrays = None            # the whole test split, as load_data read it
+        # The classes the test pass predicted for the images it tested, in their order, where
+        # the adapter's test() gives them ("predictions"): the migration check's framework
+        # side, without a second pass over the same images.
+        self.test_predictions = None
         self.fair = {"losses": []}          # a fair job's weights digest, logits and losses
         self._fair_sums = [0.0, 0]          # its losses' sum, its right predictions
 
@@ -363,6 +370,7 @@ def run(spec, framework_dir, data_dir, out_dir):
         scores = adapter.test()
         ctx.swallowed.check()
         result["test_time_s"] = ctx.now() - t0
+        ctx.test_predictions = scores.pop("predictions", None)
         for key in ("accuracy", "loss"):
             if scores.get(key) is not None and not math.isfinite(float(scores[key])):
                 raise TrainingDiverged("the test gave %s %s" % (key, float(scores[key])))
