@@ -131,6 +131,18 @@ def test_a_graph_that_is_not_the_trained_model_is_caught(data_root, tmp_path):
     assert found.migration_max_logit_error >= 1.0
 
 
+@pytest.mark.parametrize("given, mismatches", [("given", 0), ("none", 0), ("shifted", 10_000)])
+def test_the_frameworks_side_is_its_own_test_pass(data_root, tmp_path, given, mismatches):
+    """The classes the job's test pass predicted are the framework's side of the check: a
+    test pass whose classes are each off by one disagrees with the ONNX model on every
+    tested image; one that gives none has the runner predict the images itself."""
+    job = tmp_path / "job"
+    run_job(data_root, job, f'test_predictions="{given}"')
+    found = migration.evaluate(job, "mnist", data_root)
+    assert found.migration_reason is None and found.images == 10_000
+    assert found.migration_mismatches == mismatches
+
+
 @pytest.mark.parametrize("setting, reason", [
     ('onnx_export="none"', "numpy has no ONNX exporter"),
     ('onnx_export="crash"', "RuntimeError: the exporter met an operator it does not know"),
