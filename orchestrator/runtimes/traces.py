@@ -39,7 +39,6 @@ CGROUP_ROOT = Path("/sys/fs/cgroup")
 PEAK_FILES = ("memory.peak", "memory.max_usage_in_bytes")   # cgroup v2, v1
 CPU_FILES = ("cpu.stat", "cpuacct.usage")                   # cgroup v2 (usage_usec), v1 (ns)
 PEAK_INTERVAL_S = 0.05
-STREAM_WAIT_S = 0.05    # for the stats thread at stop; its stream ends at Docker's next tick
 
 
 @dataclasses.dataclass
@@ -182,10 +181,10 @@ class Sampler:
 
         Docker ends a stopped container's stats stream only at its next tick, up to a
         second later, with an empty sample that is not kept anyway; rather than wait for
-        it, the stream's thread is left to end on its own and adds nothing more."""
+        it, the stream's thread is left to end on its own (the container's removal ends
+        it) and adds nothing more: it is not waited for at all."""
         with self._lock:
             self._stop.set()
-        self._thread.join(min(timeout, STREAM_WAIT_S))
         if self._peak_thread.is_alive():
             self._peak_thread.join(timeout)
 
