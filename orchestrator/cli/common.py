@@ -186,9 +186,7 @@ def _one_of(choices) -> str:
 
 
 def _names(text: str | None) -> list[str] | None:
-    from ..options import names      # pydantic: loaded by the commands that take names only
-
-    return names(text)
+    return axes.names(text)
 
 
 Frameworks = Annotated[Optional[str], typer.Option(
