@@ -14,8 +14,8 @@ import pyarrow.compute as pc
 from .. import rowcheck
 from ..errors import StoreError
 from ..schema import ARROW_SCHEMA, RunRecord
-from .layout import (OPS, ROBUSTNESS, RUNS, STEPS, TRACE, SideTable, model_path, row_files, side_files, side_path,
-                     transfer_path)
+from .layout import RUNS, model_path, row_files, transfer_path
+from .tables import OPS, ROBUSTNESS, STEPS, TRACE, SideTable, side_files, side_path
 from .read import READ_ATTEMPTS, _gather, _integers, _suggest_compacting
 from .settle import _settle_for_reading, _superseded
 from .upgrades import _read_rows, _refuse_newer, _rewrite_once, _side_reader
