@@ -13,7 +13,7 @@ import pyarrow.compute as pc
 
 from .. import rowcheck
 from ..errors import StoreError
-from ..schema import ARROW_SCHEMA, RunRecord
+from ..schema import ARROW_SCHEMA
 from .layout import RUNS, model_path, row_files, transfer_path
 from .tables import OPS, ROBUSTNESS, STEPS, TRACE, SideTable, side_files, side_path
 from .read import READ_ATTEMPTS, _gather, _integers, _suggest_compacting
@@ -23,6 +23,8 @@ from .write import _lock, _stamp, _write_atomic
 
 if TYPE_CHECKING:
     import pandas as pd
+
+    from ..records import RunRecord
 
 
 # -- rows ------------------------------------------------------------------------------------
