@@ -128,8 +128,8 @@ if RuntimeParam is not None:
                 return int(value)
             if kind is float and _DECIMAL.fullmatch(value):
                 return float(value)
-            if issubclass(kind, Path):
-                return coerce_cli_path(kind(value), info, path_type=info.path_type or kind, param=param, ctx=ctx)
+            if issubclass(kind, Path) and info.path_type is None:
+                return coerce_cli_path(kind(value), info, path_type=kind, param=param, ctx=ctx)
             raise _NotPlain
 
 
