@@ -58,7 +58,8 @@ def make_job(rng: random.Random, index: int, samples: int):
     """One job's row (a RunRecord) and its trace samples, shaped like real ones."""
     from orchestrator import __version__, catalog, hostinfo
     from orchestrator.report import paper
-    from orchestrator.schema import RunRecord, dumps
+    from orchestrator.records import RunRecord
+    from orchestrator.schema import dumps
     from dlbench_runner.contract import PAPER_PROFILE, QUICK_PROFILE
 
     fw, ds = rng.choice(catalog.STUDY_ORDER), rng.choice(catalog.DATASETS)

@@ -58,6 +58,11 @@ class Axis:
 
 
 # -- how one value reads: the same from the command line and from a file ---------------------
+def names(text: str | None) -> list[str] | None:
+    """A comma list of names, as the command line gives them; None where not given."""
+    return [n.strip() for n in text.split(",") if n.strip()] if text else None
+
+
 def device(value) -> int | None:
     """``cpu`` (None) or ``gpu:N`` (N): the command line's spelling (contract.py's
     ``DEVICES`` says where the others are read)."""

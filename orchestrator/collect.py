@@ -36,7 +36,8 @@ from dlbench_runner import contract
 from . import __version__, checks, hostinfo, jobdir, rowcheck, store
 from .plan import Job
 from .runtimes.base import Outcome
-from .schema import ARROW_SCHEMA, MAX_RESULT_BYTES, RunnerResult, RunRecord, dumps
+from .records import RunnerResult, RunRecord
+from .schema import ARROW_SCHEMA, MAX_RESULT_BYTES, dumps
 
 
 def read_result(job_dir: Path) -> tuple[RunnerResult | None, str | None]:

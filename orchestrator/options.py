@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError,
 from dlbench_runner import contract
 
 from . import axes as axes_, catalog
-from .axes import blas_library, device, onednn_switch, settings_source  # noqa: F401 (the parsers)
+from .axes import blas_library, device, names, onednn_switch, settings_source  # noqa: F401 (the parsers)
 from .errors import UsageError
 
 MIN_MEMORY_BYTES = 6 * 2**20        # Docker refuses smaller limits
@@ -349,11 +349,6 @@ def check_timeout(timeout: float) -> float:
         raise PlanError(exc.errors()[0]["msg"], ("limits", "timeout"),
                         f"--timeout {timeout:g}: a time limit is more than 0 and at most "
                         f"{MAX_TIMEOUT_S} seconds (7 days)") from None
-
-
-def names(text: str | None) -> list[str] | None:
-    """A comma list of names; None where not given."""
-    return [n.strip() for n in text.split(",") if n.strip()] if text else None
 
 
 def numbers(text: str | None, option: str, kind=float) -> list | None:

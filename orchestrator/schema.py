@@ -1,4 +1,6 @@
-"""The records: what the runner reports (untrusted input) and the stored row.
+"""The stored tables: the row's columns and the side tables' Parquet schemas, and their
+history (the records pydantic validates, the runner's result and the row, are in records.py;
+reading rows needs no pydantic).
 
 Stored rows carry ``schema_version``, in every row and in the Parquet file
 metadata.  History of the row schema:
@@ -136,9 +138,6 @@ import types
 import typing
 
 import pyarrow as pa
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, create_model
-
-from dlbench_runner.contract import SCHEMA_VERSION as RUNNER_SCHEMA_VERSION
 
 from .checks import row_fields
 
@@ -157,116 +156,7 @@ MAX_RESULT_BYTES = 4 << 20
 STATUSES = ("ok", "failed", "timeout", "oom", "unsupported", "no_result", "node_fail", "cancelled")
 
 
-class Epoch(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-    epoch: int
-    loss: float
-    accuracy: float
-    time_s: float | None = None
-    samples: int | None = None
-
-
-class Robustness(BaseModel):
-    """One attack at one epsilon on the runner's first ``images`` test images."""
-
-    model_config = ConfigDict(extra="ignore")
-    attack: typing.Literal[ATTACKS]
-    epsilon: float = Field(ge=0.0, le=1.0)
-    steps: int = Field(ge=0, le=10_000)
-    images: int = Field(ge=0)
-    accuracy: float | None = Field(None, ge=0.0, le=1.0)
-    time_s: float | None = Field(None, ge=0.0)
-    reason: str | None = Field(None, max_length=1_000)
-    attack_loss: str | None = Field(None, max_length=1_000)
-    vanished_gradients: int | None = Field(None, ge=0)
-
-
-class GradientCheck(BaseModel):
-    """The runner's finite-difference check of the input gradient (its figure only)."""
-
-    model_config = ConfigDict(extra="ignore")
-    relative_error: float = Field(ge=0.0)
-
-
-class FairResult(BaseModel):
-    """What a fair job adds: its starting point, its first logits and its step losses."""
-
-    model_config = ConfigDict(extra="ignore")
-    weights_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
-    logits: list[list[float]] = Field(max_length=MAX_PROBE_LOGITS)
-    losses: list[float] = Field(max_length=MAX_LOGGED_STEPS)
-
-
-class OpTime(BaseModel):
-    """One layer's (or the whole network's, or the step's) time in one pass (``ops.py``)."""
-
-    model_config = ConfigDict(extra="ignore", populate_by_name=True)
-    layer: str = Field(min_length=1, max_length=100)
-    index: int = Field(ge=-1, le=1_000)
-    kind: typing.Literal["conv", "pool", "relu", "linear", "network", "step"]
-    pass_: typing.Literal["forward", "backward", "step"] = Field(alias="pass")
-    shape: str = Field(max_length=100)
-    output_shape: str = Field(max_length=100)
-    flops: int | None = Field(None, ge=0)
-    # a backward pass's is a difference of medians: a little below 0 where it costs nothing
-    time_s: float = Field(allow_inf_nan=False)
-    spread_s: float | None = Field(None, ge=0.0, allow_inf_nan=False)
-    repeats: int = Field(ge=1)
-
-
-class RunnerResult(BaseModel):
-    """The runner's result.json, validated field by field; extra keys are dropped."""
-
-    model_config = ConfigDict(extra="ignore")
-    schema_version: int = Field(ge=1, le=RUNNER_SCHEMA_VERSION)
-    status: typing.Literal["ok", "failed"]
-    error: str | None = Field(None, max_length=10_000)
-    framework: str
-    dataset: str
-    model: str
-    profile: str
-    hyperparameters: dict[str, float | int | str | bool]
-    device: str
-    seed: int
-    framework_version: str | None = None
-    python_version: str | None = None
-    device_name: str | None = None
-    cpu_model: str | None = None
-    blas: list[str] = []
-    threads: dict = {}
-    libraries: dict = {}
-    setup_time_s: float | None = None
-    train_time_s: float | None = None
-    test_time_s: float | None = None
-    total_time_s: float | None = None
-    # the spans GTDLBench's method timed (older runners called them script_*)
-    paper_train_time_s: float | None = Field(
-        None, validation_alias=AliasChoices("paper_train_time_s", "script_train_time_s"))
-    paper_test_time_s: float | None = Field(
-        None, validation_alias=AliasChoices("paper_test_time_s", "script_test_time_s"))
-    accuracy: float | None = Field(None, ge=0.0, le=1.0)
-    test_loss: float | None = None
-    train_samples: int | None = None
-    test_samples: int | None = None
-    train_images_per_s: float | None = None
-    test_images_per_s: float | None = None
-    param_count: int | None = None
-    param_bytes: int | None = Field(None, ge=0)
-    model_size_bytes: int | None = Field(None, ge=0)
-    robustness: list[Robustness] = Field([], max_length=1_000)
-    robustness_time_s: float | None = Field(None, ge=0.0)
-    gradient_check: GradientCheck | None = None
-    migration_reason: str | None = Field(None, max_length=1_000)
-    migration_model_bytes: int | None = Field(None, ge=0)
-    migration_time_s: float | None = Field(None, ge=0.0)
-    epochs: list[Epoch] = []
-    fair: FairResult | None = None
-    ops: list[OpTime] = Field([], max_length=1_000)
-    started_at: dt.datetime | None = None
-    finished_at: dt.datetime | None = None
-
-
-class _Job(BaseModel):
+class _Job:
     """A row's first columns: the job's outcome, what it was, what the runner measured."""
 
     schema_version: int = SCHEMA_VERSION
@@ -318,7 +208,7 @@ class _Job(BaseModel):
     model_size_bytes: int | None = None  # the trained model saved as its framework's users save it
 
 
-class _Host(BaseModel):
+class _Host:
     """A row's last columns: its epochs, what the runner saw, what the host adds."""
 
     epoch_loss: list[float] = []
@@ -372,15 +262,17 @@ class _Host(BaseModel):
     recorded_at: dt.datetime
 
 
+def _columns(declared: type) -> dict[str, tuple]:
+    """A class's columns in their order: (type, default) each, as the checks declare theirs
+    (``...``: none, the column is required)."""
+    return {name: (kind, vars(declared).get(name, ...)) for name, kind in typing.get_type_hints(declared).items()}
+
+
 # One stored row: one job's outcome, the runner's measurements, the after-training checks'
-# columns (``checks.row_fields``: each check declares its own), host provenance.
+# columns (``checks.row_fields``: each check declares its own), host provenance.  The row's
+# model (``records.RunRecord``) and its Parquet schema are both made of them.
 CHECK_COLUMNS = tuple(row_fields())     # empty in a row written without that check (store.upgrade)
-RunRecord = create_model(
-    "RunRecord", __doc__="One stored row: one job's outcome, its measurements, its checks', "
-                         "host provenance.",
-    **{name: (field.annotation, field) for name, field in _Job.model_fields.items()},
-    **row_fields(),
-    **{name: (field.annotation, field) for name, field in _Host.model_fields.items()})
+COLUMNS = {**_columns(_Job), **row_fields(), **_columns(_Host)}
 
 
 def dumps(value) -> str:
@@ -409,7 +301,7 @@ def _pandas_metadata(fields: list[pa.Field]) -> bytes:
          "metadata": None} for f in fields if f.type == pa.int64()]}).encode()
 
 
-_FIELDS = [pa.field(name, _arrow_type(f.annotation)) for name, f in RunRecord.model_fields.items()]
+_FIELDS = [pa.field(name, _arrow_type(kind)) for name, (kind, _) in COLUMNS.items()]
 ARROW_SCHEMA = pa.schema(_FIELDS, metadata={b"dlbench.schema_version": str(SCHEMA_VERSION).encode(),
                                             b"pandas": _pandas_metadata(_FIELDS)})
 

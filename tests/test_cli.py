@@ -197,3 +197,42 @@ def test_a_missing_data_directory_leaves_no_results_folder(tmp_path):
                    env=NO_DOCKER, timeout=300)
     one_line_error(proc, 1, f"{tmp_path / 'no-data' / 'mnist'}: no such directory")
     assert not (tmp_path / "new").exists()
+
+
+def test_every_option_takes_a_plain_value_as_typer_itself_does(tmp_path):
+    """The command line's own coercion (``common._Plain``, without pydantic) against
+    typer's, for every option of every command: the same value, or the same error."""
+    coercion = pytest.importorskip("typer._coercion")
+    import typer
+    from typer._click import Context
+
+    from orchestrator.cli import app, common
+
+    (tmp_path / "a file").write_text("")
+    values = [None, "5", "-3", "007", "+5", "1.5", "1e3", " 2", "abc", "", "table", "json", "TABLE",
+              "cpu", "x/y", str(tmp_path), str(tmp_path / "a file"), "/nonexistent/q", ("a", "b"),
+              ["5", "x"], 3, 2.5, True, False]
+
+    def outcome(runtime, value, param, ctx):
+        try:
+            return "value", repr(runtime.coerce(value, param=param, ctx=ctx))
+        except Exception as exc:  # noqa: BLE001
+            return "error", type(exc).__name__, str(exc)
+
+    compared, commands = 0, [typer.main.get_command(app)]
+    while commands:
+        command = commands.pop()
+        commands += list(getattr(command, "commands", {}).values())
+        ctx = Context(command)
+        for param in command.get_params(ctx):
+            found = getattr(param, "type_descriptor", None)
+            if found is None:
+                continue
+            assert common._plain(found), f"{command.name} {param.name}: typer's own coercion (pydantic)"
+            plain, typer_own = common._Plain(found.parameter_info, found.annotation, found), \
+                coercion.build_runtime_param(found)
+            for value in values:
+                assert outcome(plain, value, param, ctx) == outcome(typer_own, value, param, ctx), \
+                    (command.name, param.name, value)
+                compared += 1
+    assert compared > 1000

@@ -33,7 +33,7 @@ from markdown_it import MarkdownIt
 
 from conftest import REPO, dlbench
 from orchestrator import owners, store, tune
-from orchestrator.schema import RunRecord
+from orchestrator.records import RunRecord
 
 training = pytest.mark.training
 EXAMPLES = REPO / "examples" / "frameworks"

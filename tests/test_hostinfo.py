@@ -22,7 +22,8 @@ from conftest import REPO, dlbench, quiet_host
 from orchestrator import doctor, hostinfo
 from orchestrator.runtimes import traces
 from orchestrator.report import noise
-from orchestrator.schema import ADDED_IN, ARROW_SCHEMA, RunRecord
+from orchestrator.records import RunRecord
+from orchestrator.schema import ADDED_IN, ARROW_SCHEMA
 
 FIXTURES = Path(__file__).parent / "fixtures"
 HOG_INTERVAL_S = 0.2

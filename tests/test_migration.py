@@ -32,7 +32,7 @@ from orchestrator.checks import migration
 from orchestrator.collect import collect
 from orchestrator.errors import StoreError
 from orchestrator.runtimes.base import Outcome
-from orchestrator.schema import RunnerResult
+from orchestrator.records import RunnerResult
 
 FIXTURE = Path(__file__).parent / "fixtures" / "numpy_softmax"
 

@@ -22,7 +22,8 @@ import pytest
 from conftest import dlbench, make_plan
 from orchestrator import hostinfo, plan, store
 from orchestrator.report import estimate, make_report, paper, reference_rows, summary
-from orchestrator.schema import SCHEMA_VERSION, RunRecord, dumps
+from orchestrator.records import RunRecord
+from orchestrator.schema import SCHEMA_VERSION, dumps
 
 REPO = Path(__file__).resolve().parent.parent
 TORCH7 = REPO / "docs" / "measurements" / "2026-11-25-torch7-test-pass"

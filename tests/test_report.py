@@ -43,7 +43,8 @@ from orchestrator import store
 from orchestrator.report import paper, views
 from orchestrator.collect import Outcome, collect
 from orchestrator.report.text import report_markdown
-from orchestrator.schema import ADDED_IN, ARROW_SCHEMA, RENAMED_IN, SCHEMA_VERSION, RunRecord, dumps
+from orchestrator.records import RunRecord
+from orchestrator.schema import ADDED_IN, ARROW_SCHEMA, RENAMED_IN, SCHEMA_VERSION, dumps
 
 docker = pytest.mark.docker
 

@@ -12,7 +12,7 @@ import pytest
 
 from dlbench_runner import robustness, spec as specs
 from dlbench_runner.contract import EVENT_TAG, SCHEMA_VERSION, gpu_index
-from orchestrator.schema import RunnerResult
+from orchestrator.records import RunnerResult
 
 FIXTURE = Path(__file__).parent / "fixtures" / "numpy_softmax"
 

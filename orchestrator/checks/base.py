@@ -15,7 +15,7 @@ methods do nothing):
 
 and declares the row's columns it fills (``row_fields``: name -> (type, default), as
 pydantic's ``create_model`` takes them; the stored row's schema is built from them,
-``schema.RunRecord``).  ``After`` is what a check is handed of the job once it has ended.
+``schema.COLUMNS``).  ``After`` is what a check is handed of the job once it has ended.
 A check never fails a job: what it cannot do is a reason in the row.
 """
 

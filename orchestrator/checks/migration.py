@@ -38,7 +38,7 @@ import numpy as np
 from dlbench_runner.contract import MAX_MODEL_BYTES, TEST_IMAGES, formats
 
 from .. import files, jobdir
-from . import onnx_layers, untrusted
+from . import untrusted
 from .base import After, Check, Found
 from .untrusted import Refused     # why the files cannot be checked: the reason in the row
 
@@ -141,6 +141,8 @@ def _arrays(data: bytes, dataset: str) -> tuple[np.ndarray, np.ndarray]:
 
 def _from_layers(job_dir: Path, dataset: str, pixels: tuple[int, ...]) -> bytes:
     """The ONNX model built from the layer list the runner wrote instead of a model."""
+    from . import onnx_layers       # its layers' pydantic models: not for a command that reads rows
+
     listing, problem = jobdir.read_output(job_dir, onnx_layers.LAYERS, onnx_layers.MAX_LIST_BYTES)
     if listing is None:
         raise Refused(f"the runner wrote no {MODEL} and no {onnx_layers.LAYERS}"

@@ -8,6 +8,7 @@ import enum
 import functools
 import inspect
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Annotated, Any, Callable, Optional, get_args
@@ -29,7 +30,8 @@ EXIT_CODES = ("Exit status: 0 ok; 1 an error (one line on stderr); 2 a usage err
 class _Readable:
     """A command whose options show their values by a word (TEXT, INTEGER, PATH,
     table|csv|json), and whose arguments their names alone, not the Python type that Typer
-    0.2x shows (<str>, <list[str]>)."""
+    0.2x shows (<str>, <list[str]>); their values taken plainly where they can be
+    (``_Plain``)."""
 
     def get_params(self, ctx):
         params = super().get_params(ctx)
@@ -39,6 +41,8 @@ class _Readable:
                 param.metavar = _metavar(param, found)
             elif found is not None and param.param_type_name == "argument":
                 param.display_type_rich = _no_type       # its name says what it takes, and its help
+            if found is not None and getattr(param, "_runtime_param", False) is None and _plain(found):
+                param._runtime_param = _Plain(found.parameter_info, found.annotation, found)
         return params
 
 
@@ -53,6 +57,80 @@ def _metavar(param, found) -> str:
         return "|".join(str(getattr(choice, "value", choice)) for choice in found.choices)
     kind = (get_args(found.annotation) or [str])[0] if found.is_list else found.annotation
     return {int: "INTEGER", float: "NUMBER", Path: "PATH"}.get(kind, "TEXT")
+
+
+# Typer 0.2x takes every value through a pydantic TypeAdapter, and so imports pydantic (a
+# tenth of a second) in every command.  A value that is plainly of its option's type (a word,
+# digits, a choice or a path as typer itself takes them) needs none; any other value goes to
+# typer's own coercion, which says what is wrong with it as it always does.
+try:
+    from typer._coercion import RuntimeParam, build_runtime_param
+    from typer._param_types import coerce_cli_choice, coerce_cli_path
+except ImportError:         # another Typer: its own coercion for every value
+    RuntimeParam = None
+
+_INTEGER = re.compile(r"-?[0-9]+")
+_DECIMAL = re.compile(r"-?[0-9]+(?:\.[0-9]+)?")
+
+
+class _NotPlain(Exception):
+    pass
+
+
+def _plain(found) -> bool:
+    """Whether ``_Plain`` takes this parameter's values: a bool, word, number, path or
+    choice, or a list of them, with no parser, file or range of its own."""
+    info = found.parameter_info
+    kind = (get_args(found.annotation) or [None])[0] if found.is_list else found.annotation
+    return (RuntimeParam is not None and found.file_annotation is None and info.parser is None
+            and info.min is None and info.max is None and not found.is_tuple
+            and isinstance(kind, type) and (kind in (bool, str, int, float) or issubclass(kind, (Path, enum.Enum)))
+            and (issubclass(kind, enum.Enum) or not found.is_choice))
+
+
+if RuntimeParam is not None:
+    @dataclasses.dataclass(frozen=True)
+    class _Plain(RuntimeParam):
+        """A parameter's values as typer takes them, pydantic left to the values that are
+        not plain."""
+
+        descriptor: Any
+
+        def _coerce_value(self, value, param, ctx):
+            try:
+                if not self.descriptor.is_list:
+                    return self._one(self.annotation, value, param, ctx)
+                if not isinstance(value, (list, tuple)):
+                    raise _NotPlain
+                kind = get_args(self.annotation)[0]
+                return [self._one(kind, item, param, ctx) for item in value]
+            except _NotPlain:
+                return build_runtime_param(self.descriptor)._coerce_value(value, param=param, ctx=ctx)
+
+        def _one(self, kind, value, param, ctx):
+            info = self.parameter_info
+            if isinstance(value, bool) and kind is bool:
+                return value
+            if issubclass(kind, enum.Enum):
+                try:
+                    return coerce_cli_choice(value, choices=tuple(kind), case_sensitive=info.case_sensitive, ctx=ctx)
+                except ValueError:
+                    raise _NotPlain from None
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and kind is float:
+                return float(value)         # a default
+            if isinstance(value, int) and not isinstance(value, bool) and kind is int:
+                return value
+            if not isinstance(value, str):
+                raise _NotPlain
+            if kind is str:
+                return value
+            if kind is int and _INTEGER.fullmatch(value):
+                return int(value)
+            if kind is float and _DECIMAL.fullmatch(value):
+                return float(value)
+            if issubclass(kind, Path) and info.path_type is None:
+                return coerce_cli_path(kind(value), info, path_type=kind, param=param, ctx=ctx)
+            raise _NotPlain
 
 
 class _Command(_Readable, typer.core.TyperCommand):
@@ -108,9 +186,7 @@ def _one_of(choices) -> str:
 
 
 def _names(text: str | None) -> list[str] | None:
-    from ..options import names      # pydantic: loaded by the commands that take names only
-
-    return names(text)
+    return axes.names(text)
 
 
 Frameworks = Annotated[Optional[str], typer.Option(

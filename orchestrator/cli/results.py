@@ -21,11 +21,10 @@ def results(results: ResultsOpt = None,
             columns: ColumnsOpt = None, wide: WideOpt = False):
     """Show the stored runs."""
     from .. import store
-    from ..report import load, select      # pandas: loaded by the commands that show rows only
-    from ..report.text import results_text
+    from ..report import load_table, runs, select     # pyarrow; pandas for CSV, JSON and conditions
 
-    frame = load(store.results_dir(results), select.conditions(where, framework, dataset))
-    _write(results_text(frame, format.value, _screen(), out.color_system, _names(columns), wide))
+    rows = load_table(store.results_dir(results), select.conditions(where, framework, dataset))
+    _write(runs.results_text(rows, format.value, _screen(), out.color_system, _names(columns), wide))
 
 
 @app.command()
@@ -110,12 +109,13 @@ def report_(results: ResultsOpt = None,
                 "--explain", help="Print the rules behind the verdicts, spans, statistics and "
                                   "disturbed runs after the tables.")] = False):
     """Compare the stored runs with the published GTDLBench numbers: statistics, verdicts, plots."""
-    from .. import report, store
+    from .. import store
+    from ..report import make_report, select, tta
 
-    goal = report.tta.parse_target(target)
-    text, page = report.make_report(
+    goal = tta.parse_target(target)
+    text, page = make_report(
         store.results_dir(results), format and format.value, html, tolerance, _screen(),
-        out.color_system, report.select.conditions(where, framework, dataset), _names(columns),
+        out.color_system, select.conditions(where, framework, dataset), _names(columns),
         wide, exclude_disturbed, data_dir=data_dir, target=goal, explain=explain)
     if text is not None:
         _write(text)

@@ -4,10 +4,16 @@ render the comparison as text (text.py) or as an HTML page (html.py)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from .. import datasets, store
+from .. import store
 from ..errors import StoreError, UsageError
-from . import correlations, paper, reference_rows, select, text, transfer, tta, verification
+from . import select
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from . import paper
 
 
 def make_report(results: Path, fmt: str | None, html_dir: Path | None, tolerance: float | None = None,
@@ -22,6 +28,8 @@ def make_report(results: Path, fmt: str | None, html_dir: Path | None, tolerance
     Fair runs' step losses are held against a reference training on the data sets of
     ``data_dir`` (``datasets.default_root``; never downloaded here).  Times to accuracy are
     to ``target`` (a fraction), else to each model's default (tta.py)."""
+    from . import text
+
     rep = build_report(results, tolerance, where, exclude_disturbed, reference, data_dir, target,
                        traces=html_dir is not None)     # only the page plots the traces
     page = None
@@ -40,6 +48,9 @@ def build_report(results: Path, tolerance: float | None = None, where: list[sele
                  traces: bool = False) -> paper.Report:
     """The report of the stored rows of ``results`` that meet ``where``, with everything
     that the text and the page show (``traces``: the resource samples too)."""
+    from .. import datasets
+    from . import correlations, paper, reference_rows, transfer, tta, verification
+
     tolerance = paper.TOLERANCE_POINTS if tolerance is None else tolerance
     if not 0 <= tolerance <= 100:
         raise UsageError(f"--tolerance {tolerance:g}: a tolerance is 0 points or more, at most 100")
@@ -60,11 +71,27 @@ def build_report(results: Path, tolerance: float | None = None, where: list[sele
 
 def load(results: Path, where: list[select.Condition] = ()):
     """The stored rows of ``results`` that meet ``where``; none is an error."""
-    frame = store.load(results)
-    if not len(frame):
+    frame = _some(results, store.load(results))
+    return _met(results, select.apply(frame, list(where)), where, len(frame))
+
+
+def load_table(results: Path, where: list[select.Condition] = ()) -> pa.Table:
+    """``load``'s rows as pyarrow's table; without conditions, without pandas (``select``
+    holds rows to them in pandas' types, and the table keeps the rows it chose)."""
+    table = _some(results, store.load_table(results))
+    if not where:
+        return table
+    chosen = select.apply(store.frame(table), list(where))
+    return _met(results, table.take(chosen.index.to_numpy()), where, len(table))
+
+
+def _some(results: Path, rows):
+    if not len(rows):
         raise StoreError(f"{results}: no stored runs (run `dlbench run` first)")
-    chosen = select.apply(frame, list(where))
+    return rows
+
+
+def _met(results: Path, chosen, where: list[select.Condition], of: int):
     if not len(chosen):
-        raise StoreError(f"{results}: no stored run meets {' and '.join(map(str, where))} "
-                         f"(of {len(frame)})")
+        raise StoreError(f"{results}: no stored run meets {' and '.join(map(str, where))} (of {of})")
     return chosen

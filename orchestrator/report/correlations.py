@@ -53,8 +53,6 @@ def axes(rows: pd.DataFrame) -> pd.DataFrame:
 def table(rows: pd.DataFrame) -> pd.DataFrame:
     """One record per family, axis and measure (see the module's text); empty where no
     family of ok rows varies anything."""
-    from scipy import stats
-
     ok = rows[rows["status"] == "ok"]
     records = []
     if not len(ok):
@@ -80,6 +78,8 @@ def table(rows: pd.DataFrame) -> pd.DataFrame:
                 record = dict(zip(FAMILY, key)) | {
                     "axis": axis, "measure": name, "runs": int(len(y)),
                     "values": ", ".join(value_text(v) for v in sorted(x.map(_hashable).unique(), key=value_order))}
+                from scipy import stats      # where a family varies a setting: most reports have none
+
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")      # a constant within ties: nan, shown as such
                     if ordered:

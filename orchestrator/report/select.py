@@ -12,10 +12,12 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import re
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from ..errors import UsageError
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 _CONDITION = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*(!=|<=|>=|=|<|>)(.*)$")
 
@@ -50,7 +52,10 @@ def conditions(where: list[str] | None, framework: str | None = None,
 
 
 def apply(frame: pd.DataFrame, chosen: list[Condition]) -> pd.DataFrame:
-    """The rows of ``frame`` that meet every condition."""
+    """The rows of ``frame`` that meet every condition (pandas' types: imported here, where a
+    command gives conditions)."""
+    import pandas as pd
+
     keep = pd.Series(True, index=frame.index)
     for condition in chosen:
         keep &= _holds(frame, condition)
@@ -58,6 +63,8 @@ def apply(frame: pd.DataFrame, chosen: list[Condition]) -> pd.DataFrame:
 
 
 def _holds(frame: pd.DataFrame, c: Condition) -> pd.Series:
+    import pandas as pd
+
     if c.column not in frame.columns:
         close = difflib.get_close_matches(c.column, frame.columns, n=3)
         hint = f" (did you mean {', '.join(close)}?)" if close else " (the columns: docs/schema.md)"
@@ -80,6 +87,8 @@ def _holds(frame: pd.DataFrame, c: Condition) -> pd.Series:
 
 def _typed(column: pd.Series, value: str, c: Condition):
     """``value`` as the column stores it."""
+    import pandas as pd
+
     if pd.api.types.is_bool_dtype(column) or (column.dtype == object and column.dropna().map(
             lambda v: isinstance(v, bool)).all() and column.notna().any()):
         if value.lower() not in ("true", "false"):

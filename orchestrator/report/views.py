@@ -3,40 +3,13 @@
 
 from __future__ import annotations
 
-import dataclasses
 import re
 
 import pandas as pd
 
 from ..checks import fair
 from . import compare, correlations, paper, verification
-
-
-@dataclasses.dataclass
-class View:
-    """One table of the report, already formatted: what every renderer shows."""
-
-    title: str
-    columns: list[str]
-    rows: list[list[str]]
-    numeric: set[int]
-    verdicts: set[int] = dataclasses.field(default_factory=set)   # verdict columns, coloured
-    wrap: set[int] = dataclasses.field(default_factory=lambda: {4})   # the settings column
-    keys: list[str] = dataclasses.field(default_factory=list)   # each column's --columns name
-    # the keys left out first where a terminal is too narrow; the others are always shown
-    drop: list[str] = dataclasses.field(default_factory=list)
-
-    def only(self, keys) -> View:
-        """The view with the columns of ``keys`` only, in its own order."""
-        kept = [i for i, key in enumerate(self.keys) if key in keys]
-        where = {old: new for new, old in enumerate(kept)}
-        return dataclasses.replace(
-            self, columns=[self.columns[i] for i in kept], keys=[self.keys[i] for i in kept],
-            rows=[[row[i] for i in kept] for row in self.rows],
-            numeric={where[i] for i in self.numeric if i in where},
-            verdicts={where[i] for i in self.verdicts if i in where},
-            wrap={where[i] for i in self.wrap if i in where},
-            drop=[key for key in self.drop if key in keys])
+from .draw import View, _gib, _pct, _percent, _published, _rate, _ratio, _seconds
 
 
 RESOURCE_HEADINGS = {"memory_peak_bytes": "peak memory GiB", "cpu_percent_mean": "CPU %",
@@ -547,74 +520,6 @@ def _stat(g, metric: str, fmt) -> str:
 
 def _num(value, fmt) -> str:
     return fmt(value) if paper.present(value) else "-"
-
-
-def _seconds(v: float) -> str:
-    return f"{v:,.1f}" if v >= 100 else f"{v:.2f}"
-
-
-def _published(v: float) -> str:
-    return f"{v:,.2f}"
-
-
-def _pct(v: float) -> str:
-    return f"{v:.2f}"
-
-
-def _fixed2(v: float) -> str:
-    return f"{v:.2f}"
-
-
-def _percent(v: float) -> str:
-    return f"{v:.0f}"
-
-
-def _rate(v: float) -> str:
-    return f"{v:,.0f}"
-
-
-def _gib(v: float) -> str:
-    return f"{v / 2**30:.2f}"
-
-
-def _ratio(v) -> str:
-    return f"{v:.2f}×"
-
-
-# --- the stored runs (`dlbench results`) ---
-
-RUN_COLUMNS = {  # stored column -> heading, in the table's order
-    "recorded_at": "when", "framework": "framework", "dataset": "data", "profile": "profile",
-    "device": "dev", "threads": "thr", "status": "status", "accuracy": "accuracy %",
-    "setup_time_s": "setup s", "train_time_s": "train s", "test_time_s": "test s",
-    "train_images_per_s": "img/s", "param_count": "params", "cpu_percent_mean": "CPU %",
-    "host_load_avg": "load", "run_id": "run",
-}
-RUN_DROP = ["host_load_avg", "cpu_percent_mean", "param_count", "setup_time_s", "run_id",
-            "train_images_per_s", "recorded_at", "threads", "device", "test_time_s"]
-RUN_FORMATS = {"accuracy": lambda v: _pct(100 * v), "setup_time_s": _fixed2,
-               "train_time_s": _fixed2, "test_time_s": _fixed2, "train_images_per_s": _rate, "cpu_percent_mean": _percent,
-               "host_load_avg": _fixed2, "param_count": lambda v: f"{v:,}",
-               "recorded_at": lambda v: pd.Timestamp(v).strftime("%m-%d %H:%M"),
-               "run_id": lambda v: v[:8]}
-
-
-def runs_view(frame: pd.DataFrame, columns: list[str] | None = None) -> View:
-    """The stored rows, one a line: the known columns, or ``columns`` (any stored ones)."""
-    keys = list(RUN_COLUMNS) if columns is None else columns
-    rows = [[_stored(row[k], RUN_FORMATS.get(k, str)) for k in keys]
-            for _, row in frame.sort_values("recorded_at").iterrows()]
-    numeric = {i for i, k in enumerate(keys) if pd.api.types.is_numeric_dtype(frame[k])
-               and not pd.api.types.is_bool_dtype(frame[k])}
-    return View(f"{len(frame)} stored run(s)", [RUN_COLUMNS.get(k, k) for k in keys], rows,
-                numeric=numeric, wrap=set(), keys=keys, drop=RUN_DROP)
-
-
-def _stored(value, fmt) -> str:
-    """A stored value as shown; lists (the per-epoch columns) as they are."""
-    if isinstance(value, (list, tuple)) or hasattr(value, "__array__"):
-        return ", ".join(map(str, value)) or "-"
-    return _num(value, fmt)
 
 
 # --- two sets of runs (`dlbench compare`) ---

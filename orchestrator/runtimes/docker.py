@@ -20,14 +20,17 @@ import contextlib
 import os
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from .. import build, catalog, hostinfo, jobdir, owners, store
+from .. import build, catalog, hostinfo, jobdir, owners
 from ..build import progress as build_progress
 from ..errors import DlbenchError, docker_errors
 from ..interrupts import signals_deferred
-from ..plan import Job
 from .traces import Sampler
 from .base import Outcome, Running, Target, follow_output, gpu_device, split_lines
+
+if TYPE_CHECKING:
+    from ..plan import Job
 
 LABEL = build.LABEL
 NOBODY = 65534
@@ -224,6 +227,8 @@ def remove_stale(client) -> list[str]:
 
 
 def _remove_job_dir(labels: dict) -> None:
+    from .. import store     # pyarrow: not for doctor, which only reaches Docker here
+
     run_id, results = labels.get(f"{LABEL}.run-id", ""), labels.get(f"{LABEL}.results")
     if results and jobdir.RUN_ID.fullmatch(run_id):
         jobdir.remove(Path(results) / store.JOBS / run_id)

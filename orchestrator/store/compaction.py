@@ -19,7 +19,8 @@ import pyarrow as pa
 from .. import rowcheck
 from ..errors import StoreError
 from ..schema import ARROW_SCHEMA
-from .layout import RUNS, SIDE_TABLES, row_files, side_files
+from .layout import RUNS, row_files
+from .tables import SIDE_TABLES, side_files
 from .read import _gather, _in_groups
 from .settle import _settle_locked, _swap
 from .upgrades import _read_rows, _refuse_newer, _rewrite_locked, _side_reader

@@ -1,5 +1,5 @@
-"""The results directory's layout: its folders and files, the side tables, and the files a
-reader may open.
+"""The results directory's layout: its folders and files, and the files a reader may open
+(it needs no pyarrow: ``store.results_dir`` is all that ``dlbench doctor`` asks of it).
 
     RESULTS/runs/<time>-<run id>.parquet             a job's row, written when it ends
     RESULTS/runs/<time>-compacted-<id>.parquet       rows merged by compaction
@@ -24,10 +24,9 @@ whole with no options: ``pandas.read_parquet("RESULTS/runs")``, DuckDB's
 ``read_parquet('RESULTS/runs/*.parquet')``, polars' ``pl.read_parquet("RESULTS/runs/*.parquet")``.
 Names starting with ``_`` or ``.`` are ignored by Parquet readers.
 
-Traces, robustness, step losses and layer times are a job's side tables (``SideTable``:
-``TRACE``, ``ROBUSTNESS``, ``STEPS``, ``OPS``), written, read, rewritten, compacted and
-rescued alike, each with its own schema version.  A job's ONNX model and its FGSM images
-are written and rescued as they are, never merged.
+Traces, robustness, step losses and layer times are a job's side tables (``tables.py``),
+written, read, rewritten, compacted and rescued alike, each with its own schema version.  A
+job's ONNX model and its FGSM images are written and rescued as they are, never merged.
 
 Only regular files (or links to one inside the directory) are opened; anything else
 there is left out with a ``StoreWarning`` (``_openable``).
@@ -39,13 +38,9 @@ import os
 import stat
 import warnings
 from pathlib import Path
-from typing import Callable, NamedTuple
 
-import pyarrow as pa
-
-from .. import files, rowcheck
+from .. import files
 from ..errors import StoreWarning
-from ..schema import OPS_SCHEMA, ROBUSTNESS_SCHEMA, STEPS_SCHEMA, TRACE_SCHEMA, upgrade_robustness
 
 RUNS = "runs"
 MODELS = "models"
@@ -73,48 +68,6 @@ def row_files(results: Path) -> list[Path]:
     """The row files a reader may open (``_openable``): those of an old layout first, then
     ``runs/``'s."""
     return _openable(results, sorted(results.glob(OLD_ROWS)) + sorted((results / RUNS).glob("*.parquet")))
-
-
-class SideTable(NamedTuple):
-    """A table of many rows per job beside the rows: one file per job, in ``folder``."""
-    kind: str                   # in messages: "trace file"
-    folder: str
-    schema: pa.Schema
-    version_key: bytes          # the schema metadata that holds its version
-    old_folder: str | None = None   # where an older layout kept its files
-    order: tuple = ("run_id",)  # how ``load_side`` sorts its rows
-    integers: bool = False      # whether pandas gets its integer columns as nullable Int64
-    upgrade: Callable[[pa.Table, int], pa.Table] | None = None  # older versions' rows to this one
-    rules: dict[str, str] | None = None     # what its values may be (``rowcheck``)
-
-    @property
-    def version(self) -> int:
-        return int(self.schema.metadata[self.version_key])
-
-
-TRACE = SideTable("trace", "traces", TRACE_SCHEMA, b"dlbench.trace_schema_version",
-                  old_folder=OLD_TRACES, order=("run_id", "t_s"), rules=rowcheck.TRACE)
-ROBUSTNESS = SideTable("robustness", "robustness", ROBUSTNESS_SCHEMA,
-                       b"dlbench.robustness_schema_version", integers=True,
-                       upgrade=upgrade_robustness, rules=rowcheck.ROBUSTNESS)
-STEPS = SideTable("step loss", "steps", STEPS_SCHEMA, b"dlbench.steps_schema_version",
-                  order=("run_id", "step"), integers=True, rules=rowcheck.STEPS)
-OPS = SideTable("op time", "ops", OPS_SCHEMA, b"dlbench.ops_schema_version", integers=True,
-                rules=rowcheck.OPS)
-SIDE_TABLES = (TRACE, ROBUSTNESS, STEPS, OPS)
-# The side tables a job's collected result may hold rows of (the trace is sampled apart).
-RESULT_TABLES = (ROBUSTNESS, STEPS, OPS)
-TRACES = TRACE.folder
-
-
-def side_files(results: Path, side: SideTable) -> list[Path]:
-    """A side table's files a reader may open: an old layout's first, then its folder's."""
-    old = sorted((results / side.old_folder).glob("*.parquet")) if side.old_folder else []
-    return _openable(results, old + sorted((results / side.folder).glob("*.parquet")))
-
-
-def trace_files(results: Path) -> list[Path]:
-    return side_files(results, TRACE)
 
 
 def _openable(results: Path, paths: list[Path]) -> list[Path]:
@@ -152,14 +105,6 @@ def _openable(results: Path, paths: list[Path]) -> list[Path]:
         else:
             _warn(f"{path}: {why}; ignored")
     return kept
-
-
-def side_path(results: Path, side: SideTable, run_id: str) -> Path:
-    return results / side.folder / f"{run_id}.parquet"
-
-
-def trace_path(results: Path, run_id: str) -> Path:
-    return side_path(results, TRACE, run_id)
 
 
 # -- the jobs' ONNX models and FGSM images, kept as they are --------------------------------

@@ -23,8 +23,9 @@ import pyarrow as pa
 
 from .. import files, jobdir
 from ..errors import StoreError
-from ..schema import RunRecord
-from .layout import RESCUED, RESULT_TABLES, TRACE
+from ..records import RunRecord
+from .layout import RESCUED
+from .tables import RESULT_TABLES, TRACE
 from .rows import append, write_model, write_side, write_trace, write_transfer
 from .settle import _unheld, settle
 from .write import _lock

@@ -13,9 +13,9 @@ import pyarrow.compute as pc
 
 from .. import rowcheck
 from ..errors import StoreError
-from ..schema import ARROW_SCHEMA, RunRecord
-from .layout import (OPS, ROBUSTNESS, RUNS, STEPS, TRACE, SideTable, model_path, row_files, side_files, side_path,
-                     transfer_path)
+from ..schema import ARROW_SCHEMA
+from .layout import RUNS, model_path, row_files, transfer_path
+from .tables import OPS, ROBUSTNESS, STEPS, TRACE, SideTable, side_files, side_path
 from .read import READ_ATTEMPTS, _gather, _integers, _suggest_compacting
 from .settle import _settle_for_reading, _superseded
 from .upgrades import _read_rows, _refuse_newer, _rewrite_once, _side_reader
@@ -23,6 +23,8 @@ from .write import _lock, _stamp, _write_atomic
 
 if TYPE_CHECKING:
     import pandas as pd
+
+    from ..records import RunRecord
 
 
 # -- rows ------------------------------------------------------------------------------------
@@ -40,6 +42,11 @@ def load(results: Path) -> pd.DataFrame:
     in the order they were recorded; integer columns are pandas' nullable ``Int64``.  A file
     that cannot be read is left out with a ``StoreWarning``; rows written by a newer dlbench
     are refused."""
+    return frame(load_table(results))
+
+
+def load_table(results: Path) -> pa.Table:
+    """``load``'s rows as pyarrow's table, for what needs no pandas (``dlbench results``)."""
     if not results.is_dir():
         raise StoreError(f"{results}: no such results directory")
     _settle_for_reading(results)
@@ -51,10 +58,20 @@ def load(results: Path) -> pd.DataFrame:
         except FileNotFoundError:
             continue            # compacted or rewritten under us: read the directory again
         # a row can still be in two files (an old layout's file and its rewrite, after a
-        # crash between the two): each run is read once
-        frame = _refuse_newer(table, results).to_pandas(types_mapper=_integers).sort_values("recorded_at", kind="stable")
-        return frame.drop_duplicates("run_id", ignore_index=True)
+        # crash between the two): each run is read once, as first recorded (a stable sort)
+        table = _refuse_newer(table, results).sort_by("recorded_at")
+        seen, first = set(), []
+        for n, run_id in enumerate(table["run_id"].to_pylist()):
+            if run_id not in seen:
+                seen.add(run_id)
+                first.append(n)
+        return table if len(first) == len(table) else table.take(first)
     raise StoreError(f"{results}: the row files kept changing while being read; try again")
+
+
+def frame(table: pa.Table) -> pd.DataFrame:
+    """Rows as pandas holds them: integer columns as nullable ``Int64``."""
+    return table.to_pandas(types_mapper=_integers)
 
 
 def ok_job_ids(results: Path, campaign: str | None = None) -> set[str]:

@@ -23,7 +23,8 @@ import os
 from pathlib import Path
 
 from .. import files
-from .layout import JOURNAL, MODELS, RESCUED, REWRITTEN, RUNS, SIDE_TABLES, TRANSFER, _warn, _why
+from .layout import JOURNAL, MODELS, RESCUED, REWRITTEN, RUNS, TRANSFER, _warn, _why
+from .tables import SIDE_TABLES
 from .write import _fsync_folder, _lock
 
 JOURNAL_LIMIT = 64 << 20        # bytes (a name per file replaced: 100,000 files take ~6 MiB)

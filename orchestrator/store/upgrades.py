@@ -29,7 +29,8 @@ from dlbench_runner import contract
 from .. import files, rowcheck
 from ..errors import StoreError
 from ..schema import ADDED_IN, ARROW_SCHEMA, CHECK_COLUMNS, RENAMED_IN, SCHEMA_VERSION
-from .layout import OLD_TRACES, REWRITTEN, RUNS, SIDE_TABLES, SideTable, _warn, _why, row_files, side_files
+from .layout import OLD_TRACES, REWRITTEN, RUNS, _warn, _why, row_files
+from .tables import SIDE_TABLES, SideTable, side_files
 from .read import _gather, _is_current, _read_table, _Unreadable
 from .settle import _settle_locked
 from .write import _lock, _write_atomic
