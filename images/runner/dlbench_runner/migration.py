@@ -6,10 +6,9 @@ an ONNX graph of its trained model and writes, beside ``result.json``:
     model.onnx      the graph, as the adapter exported it
     migration.npz   ``predictions``: the classes the framework itself predicts for the
                     test images the job tested on (the first ``test_samples``): those its
-                    test pass predicted, where the adapter's ``test`` gives them (Caffe,
-                    TensorFlow, PyTorch, MXNet: the job's own test, not a second pass over
-                    the same images), else from its ``predict`` in batches of
-                    ``PREDICT_BATCH``;
+                    test pass predicted, where the adapter's ``test`` gives them (all six
+                    frameworks' do: the job's own test, not a second pass over the same
+                    images), else from its ``predict`` in batches of ``PREDICT_BATCH``;
                     ``logits``: the framework's own outputs for the first ``BATCH``
                     test images (``logits`` below), in its own floating-point type
 
