@@ -52,7 +52,11 @@ REQUIRED_FILES = ("Dockerfile", "adapter.py", "models.json")
 # A name is an image's name (dlbench/NAME:cpu), a folder of its build context and a key of
 # a campaign file's tables; the base images' names and the runner's folder are taken.
 NAME = re.compile(r"[a-z][a-z0-9_]{0,39}")
-RESERVED = ("base", "root", "runner")
+# The images the after-training stage runs a trained model in, not frameworks: each a folder
+# of dlbench's image folder with its Dockerfile and image.json (its Debian suite, its version,
+# its expected build time), built like a framework's CPU image (``build.Builder.tool``)
+TOOLS = ("deploy",)
+RESERVED = ("base", "root", "runner", *TOOLS)
 MAX_MODELS_JSON = 1 << 20
 
 
@@ -108,6 +112,18 @@ def unknown(what: str, name: str, known) -> UsageError:
     close = difflib.get_close_matches(name.lower(), list(known), n=1, cutoff=0.6)
     guess = f"did you mean {close[0]}? " if close else ""
     return UsageError(f"unknown {what} {name!r} ({guess}choose from {', '.join(known)})")
+
+
+def tool_info(tool: str) -> dict:
+    """A tool image's image.json: ``suite`` (Debian's), ``version`` and ``build_s``."""
+    if tool not in TOOLS:
+        raise unknown("tool image", tool, TOOLS)
+    return _tool_info(str(images_dir() / tool / "image.json"))
+
+
+@functools.lru_cache(maxsize=8)
+def _tool_info(path: str) -> dict:
+    return json.loads(Path(path).read_text())
 
 
 def images_dir() -> Path:
@@ -263,7 +279,10 @@ def _model_problem(info: dict, dataset: str, entry) -> str | None:
 
 def sources(framework: str, variant: str = "cpu") -> list[str]:
     """The pinned source repositories (``sources.py``'s registry) an image of the framework
-    is built from: the framework's, then its variant's own (e.g. cutorch for Torch7's GPU)."""
+    is built from: the framework's, then its variant's own (e.g. cutorch for Torch7's GPU);
+    none for a tool image."""
+    if framework in TOOLS:
+        return []
     info = models(framework)
     return info.get("sources", []) + info.get("variants", {}).get(variant, {}).get("sources", [])
 
@@ -282,7 +301,9 @@ def variant_info(framework: str, variant: str) -> dict:
 
 
 def variant_unsupported(framework: str, variant: str) -> str | None:
-    """Why the framework has no image of this variant, or None."""
+    """Why the framework (or tool) has no image of this variant, or None."""
+    if framework in TOOLS:
+        return None if variant == "cpu" else f"{framework} has no {variant.upper()} image: it runs on the CPU"
     info = variant_info(framework, variant)
     if "unsupported" in info:
         return f"{framework} has no {variant.upper()} image: {info['unsupported']}"

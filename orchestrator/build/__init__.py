@@ -11,6 +11,9 @@
    ``Dockerfile.gpu`` (CUDA builds from the package index), where there is one.
    The framework's models.json says, under ``variants``, each variant's version,
    CUDA and cuDNN ("none" where unused), or why it has none (``unsupported``: its GPU jobs are stored so).
+4. ``dlbench/<tool>:cpu``: a tool image (``catalog.TOOLS``: the deploy image), whose
+   image.json names its own Debian suite; its root and base are made for that suite
+   as the frameworks' are for ``SUITE``, when a tool image is first built.
 
 A framework whose models.json lists ``sources`` (GitHub repositories in the
 registry of ``sources.py``) gets their verified archives in its build context
@@ -59,13 +62,17 @@ from ..errors import BuildError, DlbenchError, DockerUnavailable, UsageError, do
 
 SUITE = "bullseye"
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
-PULL_IMAGE = f"debian:{SUITE}-slim"
+PULL_IMAGE = f"debian:{SUITE}-slim"      # the default suite's (``pull_image``)
 BASE_SOURCES = ("auto", "debootstrap", "pull")     # the root file system: pull, else debootstrap; or one
 LABEL = "org.dlbench"
 CA_CANDIDATES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt",
                  "/etc/ssl/cert.pem")
 PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy")
 DEFAULT_JOBS = 2        # framework images built at once
+
+
+def pull_image(suite=SUITE):
+    return f"debian:{suite}-slim"
 
 
 def root_tag(suite=SUITE):
@@ -171,6 +178,7 @@ class Builder:
         self._downloads: downloads.Proxy | None = None     # started by the first build that fetches
         self._downloads_lock = threading.Lock()
         self._sources_ready = set()    # (framework, variant) whose archives were checked
+        self._roots_lock = threading.Lock()
 
     def expected_seconds(self, image: tuple[str, str]) -> float | None:
         """How long the image's build is expected to take: its last on this machine, else
@@ -178,48 +186,56 @@ class Builder:
         last = self.times.last(image_tag(*image)) if self.times else None
         if last:
             return sum(step.seconds for step in last)
+        if image[0] in catalog.TOOLS:
+            return catalog.tool_info(image[0]).get("build_s")
         return catalog.models(image[0]).get("build_s") if image[1] == "cpu" else None
 
     # -- stage 1: the root file system ------------------------------------------
-    def root(self, rebuild: bool = False):
-        tag = root_tag(self.suite)
+    def root(self, rebuild: bool = False, suite: str | None = None):
+        """The root file system of ``suite`` (None: the frameworks', ``SUITE``)."""
+        suite = suite or self.suite
+        tag = root_tag(suite)
         image = None if rebuild else find_image(self.client, tag)
         if image is not None:
             return image
-        if self.base_source in ("auto", "pull"):
-            try:
-                return self._pull(tag)
-            except BuildError as exc:
-                if self.base_source == "pull":
-                    raise
-                self.say(f"no registry ({exc}); making the root file system with debootstrap")
-        return self._debootstrap(tag)
+        with self._roots_lock:     # a tool's suite may be first wanted by two builds at once
+            image = None if rebuild else find_image(self.client, tag)
+            if image is not None:
+                return image
+            if self.base_source in ("auto", "pull"):
+                try:
+                    return self._pull(tag, suite)
+                except BuildError as exc:
+                    if self.base_source == "pull":
+                        raise
+                    self.say(f"no registry ({exc}); making the root file system with debootstrap")
+            return self._debootstrap(tag, suite)
 
-    def _pull(self, tag):
+    def _pull(self, tag, suite):
         import docker.errors
-        self.say(f"pulling {PULL_IMAGE}")
+        self.say(f"pulling {pull_image(suite)}")
         try:
-            image = self.client.images.pull(PULL_IMAGE)
+            image = self.client.images.pull(pull_image(suite))
         except docker.errors.APIError as exc:
             raise BuildError(str(exc.explanation or exc).splitlines()[0]) from None
         image.tag(*tag.split(":"))
         return self.client.images.get(tag)
 
-    def _debootstrap(self, tag):
+    def _debootstrap(self, tag, suite):
         if shutil.which("debootstrap") is None:
             raise BuildError("debootstrap is not installed (apt-get install debootstrap), "
                              "and no debian image could be pulled")
         if os.geteuid() != 0:
             raise BuildError("debootstrap needs root: run `sudo dlbench build-images`, "
                              "or use --base pull where a registry is reachable")
-        self.say(f"debootstrap {self.suite} (minbase) from {self.mirror}")
+        self.say(f"debootstrap {suite} (minbase) from {self.mirror}")
         with tempfile.TemporaryDirectory(prefix="dlbench-root-") as tmp:
             target = Path(tmp) / "root"
             log = deque(maxlen=20)
             proxy = self.download_proxy()
             proc = subprocess.Popen(
                 ["debootstrap", "--variant=minbase", "--include=ca-certificates",
-                 self.suite, str(target), self.mirror],
+                 suite, str(target), self.mirror],
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                 env={**os.environ, **(proxy.environment() if proxy else {})})
             for line in proc.stdout:
@@ -230,7 +246,7 @@ class Builder:
             self.say("importing the root file system into Docker")
             tar = subprocess.Popen(["tar", "--numeric-owner", "-C", str(target), "-c", "."],
                                    stdout=subprocess.PIPE)
-            changes = [f'LABEL {LABEL}.role="root" {LABEL}.debian-suite="{self.suite}" '
+            changes = [f'LABEL {LABEL}.role="root" {LABEL}.debian-suite="{suite}" '
                        f'{LABEL}.source="debootstrap" {LABEL}.build-date="{_now()}" '
                        f'{LABEL}.version="{__version__}"',
                        'CMD ["/bin/bash"]']
@@ -241,8 +257,9 @@ class Builder:
         return self.client.images.get(tag)
 
     # -- stages 2 and 3 ----------------------------------------------------------------
-    def base(self, rebuild: bool = False):
-        return self._build(*self._base_inputs(self.root()), rebuild)
+    def base(self, rebuild: bool = False, suite: str | None = None):
+        suite = suite or self.suite
+        return self._build(*self._base_inputs(self.root(suite=suite), suite), rebuild)
 
     def framework(self, framework: str, rebuild: bool = False, variant: str = "cpu"):
         reason = catalog.variant_unsupported(framework, variant)
@@ -251,6 +268,17 @@ class Builder:
         return self._build(*self._framework_inputs(framework, variant, self.base()), rebuild,
                            catalog.sources(framework, variant))
 
+    def tool(self, tool: str, rebuild: bool = False):
+        """A tool image (``catalog.TOOLS``), on the base of its own suite."""
+        base = self.base(suite=catalog.tool_info(tool)["suite"])
+        return self._build(*self._tool_inputs(tool, base), rebuild)
+
+    def image(self, name: str, rebuild: bool = False, variant: str = "cpu"):
+        """A framework's image of that variant, or a tool's."""
+        if name in catalog.TOOLS:
+            return self.tool(name, rebuild)
+        return self.framework(name, rebuild, variant)
+
     def to_build(self, images, rebuild: bool = False) -> list[tuple[str, str]]:
         """Those of the images, (framework, variant) pairs, that ``framework`` would build
         (all of them with ``rebuild``); variants without an image are left out.  Asks
@@ -258,10 +286,18 @@ class Builder:
         images = [(fw, v) for fw, v in images if catalog.variant_unsupported(fw, v) is None]
         if rebuild:
             return images
-        root = find_image(self.client, root_tag(self.suite))
-        base = root and self._present(*self._base_inputs(root))
-        return [(fw, v) for fw, v in images
-                if base is None or self._present(*self._framework_inputs(fw, v, base)) is None]
+        return [(fw, v) for fw, v in images if self._present_image(fw, v) is None]
+
+    def _present_image(self, name: str, variant: str):
+        """The image, if present and built from the inputs it would be built from now."""
+        suite = catalog.tool_info(name)["suite"] if name in catalog.TOOLS else self.suite
+        root = find_image(self.client, root_tag(suite))
+        base = root and self._present(*self._base_inputs(root, suite))
+        if base is None:
+            return None
+        if name in catalog.TOOLS:
+            return self._present(*self._tool_inputs(name, base))
+        return self._present(*self._framework_inputs(name, variant, base))
 
     def prepare_sources(self, images, rebuild: bool = False) -> None:
         """Before any build: the pinned source archives of those of the images that must be
@@ -273,11 +309,24 @@ class Builder:
             sources.prepare_for(self.to_build(images, rebuild), self.sources_dir)
             self._sources_ready.update(images)
 
-    def _base_inputs(self, root):
+    def _base_inputs(self, root, suite: str):
         files = {"Dockerfile": catalog.images_dir() / "base" / "Dockerfile",
                  "ca-bundle.crt": self.ca_bundle}
-        labels = {f"{LABEL}.role": "base", f"{LABEL}.debian-suite": self.suite}
-        return base_tag(self.suite), files, {"ROOT_IMAGE": root.id}, labels
+        labels = {f"{LABEL}.role": "base", f"{LABEL}.debian-suite": suite}
+        return base_tag(suite), files, {"ROOT_IMAGE": root.id}, labels
+
+    def _tool_inputs(self, tool: str, base):
+        """A tool image's context: its Dockerfile and its folder's other files under <tool>/."""
+        folder = catalog.images_dir() / tool
+        info = catalog.tool_info(tool)
+        files = {"Dockerfile": folder / "Dockerfile"}
+        for path in sorted(folder.iterdir()):
+            if path.is_file() and path.name != "Dockerfile":
+                files[f"{tool}/{path.name}"] = path
+        labels = {f"{LABEL}.role": "tool", f"{LABEL}.tool": tool, f"{LABEL}.variant": "cpu",
+                  f"{LABEL}.framework-version": info["version"],
+                  f"{LABEL}.debian-suite": info["suite"], f"{LABEL}.cuda": "none"}
+        return image_tag(tool), files, {"BASE_IMAGE": base.id}, labels
 
     def _framework_inputs(self, framework: str, variant: str, base):
         from . import sources
@@ -477,10 +526,10 @@ def build_images(builder: Builder, todo: dict, rebuild: bool = False, skip=lambd
         for framework, variant in wanted:
             if (framework, variant) not in missing:
                 yield image_tag(framework, variant), outcome(
-                    functools.partial(builder.framework, framework, rebuild, variant))
+                    functools.partial(builder.image, framework, rebuild, variant))
         pool = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="dlbench-build")
         order = start_order(missing, jobs, builder.expected_seconds)
-        pending = {pool.submit(builder.framework, fw, rebuild, v): (fw, v) for fw, v in order}
+        pending = {pool.submit(builder.image, fw, rebuild, v): (fw, v) for fw, v in order}
         try:
             while pending:
                 done, _ = wait(pending, return_when=FIRST_COMPLETED)

@@ -26,15 +26,19 @@ def build_images(frameworks: Frameworks = None, build_options: build.BuildOption
                  jobs: Annotated[int, typer.Option(
                      "--jobs", help="Framework images built at once.")] = build.DEFAULT_JOBS,
                  verbose: Verbose = False):
-    """Build the root, base and framework images (no registry needed)."""
+    """Build the root, base, framework and tool images (no registry needed)."""
     from .. import cache, options as options_
     from ..build import progress as build_progress
     from ..display import RichDisplay
     from ..runtimes.docker import docker_client
 
     variants = [options_.check_variant(v) for v in _names(variant) or []]
-    names = catalog.check_frameworks(_names(frameworks)) if frameworks else catalog.names()
-    todo = build.images_to_build(names, variants, named=bool(frameworks))
+    # the frameworks', and the tool images (catalog.TOOLS), which --frameworks may name too
+    given = _names(frameworks) or []
+    tools = [name for name in given if name in catalog.TOOLS] if frameworks else list(catalog.TOOLS)
+    rest = [name for name in given if name not in catalog.TOOLS]
+    names = (catalog.check_frameworks(rest) if rest else []) if frameworks else catalog.names()
+    todo = build.images_to_build(names + tools, variants, named=bool(frameworks))
     display = RichDisplay(err, verbose=verbose)
     builder = build.Builder(docker_client(), build_options,
                             say=display.say, log_dir=cache.folder("build-logs"), on_step=display.build_step,

@@ -1,0 +1,95 @@
+"""The deploy image: a trained model's ONNX file through every platform (the mobile runtime
+in float32 and 8-bit, ONNX Runtime in 8-bit) in a real container, on a handful of real test
+images.  The models are the quick profile's, as trained and committed in
+docs/measurements/2026-11-28-exact-attacks: Caffe's LeNet converts; Lua Torch7's, whose
+padded max pooling onnx2tf cannot convert, is a failed row with onnx2tf's reason."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from orchestrator.checks import platforms, untrusted
+from orchestrator.runtimes.docker import docker_client
+
+pytestmark = pytest.mark.docker
+
+REPO = Path(__file__).resolve().parent.parent
+QUICK = REPO / "docs" / "measurements" / "2026-11-28-exact-attacks" / "quick"
+IMAGES = 100        # test images
+CALIBRATION = 50    # training images
+
+
+def _model(framework: str) -> bytes:
+    import pyarrow.parquet as pq
+
+    rows = pq.read_table(QUICK / "runs").to_pylist()
+    run_id, = [row["run_id"] for row in rows if row["framework"] == framework and row["dataset"] == "mnist"]
+    return (QUICK / "models" / f"{run_id}.onnx").read_bytes()
+
+
+@pytest.fixture(scope="module")
+def deployed(build_image, data_root, tmp_path_factory):
+    """framework -> its platform rows, each model deployed once."""
+    from dlbench_runner.contract import formats
+
+    build_image(platforms.TOOL)
+    images, labels = formats.test_split("mnist", str(data_root))
+    images, labels = images[:IMAGES], labels[:IMAGES]
+    calibration = platforms.calibration("mnist", data_root, CALIBRATION)
+    found = {}
+    for framework in ("caffe", "torch"):
+        model = _model(framework)
+        (classes, logits), = untrusted.classify(model, [images], 16)
+        folder = platforms.request(tmp_path_factory.mktemp(framework) / "in", model, images, labels,
+                                   classes, logits, calibration, batch=50, timed=50, warmup=5)
+        found[framework] = (platforms.deploy(docker_client(), folder), classes, labels)
+    return found
+
+
+def test_a_model_runs_on_every_platform_and_float32_litert_is_the_onnx_model(deployed):
+    rows, classes, labels = deployed["caffe"]
+    assert [row.platform for row in rows] == list(platforms.PLATFORMS)
+    by = {row.platform: row for row in rows}
+    assert all(row.status == "ok" and row.reason is None for row in rows), rows
+    # float32 LiteRT classifies as the framework did, image for image (>= 99.9%: all of 100)
+    assert by["mobile"].mismatches == 0
+    assert by["mobile"].max_logit_error < 1e-4
+    assert by["mobile"].accuracy == pytest.approx(float(np.mean(classes == labels)))
+    for name in ("mobile-int8", "onnx-int8"):        # 8-bit: near, not equal
+        assert 1e-4 < by[name].max_logit_error < 0.2, by[name]
+        assert by[name].mismatches <= 5
+        # int8 weights: about a quarter of float32's bytes
+        assert by[name].model_bytes < by["mobile"].model_bytes / 3
+    for row in rows:
+        assert row.conversion_s > 0 and row.latency_ms > 0 and row.latency_iqr_ms >= 0
+        assert row.throughput > 0 and row.peak_memory_bytes > 10 << 20
+    assert by["mobile"].throughput_batch == 1 and by["onnx-int8"].throughput_batch == 50
+
+
+def test_a_conversion_that_fails_is_a_row_with_its_reason(deployed):
+    rows, classes, labels = deployed["torch"]
+    by = {row.platform: row for row in rows}
+    for name in ("mobile", "mobile-int8"):
+        assert by[name].status == "failed"
+        assert by[name].reason.startswith("convert: RuntimeError: onnx2tf: "), by[name].reason
+        assert by[name].accuracy is None and by[name].latency_ms is None
+    # the other platform of the same model is measured all the same
+    assert by["onnx-int8"].status == "ok" and by["onnx-int8"].accuracy > 0.5
+
+
+def test_rows_that_break_the_format_are_refused(tmp_path):
+    (tmp_path / platforms.RESULT).write_text(json.dumps(
+        {"schema": 1, "platforms": [{"platform": "mobile", "status": "ok", "extra": 1}]}))
+    with pytest.raises(platforms.Refused, match="is invalid"):
+        platforms.read_rows(tmp_path, ["mobile"])
+    (tmp_path / platforms.RESULT).write_text(json.dumps(
+        {"schema": 1, "platforms": [{"platform": "web", "status": "ok"}]}))
+    with pytest.raises(platforms.Refused, match="other platforms"):
+        platforms.read_rows(tmp_path, ["mobile"])
+    (tmp_path / platforms.RESULT).write_bytes(b"x" * (platforms.MAX_RESULT_BYTES + 1))
+    with pytest.raises(platforms.Refused, match="larger"):
+        platforms.read_rows(tmp_path, ["mobile"])
