@@ -57,7 +57,7 @@ def test_summary_of_a_trace():
     summary = traces.summarise(samples, docker_peak=None, cgroup_peak=310)
     assert (summary.cpu_percent_mean, summary.memory_peak_bytes, summary.memory_peak_cgroup_bytes,
             summary.gpu_util_mean, summary.gpu_memory_peak_bytes, summary.trace_samples) == \
-        (90.0, 300, 310, 60.0, 9, 3)
+        (90.0, 310, 310, 60.0, 9, 3)        # the kernel's peak, above every sample
     assert traces.summarise(samples, docker_peak=305).memory_peak_bytes == 305
     empty = traces.summarise([])
     assert empty.memory_peak_bytes is None and empty.trace_samples == 0
@@ -99,5 +99,7 @@ def test_a_job_leaves_a_trace_and_the_kernel_agrees_with_its_peak_memory(tmp_pat
     kernel, peak, sampled = row.memory_peak_cgroup_bytes, row.memory_peak_bytes, trace.memory_bytes.max()
     print(f"peak memory: row {peak} B, kernel {kernel} B, highest sample {sampled} B")
     assert kernel > 50 * 2**20
-    assert abs(peak - kernel) <= 0.10 * kernel
-    assert 0.5 * kernel <= sampled <= 1.01 * kernel
+    # the row's peak: the kernel's, which no sample a second apart exceeds by more than the
+    # kernel's own rounding; the samples miss short peaks (more so on a busy host)
+    assert peak == max(kernel, sampled) and sampled <= 1.01 * kernel
+    assert 0.5 * kernel <= sampled

@@ -18,8 +18,9 @@ cgroup files (v2 ``memory.peak``, v1 ``memory.max_usage_in_bytes``) every 50 ms:
 the cgroup is gone as soon as the container exits, so the last value read while
 it lived is kept, and a job killed at its memory limit within its first second
 (before Docker's first stats sample) still has its peak.  The row's
-``memory_peak_bytes`` is the highest of the samples and of the peak Docker reports
-(v1); ``memory_peak_cgroup_bytes`` is the kernel's, to check it against.  The same thread
+``memory_peak_bytes`` is the highest of the samples, of the peak Docker reports (v1) and
+of the kernel's; ``memory_peak_cgroup_bytes`` is the kernel's alone (samples a second
+apart miss a short peak, the more so on a busy host: the kernel's does not).  The same thread
 reads the container's CPU time from its cgroup (v2 ``cpu.stat``'s ``usage_usec``, v1
 ``cpuacct.usage``): the job's own CPU seconds, which the row's ``other_cpu_s`` leaves out of
 the host's (``hostinfo.beside``); where the host has no such file, the last stats sample's
@@ -238,7 +239,7 @@ def summarise(samples: list[dict], docker_peak: int | None = None,
 
     cpu, memory, util, gpu_memory, load = (values(k) for k in ("cpu_percent", "memory_bytes", "gpu_util",
                                                                "gpu_memory_bytes", "load_avg"))
-    peaks = memory + ([docker_peak] if docker_peak else [])
+    peaks = memory + [peak for peak in (docker_peak, cgroup_peak) if peak]
     return Summary(cpu_percent_mean=sum(cpu) / len(cpu) if cpu else None,
                    memory_peak_bytes=max(peaks) if peaks else None,
                    memory_peak_cgroup_bytes=cgroup_peak,
