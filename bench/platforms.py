@@ -63,14 +63,15 @@ def main(argv=None) -> int:
             started = time.perf_counter()
             found = platforms.deploy(client, folder)
             seconds = time.perf_counter() - started
-        print(f"{row.framework} {row.dataset} {row.run_id}: own accuracy {own_accuracy:.4f}, "
-              f"migration mismatches {row.migration_mismatches}, {seconds:.0f} s in all")
+        print(f"{row.framework} {row.dataset} {row.run_id}: {len(images)} test images")
+        print(f"  own accuracy {own_accuracy:.4f}, migration mismatches "
+              f"{row.migration_mismatches}, {seconds:.0f} s for the platforms")
         for one in found:
             record = {"run_id": row.run_id, "framework": row.framework, "dataset": row.dataset,
                       "own_accuracy": own_accuracy, "images": len(images), **one.model_dump()}
             table.append(record)
             if one.status != "ok":
-                print(f"  {one.platform:<12} failed: " + "\n    ".join(textwrap.wrap(one.reason, 70)))
+                print(f"  {one.platform:<12} failed:\n    " + "\n    ".join(textwrap.wrap(one.reason, 74)))
                 continue
             print(f"  {one.platform:<12} acc {one.accuracy:.4f} ({one.accuracy - own_accuracy:+.4f})"
                   f"  mism {one.mismatches:>4}  logit {one.max_logit_error:.1e}"

@@ -68,6 +68,8 @@ def test_a_model_runs_on_every_platform_and_float32_litert_is_the_onnx_model(dep
         assert row.conversion_s > 0 and row.latency_ms > 0 and row.latency_iqr_ms >= 0
         assert row.throughput > 0 and row.peak_memory_bytes > 10 << 20
     assert by["mobile"].throughput_batch == 1 and by["onnx-int8"].throughput_batch == 50
+    # one onnx2tf conversion wrote both LiteRT models
+    assert by["mobile-int8"].conversion_shared and by["mobile-int8"].conversion_s == by["mobile"].conversion_s
 
 
 def test_a_conversion_that_fails_is_a_row_with_its_reason(deployed):

@@ -31,7 +31,8 @@ platform that cannot convert or run the model is ``status: failed`` with a one-l
     mobile       LiteRT (``ai_edge_litert``), the model converted from ONNX by onnx2tf,
                  float32, the interpreter's default delegate (XNNPACK)
     mobile-int8  the same converter's full-integer model (int8 in and out), calibrated on
-                 ``calibration``
+                 ``calibration``; made by mobile's conversion where both are asked for
+                 (onnx2tf writes both at once: the row's ``conversion_shared``)
     onnx-int8    ONNX Runtime's own static quantization (QDQ, int8 weights per channel and
                  activations), the same calibration, run by its CPU provider
 
@@ -181,7 +182,7 @@ def latency(run, images, warmup, timed):
 
 
 # -- one platform --------------------------------------------------------------------------
-def convert(name, model, calibration, work):
+def convert(name, model, calibration, work, int8=False):
     """The platform's model file, converted into ``work`` (a child process's work)."""
     if name in ("mobile", "mobile-int8"):
         import onnx
@@ -193,7 +194,7 @@ def convert(name, model, calibration, work):
         for layout in LAYOUTS:      # the first whose float32 model is the ONNX model
             folder = work / layout
             try:
-                _onnx2tf(name, model, source, calibration, folder, layout)
+                _onnx2tf(int8 or name == "mobile-int8", model, source, calibration, folder, layout)
             except Exception as exc:
                 tried.append(f"{layout}: {one_line(exc)}")
                 continue
@@ -237,18 +238,18 @@ def convert(name, model, calibration, work):
 LAYOUTS = ("keep_shape_absolutely_input_names", "keep_ncw_or_nchw_or_ncdhw_input_names")
 
 
-def _onnx2tf(name, model, source, calibration, folder, layout):
+def _onnx2tf(int8, model, source, calibration, folder, layout):
     import onnx2tf
 
     options = {layout: [model.graph.input[0].name]}
-    if name == "mobile-int8":
+    if int8:
         np.save(folder.parent / "calibration.npy", calibration)
         options.update(output_integer_quantized_tflite=True, quant_type="per-channel",
                        custom_input_op_name_np_data_path=[
                            [model.graph.input[0].name, str(folder.parent / "calibration.npy"), 0.0, 1.0]])
     onnx2tf.convert(input_onnx_file_path=str(source), output_folder_path=str(folder),
                     not_use_onnxsim=True, non_verbose=True, **options)
-    for kind in ("float32", "full_integer_quant")[:2 if name == "mobile-int8" else 1]:
+    for kind in ("float32", "full_integer_quant")[:2 if int8 else 1]:
         if not (folder / f"plain_{kind}.tflite").is_file():
             raise RuntimeError(f"onnx2tf wrote no {kind} model")
 
@@ -274,12 +275,24 @@ class Request:
 
 
 def converting(name, request, work):
-    """The conversion child: the platform's model into ``work``, its time and size."""
+    """The conversion child: the platform's model into ``work``, its time and size.  Where
+    both LiteRT platforms are asked for, mobile's conversion writes the 8-bit model too
+    (onnx2tf makes both in one conversion), and mobile-int8 takes it from there."""
     model, calibration = plain(request.model_bytes()), pixels(request.array("calibration"))
     started = time.perf_counter()
-    path, layout = convert(name, model, calibration, work)
+    path, layout = convert(name, model, calibration, work,
+                           int8=name == "mobile" and "mobile-int8" in request["platforms"])
     return {"conversion_s": time.perf_counter() - started, "model_bytes": path.stat().st_size,
             "model": str(path), "converter_layout": layout}
+
+
+def shared_conversion(out):
+    """mobile-int8's conversion, made by mobile's: its figures, or mobile's failure."""
+    found = json.loads((out / "mobile" / "convert.json").read_text())
+    if found["status"] == "ok":
+        path = Path(found["model"]).parent / "plain_full_integer_quant.tflite"
+        found.update(model=str(path), model_bytes=path.stat().st_size, conversion_shared=True)
+    return found
 
 
 def running(name, request, work, converted):
@@ -348,9 +361,13 @@ def deploy(name, folder, out):
     work = out / name
     work.mkdir(parents=True, exist_ok=True)
     row = {"platform": name, "status": "ok", "reason": None}
+    shared = name == "mobile-int8" and (out / "mobile" / "convert.json").is_file()
     for step in STEPS:
-        done = subprocess.run([sys.executable, __file__, f"--{step}", name, str(folder), str(work)])
         path = work / f"{step}.json"
+        if step == "convert" and shared:
+            path.write_text(json.dumps(shared_conversion(out)))
+        else:
+            done = subprocess.run([sys.executable, __file__, f"--{step}", name, str(folder), str(work)])
         found = (json.loads(path.read_text()) if path.is_file() else
                  {"status": "failed", "reason": f"its {step} process ended with exit status {done.returncode}"})
         found.pop("model", None)

@@ -52,6 +52,7 @@ class PlatformRow(BaseModel):
     conversion_s: float | None = None
     model_bytes: int | None = None
     converter_layout: str | None = None  # how onnx2tf was told to hold the input
+    conversion_shared: bool | None = None  # mobile-int8's model came of mobile's conversion
     accuracy: float | None = None
     mismatches: int | None = None       # images classified otherwise than by the framework
     max_logit_error: float | None = None
