@@ -30,7 +30,9 @@ Printed per framework (medians over the rounds):
 With --checks, instead: the quick profile of each framework on both data sets, one job each
 a round, and for each job what its checks after training cost against its training and
 testing: the robustness check (FGSM and PGD on the quick profile's images, in the job), the
-ONNX export (in the job) and the migration check (the host runs the model), summed, over
+ONNX export (in the job), the migration check (the host runs the model) and, where the jobs
+ask for any (``--platforms``, none by default in the quick profile), the deployments on the
+platforms ("host": the two on the host), summed, over
 train_time_s + test_time_s                                          goal <= 0.10
 Beside it, ``work``: the checks' model work over the job's, counted in passes of one image
 through the model, an estimate of what the share would be if every pass cost what a
@@ -82,7 +84,7 @@ from orchestrator.options import Axes  # noqa: E402
 from orchestrator.runtimes import docker as docker_runtime, native  # noqa: E402
 
 GOALS = {"b/a": 0.98, "per job": 0.5, "d/c": 0.97, "checks": 0.10}
-CHECKS = ("robustness_time_s", "migration_time_s", "migration_host_time_s")
+CHECKS = ("robustness_time_s", "migration_time_s", "migration_host_time_s", "platforms_time_s")
 PASSES_PER_ATTACKED = 17 + 11       # an attacked image's passes, forward and backward (``work``)
 
 
@@ -166,7 +168,7 @@ def way_dlbench(framework, data, cpus, scratch, runtime="docker", python=None):
     rows, wall = run_quick(framework, "mnist", data, cpus, scratch, "--repeats", str(JOBS),
                            *native_options, what=f" ({runtime})")
     rows = rows.sort_values("started_at")
-    checks = rows["migration_host_time_s"].fillna(0.0)
+    checks = rows[["migration_host_time_s", "platforms_time_s"]].fillna(0.0).sum(axis=1)
     # The runner's clock and the host's are the same kernel's: from one runner's end to the
     # next one's start, less the check the host ran on the first one's model in between.
     gaps = ((pd.to_datetime(rows["started_at"]).diff().dt.total_seconds().iloc[1:]
@@ -192,7 +194,8 @@ def report_checks(rows, args):
     print(f"command: python bench/overhead.py {' '.join(sys.argv[1:])}")
     print(f"quick profile, --cpus {args.cpus}, medians of {args.rounds} round(s), seconds")
     rows = rows.assign(train_test=rows["train_time_s"] + rows["test_time_s"],
-                       checks=rows[list(CHECKS)].fillna(0.0).sum(axis=1))
+                       **{name: rows[name].fillna(0.0) for name in CHECKS})
+    rows["checks"] = rows[list(CHECKS)].sum(axis=1)
     rows["share"] = rows["checks"] / rows["train_test"]
     robust = rows["hyperparameters"].map(lambda text: json.loads(text).get("robust_images") or 0)
     trained = rows["train_images_per_s"] * rows["train_time_s"]
@@ -206,7 +209,7 @@ def report_checks(rows, args):
         worst = max(worst, m["share"])
         print(f"{framework:<11} {dataset:<8} {images:>6} {m['train_test']:>9.1f}s "
               f"{m['robustness_time_s']:>6.2f}s {m['migration_time_s']:>6.2f}s "
-              f"{m['migration_host_time_s']:>5.2f}s {m['checks']:>6.2f}s {m['share']:>6.3f} {m['work']:>6.3f}")
+              f"{m['migration_host_time_s'] + m['platforms_time_s']:>5.2f}s {m['checks']:>6.2f}s {m['share']:>6.3f} {m['work']:>6.3f}")
     print(f"all jobs together: checks {rows['checks'].sum():.1f} s, training and testing "
           f"{rows['train_test'].sum():.1f} s, share {rows['checks'].sum() / rows['train_test'].sum():.3f}; "
           f"jobs within the goal: {int((rows['share'] <= GOALS['checks']).sum())} of {len(rows)}")

@@ -108,6 +108,24 @@ def onednn_switch(value) -> str | None:
     return value
 
 
+def platform_list(value) -> tuple[str, ...]:
+    """The platforms a trained model is deployed on after training: names of
+    ``catalog.PLATFORMS`` as a comma list or a list, ``all`` or ``none``; in the catalog's
+    order, each once."""
+    given = [n.strip() for n in value.split(",")] if isinstance(value, str) else value
+    if not isinstance(given, (list, tuple)) or not all(isinstance(n, str) for n in given):
+        raise ValueError(f"{value!r}: give platforms as a comma list or a list of names")
+    given = [n for n in given if n]
+    if given in (["all"], ["none"]):
+        return catalog.PLATFORMS if given == ["all"] else ()
+    if unknown := [n for n in given if n not in catalog.PLATFORMS]:
+        raise ValueError(f"unknown platform {unknown[0]!r} (choose from {', '.join(catalog.PLATFORMS)}, "
+                         "all or none)")
+    if not given:
+        raise ValueError("give platforms, all or none")
+    return tuple(n for n in catalog.PLATFORMS if n in given)
+
+
 # -- the axes --------------------------------------------------------------------------------
 AXES: list[Axis] = [
     Axis("frameworks", outer=True),                     # None: every framework that has an image
@@ -125,6 +143,10 @@ AXES: list[Axis] = [
          what="on, off or both: on,off",
          help="TensorFlow's and MXNet's oneDNN kernels: on, off or on,off (default: as each "
               "framework has them)."),
+    Axis("platforms", tuple, many=False, parse=platform_list,   # None: each profile's own
+         help="Where each trained model is deployed after training: mobile, mobile-int8, "
+              "onnx-int8, web, all or none (default: all for the paper profile, none for "
+              "quick and fair: docs: Platforms)."),
     Axis("weights", many=False),                        # the fair profile's initial weights file
     Axis("repeats", int, many=False, default=1),
     Axis("seed", int, many=False),                      # None: each model's own (contract.default_seed)

@@ -55,8 +55,12 @@ NAME = re.compile(r"[a-z][a-z0-9_]{0,39}")
 # The images the after-training stage runs a trained model in, not frameworks: each a folder
 # of dlbench's image folder with its Dockerfile and image.json (its Debian suite, its version,
 # its expected build time), built like a framework's CPU image (``build.Builder.tool``)
-TOOLS = ("deploy",)
+TOOLS = ("deploy", "web")
 RESERVED = ("base", "root", "runner", *TOOLS)
+# Where a trained model is deployed after training (``checks/platforms.py``), each run in
+# the tool image that serves it, in the order their rows are stored.
+PLATFORM_TOOLS = {"mobile": "deploy", "mobile-int8": "deploy", "onnx-int8": "deploy", "web": "web"}
+PLATFORMS = tuple(PLATFORM_TOOLS)
 MAX_MODELS_JSON = 1 << 20
 
 

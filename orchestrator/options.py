@@ -118,7 +118,7 @@ class _Given(BaseModel):
                           cpus=None, threads=None, gpu=None, devices=None, variant=None, set_=(),
                           sweep=(), batch_sizes=None, learning_rates=None, settings_from=None,
                           repeats=None, seed=None, memory=None, timeout=None, weights=None,
-                          **settings) -> "RunOptions":
+                          platforms=None, **settings) -> "RunOptions":
         """``dlbench run``'s options as typed: comma lists and KEY=VALUE texts, read here;
         ``settings``: each compute setting's comma list (``--blas``, ``--onednn``)."""
         if cpus is not None and threads is not None:
@@ -142,7 +142,8 @@ class _Given(BaseModel):
             settings_from=parse_settings_from(settings_from) if settings_from is not None else None,
             **{axis.name: _choices(settings.get(axis.name), axis.parse_one, axis.option, axis.what)
                for axis in axes_.settings()},
-            weights=None if weights is None else str(weights), hyperparameters=sweeps)
+            weights=None if weights is None else str(weights), hyperparameters=sweeps,
+            platforms=None if platforms is None else _platforms(platforms))
 
 
 RunOptions = create_model("RunOptions", __base__=_Given,
@@ -370,6 +371,13 @@ def _each(text: str, parse, prefix: str) -> list:
         except ValueError as exc:
             raise UsageError(f"{prefix}{exc}") from None
     return values
+
+
+def _platforms(text: str) -> tuple[str, ...]:
+    try:
+        return axes_.platform_list(text)
+    except ValueError as exc:
+        raise UsageError(f"--platforms: {exc}") from None
 
 
 def _choices(text: str | None, parse, option: str, what: str) -> list | None:

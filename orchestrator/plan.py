@@ -73,10 +73,13 @@ class _Job(BaseModel):
     settings_from: str | None = None   # trained with this framework's defaults (cross-settings)
     weights: str | None = None         # a fair job's initial weights file; None: its seed's draw
     weights_sha256: str | None = None  # the digest of that file's weights
+    platforms: tuple[str, ...] = ()    # where the trained model is deployed after training
+
 
     # Not part of the identity: how a job was asked for, and the limits it ran under.
     NOT_IDENTITY: ClassVar[frozenset] = frozenset({"overrides", "campaign", "memory", "memory_bytes",
-                                                   "timeout", "first_cpu", "unsupported", "weights"})
+                                                   "timeout", "first_cpu", "unsupported", "weights",
+                                                   "platforms"})
     # Part of the identity where given: a job that leaves them at the default keeps the
     # id it had before they existed (every compute setting, added by ``Job``).
     IDENTITY_WHERE_GIVEN: ClassVar[frozenset] = frozenset({"weights_sha256"})
@@ -109,6 +112,13 @@ class _Job(BaseModel):
     @property
     def label(self) -> str:
         return f"{self.framework}/{self.dataset}/{self.profile}"
+
+    @property
+    def images(self) -> list[tuple[str, str]]:
+        """The images the job needs: its framework's, then the tool images of its platforms
+        (after training: ``checks/platforms.py``)."""
+        return [(self.framework, self.variant),
+                *((tool, "cpu") for tool in dict.fromkeys(catalog.PLATFORM_TOOLS[p] for p in self.platforms))]
 
     @property
     def cpu_list(self) -> list[int] | None:
@@ -162,8 +172,8 @@ class Plan(BaseModel):
     @property
     def images(self) -> list[tuple[str, str]]:
         """The (framework, variant) images the plan's jobs run in (an unsupported job runs
-        in none)."""
-        return list(dict.fromkeys((j.framework, j.variant) for j in self.jobs if j.unsupported is None))
+        in none), and the tool images their platforms are deployed in."""
+        return list(dict.fromkeys(image for j in self.jobs if j.unsupported is None for image in j.images))
 
     @property
     def datasets(self) -> list[str]:
@@ -232,6 +242,7 @@ def expand(axes: Axes, host_cpus: int | None = None) -> Plan:
                         overrides=overrides, threads=threads or host_cpus, cpus=threads,
                         gpu=gpu, image_variant=axes.variant, campaign=axes.campaign,
                         settings_from=source, seed=seed, **dict(zip(settings, chosen)),
+                        platforms=_platforms(axes, profile, params[on_gpu]),
                         **(weights if profile == contract.FAIR_PROFILE else {}),
                         **limits[framework]))
     raise_problems(problems)
@@ -248,6 +259,24 @@ def expand(axes: Axes, host_cpus: int | None = None) -> Plan:
     jobs = [job.model_copy(update={"seed": job.seed + repeat, "repeat": repeat})
             for repeat in range(axes.repeats) for job in cells]
     return Plan(jobs=jobs, skipped=skipped, campaign=axes.campaign)
+
+
+def _platforms(axes: Axes, profile: str, params: dict) -> tuple[str, ...]:
+    """Where the job deploys its model after training: the platforms asked for, else its
+    profile's; none for a job that exports no model (``export_onnx=0``: nothing to deploy,
+    and no tool image to build for it)."""
+    if not params.get("export_onnx", 1):
+        return ()
+    return axes.platforms if axes.platforms is not None else default_platforms(profile)
+
+
+def default_platforms(profile: str) -> tuple[str, ...]:
+    """Where a job of ``profile`` deploys its trained model unless told (``--platforms``):
+    a paper job everywhere (a minute of deployment beside minutes to hours of training);
+    a quick job nowhere, as the deployment would cost it several times its training
+    (docs: Platforms, what they cost); a fair job nowhere, as it measures the framework
+    alone."""
+    return catalog.PLATFORMS if profile == contract.PAPER_PROFILE else ()
 
 
 def fair_weights(axes: Axes, datasets: list[str]) -> dict:

@@ -40,7 +40,8 @@ ROWS = {
                      "migration_time_s", "migration_host_time_s", "wall_time_s", "timeout_s",
                      "epoch_time_s", "train_images_per_s", "test_images_per_s", "learning_rate",
                      "cpus", "cpu_percent_mean", "gpu_util_mean", "host_memory_gb",
-                     "host_load_avg", "host_load_end", "host_load_max", "other_cpu_s"], TIME),
+                     "host_load_avg", "host_load_end", "host_load_max", "other_cpu_s",
+                     "platforms_time_s"], TIME),
     **dict.fromkeys(["accuracy", "migrated_accuracy", "epoch_accuracy", "other_cpu_share"], FRACTION),
     **dict.fromkeys(["train_samples", "test_samples", "param_count", "param_bytes",
                      "model_size_bytes", "migration_mismatches", "migration_model_bytes",
@@ -58,6 +59,11 @@ ROBUSTNESS = {"epsilon": FRACTION, "accuracy": FRACTION, "time_s": TIME, "steps"
               "images": COUNT, "vanished_gradients": COUNT}
 STEPS = {"step": COUNT}       # a loss may be NaN or inf: a diverging step, told as it is
 OPS = {"spread_s": TIME, "flops": COUNT, "repeats": COUNT}   # time_s: a difference, maybe < 0
+PLATFORMS = {**dict.fromkeys(["conversion_s", "latency_ms", "latency_iqr_ms", "throughput"], TIME),
+             **dict.fromkeys(["accuracy", "adversarial_accuracy"], FRACTION),
+             **dict.fromkeys(["images", "mismatches", "model_bytes", "throughput_batch",
+                              "peak_memory_bytes", "adversarial_images"], COUNT),
+             "max_logit_error": NOT_NEGATIVE}
 
 
 def _broken(values: pa.Array, rule: str) -> pa.Array:

@@ -83,26 +83,29 @@ def _on_gpu(job, gpu=None) -> bool:
 
 
 class _Queue:
-    """The plan's jobs, each ready to run once its target is: the targets come from a thread
+    """The plan's jobs, each ready to run once its targets are: the targets come from a thread
     of their own (``start``: the Docker runtime builds missing images meanwhile), and
-    ``take`` gives a lane the first job, in the plan's order, whose target is ready.  A job
-    planned unsupported needs none.  With ``--resume`` a job is left out once its id shows
-    it stored, and the count is said when every target is in."""
+    ``take`` gives a lane the first job, in the plan's order, whose targets are ready: its
+    framework's, and the tool images its platforms are deployed in (``Job.images``; a tool's
+    target that could not be made is the platforms' reason in the row, not the job's).  A
+    job planned unsupported needs none.  With ``--resume`` a job is left out once its id
+    shows it stored, and the count is said when every target is in."""
 
     def __init__(self, plan: Plan, ready: Prepared, display):
         self.ready, self.display = ready, display
         self.cond = threading.Condition()
-        self.waiting: dict[tuple[str, str], list] = {}      # (framework, variant) -> [(position, job)]
-        self.runnable: list = []        # (position, job, job id, target), in the plan's order
+        self.waiting: list = []         # (position, job): their targets still coming
+        self.targets: dict = {}         # (framework or tool, variant) -> Target, as they came
+        self.runnable: list = []        # (position, job, job id, target, tools), in the plan's order
         self.total, self.left_out, self.taken = len(plan.jobs), 0, 0
         self.error: BaseException | None = None     # the targets' thread failed: raised in the lanes
         self.resolved = self.halted = False
         self.thread: threading.Thread | None = None
         for position, job in enumerate(plan.jobs):
             if job.unsupported:
-                self._admit(position, job, None)
+                self._admit(position, job, None, {})
             else:
-                self.waiting.setdefault((job.framework, job.variant), []).append((position, job))
+                self.waiting.append((position, job))
 
     def start(self, targets) -> None:
         """Resolve ``targets``, an iterator of ((framework, variant), Target), in a thread."""
@@ -114,8 +117,16 @@ class _Queue:
         try:
             for key, target in targets:
                 with self.cond:
-                    for position, job in self.waiting.pop(key, []):
-                        self._admit(position, job, target)
+                    self.targets[key] = target
+                    still = []
+                    for position, job in self.waiting:
+                        if all(image in self.targets for image in job.images):
+                            own, *tools = (self.targets[image] for image in job.images)
+                            self._admit(position, job, own,
+                                        {name: found for (name, _), found in zip(job.images[1:], tools)})
+                        else:
+                            still.append((position, job))
+                    self.waiting = still
                     self.cond.notify_all()
         except BaseException as exc:  # noqa: BLE001 - raised again in the job loop
             with self.cond:
@@ -124,22 +135,24 @@ class _Queue:
             with self.cond:
                 self.resolved = True
                 if self.error is None and self.waiting:
-                    self.error = RuntimeError(f"no target came for {', '.join(map(':'.join, self.waiting))}")
+                    missing = dict.fromkeys(image for _, job in self.waiting for image in job.images
+                                            if image not in self.targets)
+                    self.error = RuntimeError(f"no target came for {', '.join(map(':'.join, missing))}")
                 self.cond.notify_all()
             if self.error is None and self.ready.done is not None:
                 resumed(self.display, self.left_out, self.total - self.left_out)
 
-    def _admit(self, position: int, job, target) -> None:
+    def _admit(self, position: int, job, target, tools: dict) -> None:
         job_id = self.ready.job_id(job, target)
         if self.ready.stored(job_id):
             self.left_out += 1
             self.display.jobs_left_out(1)
         else:
-            bisect.insort(self.runnable, (position, job, job_id, target), key=lambda item: item[0])
+            bisect.insort(self.runnable, (position, job, job_id, target, tools), key=lambda item: item[0])
 
     def take(self, lane):
         """The next job of the lane (``lane(job)`` says which are its) whose target is ready,
-        as (index, job, job id, target), waiting for one; None when the lane has none left
+        as (index, job, job id, target, tools), waiting for one; None when the lane has none left
         or the queue was halted.  The targets' thread's error is raised here."""
         with self.cond:
             while True:
@@ -147,12 +160,12 @@ class _Queue:
                     raise self.error
                 if self.halted:
                     return None
-                for n, (_, job, job_id, target) in enumerate(self.runnable):
+                for n, (_, job, job_id, target, tools) in enumerate(self.runnable):
                     if lane(job):
                         del self.runnable[n]
                         self.taken += 1
-                        return self.taken, job, job_id, target
-                if not any(lane(job) for jobs in self.waiting.values() for _, job in jobs):
+                        return self.taken, job, job_id, target, tools
+                if not any(lane(job) for _, job in self.waiting):
                     return None
                 self.cond.wait()
 
@@ -227,9 +240,10 @@ class _Loop:
                     self.display.say(f"fail-fast: stopping after a job that is {record.status}; "
                                      f"{left} job(s) not run")
 
-    def one(self, index: int, job, job_id: str, target):
+    def one(self, index: int, job, job_id: str, target, tools: dict):
         """One job, to its stored row; None when the run was interrupted meanwhile.
-        ``target``: None for a job planned unsupported."""
+        ``target``: None for a job planned unsupported; ``tools``: the targets of the tool
+        images its checks run in, by name."""
         runtime = self.runtime
         if job.memory_bytes is None and runtime.default_memory:
             job = job.model_copy(update={"memory_bytes": runtime.default_memory})
@@ -273,7 +287,7 @@ class _Loop:
                 # the checks' look at what the job left (the exported model run with
                 # onnxruntime: seconds): before the row, which a stop signal waits for; in a
                 # child process that the interrupt kills; before collect removes out/
-                after = checks.After(job, run_id, job_dir, dataset.root, staged)
+                after = checks.After(job, run_id, job_dir, dataset.root, staged, tools)
                 taken = checks.take(after, stop=self.cancelled)
                 if self.cancelled.is_set():     # stopped during the check: as during the job
                     jobdir.remove(job_dir)

@@ -95,6 +95,11 @@ metadata.  History of the row schema:
        framework's settings; ``{}`` for a job on its model's defaults), so that a report
        tells own from changed settings by what was asked, not by today's models.json;
        empty in every older row (the report then compares with today's defaults).
+    16 the platforms a trained model was deployed on after training (``checks/platforms.py``):
+       ``platforms`` (those the job asked for, comma-separated), ``platforms_time_s`` (the
+       deployments on the host, after the job) and ``platforms_reason`` (why the
+       ``platforms`` side table has no rows of the job); empty in a job that asked for
+       none and in every older row.
 Readers refuse rows newer than they know; older ones are upgraded step by step
 by ``store.upgrade``.
 
@@ -128,6 +133,16 @@ them), with its own version:
        pass (forward, backward, step), shape and output_shape (with the batch), flops,
        time_s (the median; backward: forward-and-backward's less forward's), spread_s
        (the interquartile range of the measured pass), repeats.
+
+Where a trained model was deployed is a sixth table (``PLATFORMS_SCHEMA``), one Parquet
+file per job under ``RESULTS/platforms/``, one row per platform (``checks/platforms.py``),
+with its own version:
+    1  first version: run_id, platform, status (ok, failed), reason, runtime (what ran the
+       model), images (the test images it classified), accuracy, mismatches (images
+       classified otherwise than by the framework), max_logit_error, conversion_s,
+       model_bytes, converter_layout, conversion_shared, latency_ms and latency_iqr_ms
+       (batch 1, after warm-up), throughput and throughput_batch, peak_memory_bytes,
+       adversarial_images and adversarial_accuracy (the job's FGSM images).
 """
 
 from __future__ import annotations
@@ -141,7 +156,7 @@ import pyarrow as pa
 
 from .checks import row_fields
 
-SCHEMA_VERSION = 15
+SCHEMA_VERSION = 16
 TRACE_SCHEMA_VERSION = 1
 ROBUSTNESS_SCHEMA_VERSION = 2
 # What robustness rows before version 2 attacked along (``upgrade_robustness``).
@@ -149,6 +164,7 @@ OLD_ATTACK_LOSS = ("cross entropy summed over the batch, its input gradient by t
                    "float32 (vanishes for confidently classified images: gradient-masked)")
 STEPS_SCHEMA_VERSION = 1
 OPS_SCHEMA_VERSION = 1
+PLATFORMS_SCHEMA_VERSION = 1
 MAX_PROBE_LOGITS = 10_000 * 10      # a fair job's probe logits: at most every test image's
 MAX_LOGGED_STEPS = 100_000
 ATTACKS = ("none", "fgsm", "pgd")
@@ -325,6 +341,7 @@ ADDED_IN = {
     13: ["host_load_end", "host_load_max", "other_cpu_s", "other_cpu_share"],
     14: ["transfer_reason"],
     15: ["overrides"],
+    16: ["platforms", "platforms_time_s", "platforms_reason"],
 }
 # Columns a version renamed, old name -> new name.
 RENAMED_IN = {5: {"script_train_time_s": "paper_train_time_s",
@@ -374,4 +391,17 @@ OPS_SCHEMA = pa.schema(
 STEPS_SCHEMA = pa.schema(
     [pa.field("run_id", pa.string()), pa.field("step", pa.int64()), pa.field("loss", pa.float64())],
     metadata={b"dlbench.steps_schema_version": str(STEPS_SCHEMA_VERSION).encode()},
+)
+
+PLATFORMS_SCHEMA = pa.schema(
+    [pa.field("run_id", pa.string()), pa.field("platform", pa.string()), pa.field("status", pa.string()),
+     pa.field("reason", pa.string()), pa.field("runtime", pa.string()), pa.field("images", pa.int64()),
+     pa.field("accuracy", pa.float64()), pa.field("mismatches", pa.int64()),
+     pa.field("max_logit_error", pa.float64()), pa.field("conversion_s", pa.float64()),
+     pa.field("model_bytes", pa.int64()), pa.field("converter_layout", pa.string()),
+     pa.field("conversion_shared", pa.bool_()), pa.field("latency_ms", pa.float64()),
+     pa.field("latency_iqr_ms", pa.float64()), pa.field("throughput", pa.float64()),
+     pa.field("throughput_batch", pa.int64()), pa.field("peak_memory_bytes", pa.int64()),
+     pa.field("adversarial_images", pa.int64()), pa.field("adversarial_accuracy", pa.float64())],
+    metadata={b"dlbench.platforms_schema_version": str(PLATFORMS_SCHEMA_VERSION).encode()},
 )

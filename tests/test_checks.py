@@ -28,7 +28,7 @@ class ToyCheck(Check):
     name = "toy"
     row_fields = {"toy_images_seen": (int | None, None), "toy_result_left": (bool | None, None)}
 
-    def take(self, after, stop):
+    def take(self, after, stop, before):
         return (after.job_dir / "out" / "result.json").is_file()
 
     def found(self, after, result, taken):

@@ -7,6 +7,7 @@ padded max pooling onnx2tf cannot convert, is a failed row with onnx2tf's reason
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -84,14 +85,56 @@ def test_a_conversion_that_fails_is_a_row_with_its_reason(deployed):
 
 
 def test_rows_that_break_the_format_are_refused(tmp_path):
-    (tmp_path / platforms.RESULT).write_text(json.dumps(
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / platforms.RESULT).write_text(json.dumps(
         {"schema": 1, "platforms": [{"platform": "mobile", "status": "ok", "extra": 1}]}))
     with pytest.raises(platforms.Refused, match="is invalid"):
         platforms.read_rows(tmp_path, ["mobile"])
-    (tmp_path / platforms.RESULT).write_text(json.dumps(
+    (out / platforms.RESULT).write_text(json.dumps(
         {"schema": 1, "platforms": [{"platform": "web", "status": "ok"}]}))
     with pytest.raises(platforms.Refused, match="other platforms"):
         platforms.read_rows(tmp_path, ["mobile"])
-    (tmp_path / platforms.RESULT).write_bytes(b"x" * (platforms.MAX_RESULT_BYTES + 1))
-    with pytest.raises(platforms.Refused, match="larger"):
+    (out / platforms.RESULT).write_bytes(b"x" * (platforms.MAX_RESULT_BYTES + 1))
+    with pytest.raises(platforms.Refused, match=rf"{platforms.MAX_RESULT_BYTES + 1} bytes \(limit"):
         platforms.read_rows(tmp_path, ["mobile"])
+    # a link to a host file, a FIFO that would block a reader: refused, not followed or read
+    (out / platforms.RESULT).unlink()
+    (out / platforms.RESULT).symlink_to("/etc/passwd")
+    with pytest.raises(platforms.Refused, match="not a regular file"):
+        platforms.read_rows(tmp_path, ["mobile"])
+    (out / platforms.RESULT).unlink()
+    os.mkfifo(out / platforms.RESULT)
+    with pytest.raises(platforms.Refused, match="not a regular file"):
+        platforms.read_rows(tmp_path, ["mobile"])
+
+
+def test_a_run_deploys_each_model_after_training_and_the_report_shows_where(build_image, data_root, tmp_path):
+    from conftest import dlbench
+
+    for image in ("caffe", "deploy", "web"):
+        build_image(image)
+    results = tmp_path / "results"
+    dlbench("run", "--frameworks", "caffe", "--datasets", "mnist", "--profile", "quick",
+            "--platforms", "all", "--set", "max_iter=200", "--results", results,
+            "--data-dir", data_root, check=True)
+    import pandas as pd
+
+    row, = pd.read_parquet(results / "runs").itertuples()
+    assert row.status == "ok" and row.platforms == ",".join(platforms.PLATFORMS)
+    assert pd.isna(row.platforms_reason) and row.platforms_time_s > 0
+    side = pd.read_parquet(results / "platforms").set_index("platform")
+    assert list(side.index) == list(platforms.PLATFORMS) and set(side["run_id"]) == {row.run_id}
+    assert (side["status"] == "ok").all(), side["reason"].to_dict()
+    assert (side["images"] == row.test_samples).all()
+    # float32 on the phone's runtime and in the browser: the framework's own classes, >= 99.9%
+    for name in ("mobile", "web"):
+        assert side.loc[name, "mismatches"] <= row.test_samples // 1000, side.loc[name]
+    assert side.loc["mobile", "runtime"].startswith("ai-edge-litert ")
+    assert "HeadlessChrome" in side.loc["web", "runtime"]
+    # the FGSM images the job kept, on each deployed model
+    assert (side["adversarial_images"] > 0).all() and side["adversarial_accuracy"].between(0, 1).all()
+    page = dlbench("report", "--results", results, "--format", "md", check=True).stdout
+    assert "### Platforms on mnist" in page
+    table = page.split("### Platforms on mnist", 1)[1].split("###", 1)[0]
+    assert all(f"| {name} |" in table for name in platforms.PLATFORMS), table

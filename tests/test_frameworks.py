@@ -197,7 +197,7 @@ def model(**changes):
 @pytest.mark.parametrize("changes, problem", [
     ({"framework": "Sk-Learn"}, "framework 'Sk-Learn': a name is a lower-case letter, then up to 39 "
                                 "lower-case letters, digits or underscores"),
-    ({"framework": "base"}, "framework 'base': the name is taken (base, root, runner, deploy are dlbench's own)"),
+    ({"framework": "base"}, "framework 'base': the name is taken (base, root, runner, deploy, web are dlbench's own)"),
     ({"version": None}, "version: give the framework's version as a string"),
     ({"variants": []}, "variants: must be a JSON object"),
     ({"native": {"module": 1}}, "native: module and unsupported are strings"),

@@ -150,9 +150,52 @@ def test_a_job_that_cannot_run_is_planned_unsupported_and_needs_no_image(monkeyp
     the_plan = make_plan(["caffe", "pytorch"], ["mnist"], gpu=0, host_cpus=2)
     caffe, pytorch = the_plan.jobs
     assert caffe.unsupported == "caffe has no GPU image: no CUDA build" and pytorch.unsupported is None
-    assert the_plan.images == [("pytorch", "gpu")]
+    # the paper profile deploys its models on every platform: the tool images come after
+    assert the_plan.images == [("pytorch", "gpu"), ("deploy", "cpu"), ("web", "cpu")]
     # not part of what defines the job: its id is the same either way
     assert caffe.job_id("i", "d") == caffe.model_copy(update={"unsupported": None}).job_id("i", "d")
+
+
+def test_each_profile_has_its_platforms_and_a_job_needs_the_tool_images_of_those_asked_for():
+    from orchestrator import axes, catalog
+    from orchestrator.options import Axes
+    from orchestrator.plan import expand
+
+    by_profile = {p: make_plan(["caffe"], ["mnist"], p, host_cpus=2).jobs[0]
+                  for p in ("paper", "quick", "fair")}
+    assert by_profile["paper"].platforms == catalog.PLATFORMS
+    assert by_profile["quick"].platforms == () and by_profile["fair"].platforms == ()
+    assert make_plan(["caffe"], ["mnist"], "quick", host_cpus=2).images == [("caffe", "cpu")]
+    job, = expand(Axes(frameworks=["caffe"], datasets=["mnist"], profiles=["quick"],
+                       platforms=axes.platform_list(["onnx-int8", "mobile"])), 2).jobs
+    assert job.platforms == ("mobile", "onnx-int8") and job.images == [("caffe", "cpu"), ("deploy", "cpu")]
+    # where it is deployed is not what it trains: the job's id is the same
+    assert job.job_id("i", "d") == by_profile["quick"].job_id("i", "d")
+
+
+@pytest.mark.parametrize("given, expected", [
+    ("all", ("mobile", "mobile-int8", "onnx-int8", "web")), ("none", ()), ("web,mobile", ("mobile", "web")),
+    (["onnx-int8", "onnx-int8"], ("onnx-int8",))])
+def test_platforms_read_alike_from_the_command_line_and_a_campaign_file(tmp_path, given, expected):
+    from orchestrator import campaign
+
+    text = given if isinstance(given, str) else ",".join(given)
+    assert options.RunOptions.from_command_line(platforms=text).platforms == expected
+    path = tmp_path / "c.toml"
+    path.write_text(f"name = \"p\"\nframeworks = [\"caffe\"]\ndatasets = [\"mnist\"]\nplatforms = {json.dumps(given)}\n")
+    job, = campaign.read(path, options.RunOptions(), host_cpus=2).plan.jobs
+    assert job.platforms == expected
+
+
+def test_an_unknown_platform_is_a_one_line_usage_error(tmp_path):
+    from orchestrator import campaign
+
+    with pytest.raises(UsageError, match=r"--platforms: unknown platform 'tflite' \(choose from mobile, "):
+        options.RunOptions.from_command_line(platforms="mobile,tflite")
+    path = tmp_path / "c.toml"
+    path.write_text('name = "p"\nplatforms = ["tflite"]\n')
+    with pytest.raises(UsageError, match="platforms.*unknown platform 'tflite'"):
+        campaign.read(path, options.RunOptions(), host_cpus=2)
 
 
 def test_a_job_written_before_memory_bytes_keeps_its_memory_limit():

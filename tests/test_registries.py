@@ -100,7 +100,9 @@ def test_execute_checks_makes_the_runtime_prepares_then_runs_the_scheduler_it_fo
     done = execute.execute(execute.Request(results=tmp_path / "r", data_dir=tmp_path / "d"),
                            campaign=campaign)
     assert done.records == [] and done.results == tmp_path / "r"
-    assert calls == [("check", 1), ("runtime", None), ("prepare", [("tensorflow", "cpu")]),
+    # the paper profile's job: its framework's image, then the tool images of its platforms
+    assert calls == [("check", 1), ("runtime", None),
+                     ("prepare", [("tensorflow", "cpu"), ("deploy", "cpu"), ("web", "cpu")]),
                      ("run", True, tmp_path / "d")]
 
 
@@ -111,7 +113,7 @@ def test_a_slurm_task_runs_on_the_targets_its_runtime_loads_from_the_submitters(
     monkeypatch.setattr(slurm, "make", lambda name, python, display: Recorded(calls))
     monkeypatch.setattr(slurm, "run_plan", lambda plan, results, runtime, data_dir, **kwargs:
                         ran.update(kwargs) or [])
-    job, = make_plan(["tensorflow"], ["mnist"]).jobs
+    job, = make_plan(["tensorflow"], ["mnist"], "quick").jobs     # deployed nowhere: one image
     array = slurm.ArrayFile(submission="s", tasks=[slurm.Task(job=job, job_id="0" * 16)], images={
         "tensorflow:cpu": slurm.Image(tag="dlbench/tensorflow:cpu", id="sha256:1",
                                       archive="_slurm/images/sha256-1.tar")})

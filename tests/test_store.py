@@ -240,7 +240,7 @@ def test_version_3_golden_directory_read_then_upgraded_in_place(tmp_path):
     assert_v3_rows(rows)
     assert list(traces["cpu_percent"]) == [190.0, 191.0, 192.0]
     proc = dlbench("upgrade", "--results", results, check=True)
-    assert proc.stdout.strip() == (f"{results}: upgraded 2 row files, 1 trace files, 0 robustness files, 0 step loss files and 0 op time files to schema "
+    assert proc.stdout.strip() == (f"{results}: upgraded 2 row files, 1 trace files, 0 robustness files, 0 step loss files, 0 op time files and 0 platform files to schema "
                                    f"version {SCHEMA_VERSION}") and proc.stderr == ""
     assert sorted(p.relative_to(results).as_posix() for p in results.rglob("*.parquet")) == [
         "runs/20261124T100000000000-v3okrun000000001.parquet",
@@ -253,7 +253,7 @@ def test_version_3_golden_directory_read_then_upgraded_in_place(tmp_path):
     pd.testing.assert_frame_equal(store.load_traces(results), traces)
     assert_v3_rows(pd.read_parquet(results / store.RUNS))
     proc = dlbench("upgrade", "--results", results, check=True)     # nothing left to do
-    assert proc.stdout.strip().endswith(f"upgraded 0 row files, 0 trace files, 0 robustness files, 0 step loss files and 0 op time files to schema version {SCHEMA_VERSION}")
+    assert proc.stdout.strip().endswith(f"upgraded 0 row files, 0 trace files, 0 robustness files, 0 step loss files, 0 op time files and 0 platform files to schema version {SCHEMA_VERSION}")
 
 
 def test_the_first_write_rewrites_an_old_directory(tmp_path):
@@ -340,7 +340,7 @@ def test_compaction_merges_files_and_keeps_every_row_and_sample(tmp_path):
     fill(results, tmp_path, [f"run{i}" for i in range(6)])
     rows_before = store.load(results)
     traces_before = store.load_traces(results)
-    assert store.compact(results) == (8, 6, 0, 0, 0)
+    assert store.compact(results) == (8, 6, 0, 0, 0, 0)
     files = store.row_files(results)
     assert len(files) == 1 and "compacted" in files[0].name     # the v1 rows too, upgraded
     assert pq.read_schema(files[0]).metadata[b"dlbench.schema_version"] == str(SCHEMA_VERSION).encode()
@@ -351,16 +351,16 @@ def test_compaction_merges_files_and_keeps_every_row_and_sample(tmp_path):
         "v1okrun000000001": 1, "v1badrun00000001": 1, **{f"run{i}": SCHEMA_VERSION for i in range(6)}}
     pd.testing.assert_frame_equal(store.load_traces(results), traces_before)
     assert len(store.load_traces(results, ["run2"])) == 3
-    assert store.compact(results) == (0, 0, 0, 0, 0)            # nothing left to merge
+    assert store.compact(results) == (0, 0, 0, 0, 0, 0)          # nothing left to merge
     fill(results, tmp_path, ["run6"])
-    assert store.compact(results) == (2, 2, 0, 0, 0) and len(store.load(results)) == 9
+    assert store.compact(results) == (2, 2, 0, 0, 0, 0) and len(store.load(results)) == 9
 
 
 def test_compaction_of_an_old_directory_upgrades_its_rows(tmp_path):
     results = copy_fixture("results-v1", tmp_path / "results")
     shutil.copytree(FIXTURES / "results-v3", results, dirs_exist_ok=True)
     rows, traces = store.load(results), store.load_traces(results)
-    assert store.compact(results) == (4, 0, 0, 0, 0)            # one trace: moved, nothing to merge
+    assert store.compact(results) == (4, 0, 0, 0, 0, 0)          # one trace: moved, nothing to merge
     assert [p.relative_to(results).parts[0] for p in store.row_files(results)] == [store.RUNS]
     assert [p.relative_to(results).as_posix() for p in store.trace_files(results)] == [
         "traces/v3okrun000000001.parquet"]
@@ -429,7 +429,7 @@ def test_unreadable_row_files_are_skipped_with_a_warning_naming_each(tmp_path):
         assert warnings_of(proc) == sorted([str(bad_trace)] + [str(p) for p in broken.values()])
         assert all(line.endswith("; left in place") for line in proc.stderr.splitlines())
         assert all(path.is_file() for path in [bad_trace, *broken.values()])
-    assert proc.stdout.strip() == f"{results}: merged 2 row files, 0 trace files, 0 robustness files, 0 step loss files and 0 op time files"   # 1 readable
+    assert proc.stdout.strip() == f"{results}: merged 2 row files, 0 trace files, 0 robustness files, 0 step loss files, 0 op time files and 0 platform files"   # 1 readable
     with pytest.warns(StoreWarning):
         assert sorted(store.load(results)["run_id"]) == ["a", "b"]
 
@@ -493,7 +493,7 @@ def test_links_among_the_row_files_are_read_only_to_a_regular_file_inside_the_re
     for command in ("report", "upgrade", "compact"):
         proc = dlbench(command, "--results", results, timeout=120)
         assert proc.returncode == 0 and sorted(warnings_in(proc)) == said, proc.stderr
-    assert proc.stdout.strip() == f"{results}: merged 3 row files, 2 trace files, 0 robustness files, 0 step loss files and 0 op time files"
+    assert proc.stdout.strip() == f"{results}: merged 3 row files, 2 trace files, 0 robustness files, 0 step loss files, 0 op time files and 0 platform files"
     with pytest.warns(StoreWarning):
         assert sorted(store.load(results)["run_id"]) == ["a", "b", "inside"]
     assert all(link.is_symlink() for link in links if link.name != "inside.parquet")
@@ -673,7 +673,7 @@ def test_dlbench_compact_on_the_command_line(tmp_path):
     results = tmp_path / "results"
     fill(results, tmp_path, ["a", "b", "c"])
     proc = dlbench("compact", "--results", results, check=True)
-    assert proc.stdout.strip() == f"{results}: merged 3 row files, 3 trace files, 0 robustness files, 0 step loss files and 0 op time files"
+    assert proc.stdout.strip() == f"{results}: merged 3 row files, 3 trace files, 0 robustness files, 0 step loss files, 0 op time files and 0 platform files"
     assert sorted(store.load(results)["run_id"]) == ["a", "b", "c"]
     proc = dlbench("compact", "--results", tmp_path / "missing")
     assert proc.returncode == 1
@@ -921,7 +921,7 @@ def test_robustness_files_are_compacted_rescued_and_recovered_with_the_rows(tmp_
         store.store_row(results, record.model_copy(update={"run_id": name}), [],
                         store.Rescue(results, name), {"robustness": [dict(row, images=len(name)) for row in ROBUST]})
     before = store.load_robustness(results)
-    assert store.compact(results) == (3, 3, 3, 0, 0)
+    assert store.compact(results) == (3, 3, 3, 0, 0, 0)
     assert len(store.side_files(results, store.ROBUSTNESS)) == 1
     pd.testing.assert_frame_equal(store.load_robustness(results), before)
     # a results directory that cannot take the robustness rows keeps them to recover (faked:

@@ -105,9 +105,9 @@ def test_the_test_images_are_read_once_for_each_state_of_the_files(tmp_path, mon
     reads = []
     real = migration.formats.test_split
     monkeypatch.setattr(migration.formats, "test_split", lambda *a: reads.append(a) or real(*a))
-    first = migration._test_split("mnist", root)
-    assert migration._test_split("mnist", root) is first and len(reads) == 1
+    first = migration.test_split("mnist", root)
+    assert migration.test_split("mnist", root) is first and len(reads) == 1
     assert np.array_equal(first[0], images) and first[1].tolist() == [1, 2]
     assert not first[0].flags.writeable and not first[1].flags.writeable
     os.utime(root / "mnist" / "t10k-labels-idx1-ubyte", ns=(1, 1))
-    assert migration._test_split("mnist", root) is not first and len(reads) == 2
+    assert migration.test_split("mnist", root) is not first and len(reads) == 2

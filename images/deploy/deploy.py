@@ -56,6 +56,7 @@ import subprocess
 import sys
 import time
 import traceback
+from importlib import metadata
 from pathlib import Path
 
 import numpy as np
@@ -306,9 +307,11 @@ def running(name, request, work, converted):
     if name.startswith("mobile"):
         runtime = Lite(path, threads)
         throughput_batch = 1
+        found["runtime"] = f"ai-edge-litert {metadata.version('ai-edge-litert')} (XNNPACK)"
     else:
         runtime = Ort(path.read_bytes(), threads)
         throughput_batch = batch
+        found["runtime"] = f"onnxruntime {metadata.version('onnxruntime')} (CPU)"
     median, spread = latency(runtime, images, int(request.get("warmup", 20)),
                              int(request.get("timed", 200)))
     started = time.perf_counter()

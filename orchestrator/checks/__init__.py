@@ -7,6 +7,8 @@
     transfer     the FGSM images kept for transfer attacks (``transfer/`` beside the row)
     fair         a fair job's initial weights, its logits against the NumPy reference, its
                  step losses (the ``steps`` side table)
+    platforms    the migrated model deployed on the mobile runtime, quantized and in a web
+                 browser, in the tool images (``platforms`` side table)
 
 The job loop (``run.py``) stages each job's files through ``stage``, lets the checks
 ``take`` what the job left once it has ended, and ``collect`` gathers their ``found``
@@ -27,6 +29,7 @@ NAMES = (
     "migration",
     "transfer",
     "fair",
+    "platforms",
 )
 CHECKS: list[Check] = [importlib.import_module(f"{__name__}.{name}").CHECK for name in NAMES]
 
@@ -42,8 +45,12 @@ def stage(job) -> dict[str, bytes]:
 
 
 def take(after: After, stop: threading.Event | None = None) -> list:
-    """Each check's look at what the job left, once it has ended (in ``CHECKS``'s order)."""
-    return [check.take(after, stop) for check in CHECKS]
+    """Each check's look at what the job left, once it has ended, in ``CHECKS``'s order,
+    each handed what those before it took."""
+    before: dict = {}
+    for check in CHECKS:
+        before[check.name] = check.take(after, stop, dict(before))
+    return list(before.values())
 
 
 def found(after: After, result, taken: list | None = None) -> Found:

@@ -5,10 +5,12 @@ methods do nothing):
 
     stage(job) -> {name: bytes}       before the job runs: the files it finds beside its
                                       spec (a fair job's initial weights), made once per job
-    take(after, stop) -> taken        once the job has ended, before its out/ is read: what
-                                      the host does with the files the job left (run the
+    take(after, stop, before)         once the job has ended, before its out/ is read: what
+        -> taken                      the host does with the files the job left (run the
                                       exported model in a child process that ``stop`` ends);
-                                      any value, handed to ``found``
+                                      any value, handed to ``found``; ``before``: what the
+                                      checks before it in ``CHECKS`` took, by name (the
+                                      platforms deploy the model the migration check ran)
     found(after, result, taken)       for an ok row only: its share of the row, a ``Found``
         -> Found                      (the row's columns, rows of side tables, files stored
                                       beside the row)
@@ -36,6 +38,7 @@ class After:
     job_dir: Path
     data_root: Path | None          # where the data sets are (the test images)
     staged: dict[str, bytes]        # the files the checks staged for it, by name
+    tools: dict = dataclasses.field(default_factory=dict)   # tool image -> its Target (``Job.images``)
 
 
 @dataclasses.dataclass
@@ -56,7 +59,7 @@ class Check:
     def stage(self, job) -> dict[str, bytes]:
         return {}
 
-    def take(self, after: After, stop: threading.Event | None) -> Any:
+    def take(self, after: After, stop: threading.Event | None, before: dict[str, Any]) -> Any:
         return None
 
     def found(self, after: After, result, taken: Any) -> Found:

@@ -58,6 +58,8 @@ class Migration:
     migration_max_logit_error: float | None = None
     migration_reason: str | None = None
     model: bytes | None = None              # the ONNX file, to store
+    predictions: np.ndarray | None = None   # the framework's own classes of those images
+    logits: np.ndarray | None = None        # its outputs of the first of them
     seconds: float | None = None            # the check's time on the host
 
     def fields(self) -> dict:
@@ -89,7 +91,7 @@ def _evaluate(job_dir: Path, dataset: str, data_root: Path, stop) -> Migration |
         if model is None and model_problem != jobdir.absent(MODEL):
             raise Refused(model_problem)
         predictions, own_logits = _arrays(compared, dataset)
-        images, labels = _test_split(dataset, data_root)
+        images, labels = test_split(dataset, data_root)
         if model is None:
             model = _from_layers(job_dir, dataset, images.shape[1:])
         found = run_model(model, images[:len(predictions)], len(own_logits), stop)
@@ -100,10 +102,10 @@ def _evaluate(job_dir: Path, dataset: str, data_root: Path, stop) -> Migration |
                      migrated_accuracy=float(np.mean(classes == labels[:len(predictions)])),
                      migration_mismatches=int(np.count_nonzero(classes != predictions)),
                      migration_max_logit_error=logit_error(logits, own_logits),
-                     model=model)
+                     model=model, predictions=predictions, logits=own_logits)
 
 
-def _test_split(dataset: str, data_root: Path) -> tuple[np.ndarray, np.ndarray]:
+def test_split(dataset: str, data_root: Path) -> tuple[np.ndarray, np.ndarray]:
     """The data set's test images and labels, read-only, read once a run rather than once a
     job (CIFAR-10's test batch is 0.2 s of decompression); read again where a file of the
     data set changed (its size or time)."""
@@ -203,7 +205,7 @@ class MigrationCheck(Check):
         "migration_host_time_s": (float | None, None),     # the ONNX run on the host, after the job
     }
 
-    def take(self, after: After, stop) -> Migration | None:
+    def take(self, after: After, stop, before) -> Migration | None:
         return evaluate(after.job_dir, after.job.dataset, after.data_root, stop=stop)
 
     def found(self, after: After, result, taken: Migration | None) -> Found:

@@ -122,7 +122,7 @@ class TransferCheck(Check):
     name = "transfer"
     row_fields = {"transfer_reason": (str | None, None)}
 
-    def take(self, after: After, stop) -> tuple[bytes | None, str | None]:
+    def take(self, after: After, stop, before) -> tuple[bytes | None, str | None]:
         return taken(after.job_dir, after.job.dataset)
 
     def found(self, after: After, result, kept: tuple[bytes | None, str | None]) -> Found:

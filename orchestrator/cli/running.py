@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 import typer
 from dlbench_runner import contract
 
-from .. import build, catalog
+from .. import axes, build, catalog
 from ..errors import DlbenchError, UsageError
 from .common import (BUILD, DataOpt, Frameworks, PlanFormat, ResultsOpt, Runtime, SETTINGS, SLURM,
                      Scheduler, Verbose, _names, _one_of, _screen, _skipped, _taking, _warn_line,
@@ -113,6 +113,8 @@ def run(frameworks: Frameworks = None,
         weights: Annotated[Optional[Path], typer.Option(
             help="With --profile fair: the initial weights (.npz, one data set's network; "
                  "default: drawn from each job's seed).")] = None,
+        platforms: Annotated[Optional[str], typer.Option(
+            metavar="[all|none|PLATFORM,...]", help=axes.named("platforms").help)] = None,
         repeats: Annotated[Optional[int], typer.Option(help="Runs of each job (default 1).")] = None,
         seed: Annotated[Optional[int], typer.Option(help="Seed of the first repeat (default 1).")] = None,
         memory: Annotated[Optional[str], typer.Option(help="Memory limit per job, e.g. 8g.")] = None,
@@ -162,7 +164,8 @@ def run(frameworks: Frameworks = None,
             name=name, frameworks=frameworks, datasets=datasets_, profile=profile, cpus=cpus,
             threads=threads, gpu=gpu, devices=devices, variant=variant, set_=set_, sweep=sweep,
             batch_sizes=batch_sizes, learning_rates=learning_rates, settings_from=settings_from,
-            repeats=repeats, seed=seed, memory=memory, timeout=timeout, weights=weights, **settings),
+            repeats=repeats, seed=seed, memory=memory, timeout=timeout, weights=weights,
+            platforms=platforms, **settings),
         campaign=campaign, results=results, data_dir=data_dir, build=build_options,
         runtime=runtime.value, python=python, resume=resume, fail_fast=fail_fast,
         scheduler=scheduler.value if scheduler else None,

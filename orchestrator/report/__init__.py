@@ -59,6 +59,8 @@ def build_report(results: Path, tolerance: float | None = None, where: list[sele
                         exclude_disturbed=exclude_disturbed)
     rep.against_reference = reference_rows.judge(rep, reference)
     rep.robustness = store.load_robustness(results, rep.rows["run_id"])
+    if "platforms" in rep.rows and rep.rows["platforms"].notna().any():
+        rep.platforms = store.load_side(results, store.PLATFORMS, rep.rows["run_id"])
     rep.transfer = transfer.matrices(results, rep)
     rep.correlations = correlations.table(rep.rows)
     if len(verification.fair_rows(rep.rows)):

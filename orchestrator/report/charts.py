@@ -49,13 +49,15 @@ class Missing:
 def charts(rep: paper.Report) -> list[Chart | Missing]:
     """The page's charts in its order: training-time ratios against the paper, accuracy
     against the paper, training time and speed per profile, accuracy against training time,
-    per-epoch curves, accuracy under attack, resource traces."""
+    per-epoch curves, accuracy under attack, transfer attacks, the deployed models, resource
+    traces."""
     found: list[Chart | Missing] = [ratio_chart(rep), accuracy_chart(rep)]
     found += speed_charts(rep)
     found += tta_charts(rep)
     found += epoch_charts(rep)
     found += robust_charts(rep)
     found += transfer_charts(rep)
+    found += platform_charts(rep)
     found += setting_charts(rep)
     found += fair_charts(rep)
     found += op_charts(rep)
@@ -485,6 +487,63 @@ def _robust_figure(data: pd.DataFrame) -> go.Figure:
                 hovertemplate=hover))
     figure.update_xaxes(title_text="ε, pixel scale [0, 1]", rangemode="tozero")
     figure.update_yaxes(title_text="accuracy, %", range=[0, 100.5])
+    _layout(figure, height=420)
+    return figure
+
+
+def platform_charts(rep: paper.Report) -> list[Chart]:
+    """One chart per machine, data set, device and profile: each group's deployed models, a
+    point per platform, the median change of accuracy in points against the framework's own
+    on the same test images (x) against the median latency per image at batch 1 (y), the
+    framework's colour, a marker per platform; failed platforms are the tables' business."""
+    found = rep.platforms
+    if found is None or not len(found):
+        return []
+    ok = rep.rows[rep.rows["status"] == "ok"][["run_id", "group", "accuracy"]].rename(columns={"accuracy": "own"})
+    found = found[found["status"] == "ok"].merge(ok, on="run_id")
+    groups = rep.groups.set_index("group")
+    records = []
+    for (group, platform), part in found.groupby(["group", "platform"], sort=False):
+        change = ((pd.to_numeric(part["accuracy"]) - pd.to_numeric(part["own"])) * 100).dropna()
+        latency = pd.to_numeric(part["latency_ms"]).dropna()
+        if not len(change) or not len(latency):
+            continue
+        g = _Named(groups.loc[group])
+        size = pd.to_numeric(part["model_bytes"]).dropna()
+        records.append(_group_keys(rep, g) | {
+            "series": series_label(rep, g), "platform": platform, "runs": int(part["run_id"].nunique()),
+            "accuracy_change_pts": float(change.median()), "latency_ms": float(latency.median()),
+            "model_mb": float(size.median()) / 1e6 if len(size) else None})
+    if not records:
+        return []
+    charts_found = []
+    for number, where, data in _panels(rep, pd.DataFrame.from_records(records)):
+        data = data.sort_values(["series", "platform"]).reset_index(drop=True)
+        charts_found.append(Chart(f"platforms-{number}", f"Deployed models: {where}", (
+            f"{where}: each trained model deployed after training, a point per platform: the "
+            "median change of its accuracy in points against the framework's own on the same "
+            "test images, against its median milliseconds per image at batch 1."), data,
+            _platform_figure(data)))
+    return charts_found
+
+
+SYMBOLS = {"mobile": "circle", "mobile-int8": "circle-open", "onnx-int8": "square-open", "web": "diamond"}
+
+
+def _platform_figure(data: pd.DataFrame) -> go.Figure:
+    figure = go.Figure()
+    for (series, platform), part in data.groupby(["series", "platform"], sort=False):
+        framework = part["framework"].iloc[0]
+        figure.add_trace(go.Scatter(
+            x=part["accuracy_change_pts"], y=part["latency_ms"], mode="markers",
+            name=f"{series} · {platform}", legendgroup=series, customdata=part[["runs", "model_mb"]].values,
+            marker=dict(symbol=SYMBOLS.get(platform, "x"), size=12, color=colour(framework),
+                        line=dict(width=2, color=colour(framework))),
+            hovertemplate=(f"{series} on {platform}<br>accuracy %{{x:+.2f}} pts, %{{y:.3g}} ms per image, "
+                           "%{customdata[1]:.2f} MB (median of %{customdata[0]} run(s))<extra></extra>")))
+    figure.add_vline(x=0, line_color="#999", line_dash="dot")
+    figure.update_xaxes(title_text="accuracy against the framework's own, points")
+    figure.update_yaxes(title_text="ms per image, batch 1", type="log")
     _layout(figure, height=420)
     return figure
 

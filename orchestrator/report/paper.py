@@ -154,6 +154,9 @@ class Report:
     # the rows' accuracy under attack (store.load_robustness), by run id; set by
     # report.make_report, None where not loaded
     robustness: pd.DataFrame | None = None
+    # where the rows' models were deployed (the platforms side table), by run id; set by
+    # report.build_report where a row asked for platforms, else None
+    platforms: pd.DataFrame | None = None
     # the transfer matrices (report/transfer.py); set by report.make_report, empty where
     # no run kept FGSM images
     transfer: list = dataclasses.field(default_factory=list)

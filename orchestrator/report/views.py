@@ -7,6 +7,7 @@ import re
 
 import pandas as pd
 
+from .. import catalog
 from ..checks import fair
 from . import compare, correlations, paper, verification
 from .draw import View, _gib, _pct, _percent, _published, _rate, _ratio, _seconds
@@ -217,6 +218,100 @@ def robustness_views(rep: paper.Report, section: paper.Section) -> list[View]:
                           keys=keys, drop=["why", "settings", "time", "check", "device", "runs", "images",
                                            "mismatches"]))
     return views
+
+
+def platform_views(rep: paper.Report, section: paper.Section) -> list[View]:
+    """A section's trained models where they were deployed (``checks/platforms.py``): one
+    table per data set, a row per group and platform, the median over the group's ok runs
+    of the deployed model's accuracy and its change against the framework's own on the
+    same test images, the most images classified otherwise, the largest logit error, the
+    model's size, the latency at batch 1 and the throughput, the FGSM images' accuracy; a
+    platform that failed, or a job whose model could not be deployed, with its reason."""
+    found = rep.platforms
+    rows = rep.rows[(rep.rows["section"] == section.index) & (rep.rows["status"] == "ok")]
+    if "platforms" not in rows or not rows["platforms"].notna().any():
+        return []
+    found = (found.merge(rows[["run_id", "group", "accuracy"]].rename(columns={"accuracy": "own"}), on="run_id")
+             if found is not None and len(found) else None)
+    groups = rep.groups.set_index("group")
+    order = {name: n for n, name in enumerate(catalog.PLATFORMS)}
+    views = []
+    for dataset in sorted(set(groups.loc[rows["group"].unique(), "dataset"])):
+        cells = []
+        for group in sorted(rows["group"].unique()):
+            g = groups.loc[group]
+            if g.dataset != dataset:
+                continue
+            mine = rows[rows["group"] == group]
+            same = found[found["group"] == group] if found is not None else None
+            if same is None or not len(same):
+                why = "; ".join(sorted(set(mine["platforms_reason"].dropna()))) or "no platform rows"
+                cells.append([g.framework, g.profile, rounded(g.settings), "-", str(len(mine))]
+                             + ["-"] * 9 + [why])
+                continue
+            for platform, one in sorted(same.groupby("platform"), key=lambda pair: order.get(pair[0], 99)):
+                ok = one[one["status"] == "ok"]
+                drop = (ok["accuracy"] - ok["own"]).dropna()
+                cells.append([g.framework, g.profile, rounded(g.settings), platform,
+                              f"{len(ok)}/{len(one)}",
+                              _median_pct(ok["accuracy"]),
+                              f"{round(100 * drop.median(), 2) + 0.0:+.2f}" if len(drop) else "-",
+                              _most(ok["mismatches"]), _largest(ok["max_logit_error"]),
+                              _median(ok["model_bytes"], lambda v: f"{v / 1e6:.2f}"),
+                              _median(ok["latency_ms"], lambda v: f"{v:.3g}"),
+                              _median(ok["throughput"], lambda v: f"{v:,.0f}"),
+                              _median(ok["conversion_s"], _seconds),
+                              _median_pct(ok["adversarial_accuracy"]),
+                              "; ".join(sorted(set(one["reason"].dropna())))])
+        if not cells:
+            continue
+        title = (f"Platforms on {dataset}: each trained model deployed after training (the "
+                 "mobile runtime in float32 and 8-bit, ONNX Runtime 8-bit, a WebAssembly engine in "
+                 "headless Chromium), median over the ok runs: its accuracy on the images the job "
+                 "tested and the change in points against the framework's own, the most images it "
+                 "classified otherwise, the largest relative logit error, its size, ms per image "
+                 "at batch 1, images per second, the conversion's seconds, its accuracy on the "
+                 "job's FGSM images")
+        columns = ["framework", "profile", "settings", "platform", "ok", "acc %", "Δ pts", "mism.",
+                   "logit err", "MB", "ms", "img/s", "convert s", "FGSM %", "why failed"]
+        keys = ["framework", "profile", "settings", "platform", "ok", "accuracy", "drop", "mismatches",
+                "error", "size", "latency", "throughput", "conversion", "fgsm", "why"]
+        views.append(View(title, columns, cells, numeric=set(range(4, len(columns) - 1)),
+                          wrap={2, len(columns) - 1}, keys=keys,
+                          drop=["why", "settings", "conversion", "error", "throughput", "fgsm", "ok",
+                                "profile"]))
+    return views
+
+
+def platform_records(rep: paper.Report) -> list[dict]:
+    """Every platform row of the report's ok runs, with its run's group, data set and the
+    framework's own accuracy, for the JSON report."""
+    if rep.platforms is None or not len(rep.platforms):
+        return []
+    rows = rep.rows[rep.rows["status"] == "ok"][["run_id", "group", "framework", "dataset", "accuracy"]]
+    found = rep.platforms.merge(rows.rename(columns={"accuracy": "own_accuracy"}), on="run_id")
+    return [{k: (None if pd.isna(v) else v.item() if hasattr(v, "item") else v) for k, v in record.items()}
+            for record in found.to_dict(orient="records")]
+
+
+def _median_pct(values: pd.Series) -> str:
+    values = values.dropna()
+    return _pct(100 * values.median()) if len(values) else "-"
+
+
+def _median(values: pd.Series, fmt) -> str:
+    values = values.dropna()
+    return fmt(values.median()) if len(values) else "-"
+
+
+def _most(values: pd.Series) -> str:
+    values = values.dropna()
+    return str(int(values.max())) if len(values) else "-"
+
+
+def _largest(values: pd.Series) -> str:
+    values = values.dropna()
+    return f"{values.max():.1e}" if len(values) else "-"
 
 
 def transfer_views(rep: paper.Report, section: paper.Section) -> list[View]:

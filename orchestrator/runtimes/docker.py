@@ -234,22 +234,31 @@ def _remove_job_dir(labels: dict) -> None:
         jobdir.remove(Path(results) / store.JOBS / run_id)
 
 
+def hardened() -> dict:
+    """What every container dlbench starts for untrusted work (a job, a tool on a job's
+    model) is held to: ``containers.run`` arguments.  No network, a read-only root, no
+    capabilities nor new privileges, nobody's user (the host's own where it is not root),
+    an init process, bounded processes and open files, no core dumps."""
+    return dict(
+        detach=True, network_mode="none", read_only=True, init=True,
+        user=f"{NOBODY}:{NOBODY}" if os.getuid() == 0 else f"{os.getuid()}:{os.getgid()}",
+        cap_drop=["ALL"], security_opt=["no-new-privileges"], pids_limit=PIDS_LIMIT,
+        ulimits=[docker_ulimit("nofile", NOFILE), docker_ulimit("core", 0)])
+
+
 def container_options(job: Job, tag: str, run_id: str, job_id: str, job_dir: Path,
                       dataset_path: Path, owner: str, device: str | None = None,
                       inputs: dict[str, bytes] | None = None) -> dict:
     """How a job's container is started: the Docker SDK's ``containers.run`` arguments
     (hardening, limits, mounts, labels).  ``bench/overhead.py`` starts its containers
     with these too."""
-    root = os.getuid() == 0
     environment = {**job.thread_environment, "HOME": "/tmp", "PYTHONUNBUFFERED": "1"}
     tmpfs = {"/tmp": f"rw,noexec,nosuid,nodev,size={TMP_SIZE}"}
     if catalog.compiles_code(job.framework):
         tmpfs[COMPILE_DIR] = f"rw,exec,nosuid,nodev,size={COMPILE_SIZE}"
         environment["DLBENCH_COMPILE_DIR"] = COMPILE_DIR
     kwargs = dict(
-        image=tag, command=["--spec", SPEC], detach=True,
-        user=f"{NOBODY}:{NOBODY}" if root else f"{os.getuid()}:{os.getgid()}",
-        network_mode="none", environment=environment,
+        hardened(), image=tag, command=["--spec", SPEC], environment=environment,
         volumes={str(dataset_path.resolve()): {"bind": f"/data/{job.dataset}", "mode": "ro"},
                  str((job_dir / "job.json").resolve()): {"bind": SPEC, "mode": "ro"},
                  str((job_dir / jobdir.OUT).resolve()): {"bind": "/out", "mode": "rw"},
@@ -260,9 +269,7 @@ def container_options(job: Job, tag: str, run_id: str, job_id: str, job_dir: Pat
                 f"{LABEL}.framework": job.framework, f"{LABEL}.role": "job",
                 f"{LABEL}.owner": owner, f"{LABEL}.results": str(job_dir.parent.parent.resolve()),
                 **({f"{LABEL}.campaign": job.campaign} if job.campaign else {})},
-        read_only=True, tmpfs=tmpfs, init=True, pids_limit=PIDS_LIMIT,
-        ulimits=[docker_ulimit("nofile", NOFILE), docker_ulimit("core", 0)],
-        cap_drop=["ALL"], security_opt=["no-new-privileges"],
+        tmpfs=tmpfs,
     )
     if job.cpus:
         kwargs.update(cpuset_cpus=job.cpuset, nano_cpus=job.cpus * 10**9)

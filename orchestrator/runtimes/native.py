@@ -275,6 +275,10 @@ class NativeRuntime:
         pass                            # nothing is built
 
     def target(self, framework: str, variant: str) -> Target:
+        if framework in catalog.TOOLS:      # the platforms' images: no host Python runs them
+            return Target(f"native:{framework}", None,
+                          error=f"the platforms are deployed in the {framework} image, which needs "
+                                "--runtime docker")
         found = Interpreter(self.python, framework)
         return Target(found.name, found.id, found.reason)
 

@@ -283,7 +283,7 @@ def submit(plan: Plan, results: Path, options: SlurmOptions, runtime: Runtime, d
     images = {f"{fw}:{variant}": Image(tag=target.name, id=target.id, reason=target.reason)
               for (fw, variant), target in targets.items()}
     for (fw, variant), target in targets.items():       # each target a task runs, for the nodes
-        if target.reason is None and any((j.framework, j.variant) == (fw, variant) for j, _ in todo):
+        if target.reason is None and any((fw, variant) in j.images for j, _ in todo):
             archive = runtime.export(target, _dir(results) / "images", display.say)
             if archive is not None:
                 images[f"{fw}:{variant}"].archive = str(archive.relative_to(results))

@@ -31,7 +31,7 @@ _NAMES = {
     "..schema": ("SCHEMA_VERSION",),
     ".layout": ("RUNS", "MODELS", "TRANSFER", "JOBS", "RESCUED", "OLD_ROWS", "OLD_TRACES", "REWRITTEN",
                 "LOCK", "JOURNAL", "results_dir", "job_dir", "row_files", "model_path", "transfer_path"),
-    ".tables": ("SideTable", "TRACE", "ROBUSTNESS", "STEPS", "OPS", "SIDE_TABLES", "RESULT_TABLES", "TRACES",
+    ".tables": ("SideTable", "TRACE", "ROBUSTNESS", "STEPS", "OPS", "PLATFORMS", "SIDE_TABLES", "RESULT_TABLES", "TRACES",
                 "side_files", "trace_files", "side_path", "trace_path"),
     ".write": ("write_json",),
     ".settle": ("JOURNAL_LIMIT", "RESCUED_LIMIT"),

@@ -1,5 +1,5 @@
 """The side tables: a job's many rows beside its row (its resource trace, its accuracy under
-attack, a fair job's step losses and layer times), one file per job in a folder of their
+attack, a fair job's step losses and layer times, its model on each platform), one file per job in a folder of their
 own, each with its schema, its version and its rules (``rowcheck``).
 """
 
@@ -11,7 +11,8 @@ from typing import Callable, NamedTuple
 import pyarrow as pa
 
 from .. import rowcheck
-from ..schema import OPS_SCHEMA, ROBUSTNESS_SCHEMA, STEPS_SCHEMA, TRACE_SCHEMA, upgrade_robustness
+from ..schema import (OPS_SCHEMA, PLATFORMS_SCHEMA, ROBUSTNESS_SCHEMA, STEPS_SCHEMA, TRACE_SCHEMA,
+                      upgrade_robustness)
 from .layout import OLD_TRACES, _openable
 
 
@@ -41,9 +42,11 @@ STEPS = SideTable("step loss", "steps", STEPS_SCHEMA, b"dlbench.steps_schema_ver
                   order=("run_id", "step"), integers=True, rules=rowcheck.STEPS)
 OPS = SideTable("op time", "ops", OPS_SCHEMA, b"dlbench.ops_schema_version", integers=True,
                 rules=rowcheck.OPS)
-SIDE_TABLES = (TRACE, ROBUSTNESS, STEPS, OPS)
+PLATFORMS = SideTable("platform", "platforms", PLATFORMS_SCHEMA, b"dlbench.platforms_schema_version",
+                      order=("run_id", "platform"), integers=True, rules=rowcheck.PLATFORMS)
+SIDE_TABLES = (TRACE, ROBUSTNESS, STEPS, OPS, PLATFORMS)
 # The side tables a job's collected result may hold rows of (the trace is sampled apart).
-RESULT_TABLES = (ROBUSTNESS, STEPS, OPS)
+RESULT_TABLES = (ROBUSTNESS, STEPS, OPS, PLATFORMS)
 TRACES = TRACE.folder
 
 

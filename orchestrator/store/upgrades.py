@@ -118,10 +118,11 @@ def _to_11(table: pa.Table) -> pa.Table:
 # facts (load at its end and highest, other processes' CPU time; host_load_avg kept: the
 # run's start, which the older rows measured); 14 why the host did not take a job's FGSM
 # images; 15 the overrides a job was asked for (empty: not known, the report compares with
-# today's defaults).
+# today's defaults); 16 the platforms a job deployed its model on (empty: none).
 UPGRADES = {1: _add_empty(2), 2: _add_empty(3), 3: _to_4, 4: _renamed(5), 5: _add_empty(6),
             6: _add_empty(7), 7: _add_empty(8), 8: _add_empty(9), 9: _add_empty(10), 10: _to_11,
-            11: _add_empty(12), 12: _add_empty(13), 13: _add_empty(14), 14: _add_empty(15)}
+            11: _add_empty(12), 12: _add_empty(13), 13: _add_empty(14), 14: _add_empty(15),
+            15: _add_empty(16)}
 
 
 def upgrade(table: pa.Table, version: int) -> pa.Table:
