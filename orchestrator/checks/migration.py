@@ -109,9 +109,14 @@ def test_split(dataset: str, data_root: Path) -> tuple[np.ndarray, np.ndarray]:
     """The data set's test images and labels, read-only, read once a run rather than once a
     job (CIFAR-10's test batch is 0.2 s of decompression); read again where a file of the
     data set changed (its size or time)."""
+    return _read_test_split(dataset, os.fspath(data_root), data_state(dataset, data_root))
+
+
+def data_state(dataset: str, data_root: Path) -> tuple:
+    """What a data set's files are now (path, size, time of each): the key of a cache of
+    what is read of them."""
     files = sorted(path for path in (Path(data_root) / dataset).rglob("*") if path.is_file())
-    state = tuple((str(path), path.stat().st_size, path.stat().st_mtime_ns) for path in files)
-    return _read_test_split(dataset, os.fspath(data_root), state)
+    return tuple((str(path), path.stat().st_size, path.stat().st_mtime_ns) for path in files)
 
 
 @functools.lru_cache(maxsize=2)

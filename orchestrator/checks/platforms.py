@@ -202,12 +202,11 @@ def deploy_job(after: After, migration, transfer, stop=None) -> Deployed | None:
     if broken:
         return Deployed(reason="; ".join(broken))
     started = time.perf_counter()
-    from .migration import test_split      # read once a run
+    from .migration import data_state, test_split      # read once a run
 
     images, labels = test_split(job.dataset, after.data_root)
     count = len(migration.predictions)
-    data_files = sorted(p for p in (Path(after.data_root) / job.dataset).rglob("*") if p.is_file())
-    state = tuple((str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in data_files)
+    state = data_state(job.dataset, after.data_root)
     adversarial = {}
     if transfer is not None and transfer[0] is not None:
         from .transfer import read
