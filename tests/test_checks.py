@@ -83,15 +83,17 @@ def test_a_check_added_as_one_module_and_one_line_reaches_the_stored_row(softmax
 @pytest.mark.docker
 def test_a_quick_row_has_the_columns_and_the_filled_fields_of_one_stored_before(quick_run):
     """A quick PyTorch MNIST row of today beside the one stored by the dlbench before the
-    checks were one stage: the same columns of the same types (but for the columns added
-    since, the job's overrides), the job's definition and its counts the same, and every
+    checks were one stage: the same columns of the same types (but for the columns the
+    schema's later versions added, schema.ADDED_IN), the job's definition and its counts the same, and every
     field that was filled then filled now (measurements differ, their presence does not)."""
     old = pd.read_parquet(BEFORE)
     old = old[(old.framework == "pytorch") & (old.dataset == "mnist")]
     new = pd.read_parquet(quick_run("pytorch", "mnist") / "runs")
     assert len(old) == len(new) == 1
     added = set(new.columns) - set(old.columns)
-    assert set(old.columns) <= set(new.columns) and added <= {"overrides"}, added
+    since = {c for version, cs in schema.ADDED_IN.items() if version > int(old.schema_version.iloc[0])
+             for c in cs}
+    assert since and set(old.columns) <= set(new.columns) and added == since, added ^ since
     for column in old.columns:
         assert old[column].dtype == new[column].dtype, column
     old, new = old.iloc[0], new.iloc[0]
