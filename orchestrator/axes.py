@@ -108,6 +108,20 @@ def onednn_switch(value) -> str | None:
     return value
 
 
+def worker_count(value) -> int | None:
+    """How many workers train one model data-parallel (``docs: Distributed``): a whole
+    number, 1 or more; 1 (None) is the plain job, one process without an engine."""
+    if isinstance(value, bool):
+        raise ValueError(f"{value!r}: give a number of workers, 1 or more")
+    try:
+        count = int(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{value!r}: give a number of workers, 1 or more") from None
+    if count < 1 or str(count) != str(value).strip():
+        raise ValueError(f"{value!r}: give a number of workers, 1 or more")
+    return None if count == 1 else count
+
+
 def platform_list(value) -> tuple[str, ...]:
     """The platforms a trained model is deployed on after training: names of
     ``catalog.PLATFORMS`` as a comma list or a list, ``all`` or ``none``; in the catalog's
@@ -143,6 +157,10 @@ AXES: list[Axis] = [
          what="on, off or both: on,off",
          help="TensorFlow's and MXNet's oneDNN kernels: on, off or on,off (default: as each "
               "framework has them)."),
+    Axis("workers", int, default=[None], parse=worker_count, matrix=True, unique=True, setting=True,
+         what="worker counts, e.g. 1,2",
+         help="Train each model data-parallel over N workers with the framework's own engine, "
+              "e.g. 1,2 (1: one process, the default; PyTorch; docs: Distributed)."),
     Axis("platforms", tuple, many=False, parse=platform_list,   # None: each profile's own
          help="Where each trained model is deployed after training: mobile, mobile-int8, "
               "onnx-int8, web, all or none (default: all for the paper profile, none for "

@@ -233,6 +233,10 @@ def _models_problem(info) -> str | None:
     onednn = info.get("onednn", {})
     if not isinstance(onednn, dict) or not isinstance(onednn.get("variable", ""), str):
         return "onednn: {\"variable\": the environment variable that turns oneDNN on (1) or off (0)}"
+    engine = info.get("distributed", {})
+    if not isinstance(engine, dict) or (engine and not all(
+            isinstance(engine.get(key), str) and engine[key] for key in ("engine", "backend"))):
+        return "distributed: {\"engine\": its data-parallel engine, \"backend\": what carries its messages}"
     fair = info.get("fair", [])
     if not isinstance(fair, list) or any(d not in DATASETS for d in fair):
         return f"fair: a list of the data sets whose fair network fair.py builds (from {', '.join(DATASETS)})"
@@ -360,6 +364,7 @@ class _Setting:
     refused: str                    # the framework has it, not this value: {framework}, {value}, {offered}
     nowhere: str                    # no framework of the run has it: {value}, {frameworks}, {able}
     cpu_only: str | None = None     # only its CPU image switches: {framework}, {variant}
+    accepts: Callable[[list, object], bool] = lambda values, value: value in values
 
 
 _SETTINGS = {
@@ -374,7 +379,21 @@ _SETTINGS = {
         cannot="{framework} has no oneDNN switch: {why}", why="it runs no oneDNN kernels",
         refused="--onednn {value}: {framework} takes on or off",
         nowhere="--onednn: no oneDNN switch in {frameworks} (only in {able})"),
+    "workers": _Setting(
+        offered=lambda info: [info["distributed"]["engine"]] if info.get("distributed") else [],
+        accepts=lambda engines, count: isinstance(count, int) and count >= 2,
+        cannot="{framework} trains on one worker only: {why}",
+        why="dlbench runs no data-parallel engine of it",
+        refused="--workers {value}: give 2 or more",
+        nowhere="--workers {value}: {frameworks} train on one worker only in dlbench ({able} can)",
+        cpu_only="{framework}'s data-parallel training runs in its CPU image only (gloo)"),
 }
+
+
+def distributed(framework: str) -> dict:
+    """The framework's data-parallel engine, as its models.json declares it (``engine``,
+    ``backend``); {} where it has none."""
+    return dict(models(framework).get("distributed") or {})
 
 
 def _setting(axis: str) -> _Setting:
@@ -407,7 +426,7 @@ def check_setting(framework: str, axis: str, value, variant: str = "cpu") -> Ref
         return Refusal(rule.cannot.format(framework=framework, why=why), usage=False)
     if rule.cpu_only and variant != "cpu":
         return Refusal(rule.cpu_only.format(framework=framework, variant=variant.upper()), usage=False)
-    if value not in values:
+    if not rule.accepts(values, value):
         return Refusal(rule.refused.format(framework=framework, value=value, offered=", ".join(map(str, values))),
                        usage=True)
     return None

@@ -24,7 +24,6 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
-import signal
 from pathlib import Path
 from typing import NamedTuple
 
@@ -35,7 +34,7 @@ from dlbench_runner import contract
 
 from . import __version__, checks, hostinfo, jobdir, rowcheck, store
 from .plan import Job
-from .runtimes.base import Outcome
+from .runtimes.base import Outcome, exited
 from .records import RunnerResult, RunRecord
 from .schema import ARROW_SCHEMA, MAX_RESULT_BYTES, dumps
 
@@ -61,7 +60,7 @@ def _job_fields(job: Job, run_id: str, job_id: str, provenance: dict) -> dict:
         framework=job.framework, dataset=job.dataset, model=job.model, profile=job.profile,
         hyperparameters=dumps(job.hyperparameters), settings_from=job.settings_from,
         overrides=dumps(job.overrides),
-        blas=job.blas, onednn=job.onednn,
+        blas=job.blas, onednn=job.onednn, workers=job.workers,
         batch_size=job.hyperparameters.get("batch_size"),
         learning_rate=job.hyperparameters.get("learning_rate"),
         device=job.device, gpu=None if job.gpu is None else str(job.gpu), seed=job.seed,
@@ -135,6 +134,8 @@ def _measured(result: RunnerResult) -> dict:
         train_samples=result.train_samples, test_samples=result.test_samples,
         param_count=result.param_count, param_bytes=result.param_bytes,
         model_size_bytes=result.model_size_bytes,
+        worker_batch_size=result.worker_batch_size, dist_engine=result.dist_engine,
+        dist_backend=result.dist_backend, worker_train_time_s=result.worker_train_time_s or None,
         epoch_loss=[e.loss for e in result.epochs],
         epoch_accuracy=[e.accuracy for e in result.epochs],
         epoch_time_s=[e.time_s or 0.0 for e in result.epochs],
@@ -168,16 +169,6 @@ def _untrue(result: RunnerResult, found: checks.Found | None) -> str | None:
     return None
 
 
-def _exited(code: int | None, ran_as: str = "container") -> str:
-    text = f"the {ran_as} exited with code {code}"
-    if code is not None and code > 128:
-        try:
-            text += f" ({signal.Signals(code - 128).name})"
-        except ValueError:
-            pass
-    return text
-
-
 def _status(outcome: Outcome, result: RunnerResult | None, problem: str | None):
     if outcome.timed_out:
         return "timeout", outcome.error or "the job ran past its time limit"
@@ -188,7 +179,7 @@ def _status(outcome: Outcome, result: RunnerResult | None, problem: str | None):
     if result is not None and result.status == "failed":
         return "failed", result.error
     if outcome.exit_code not in (0, None) and result is None:
-        return "failed", outcome.error or _exited(outcome.exit_code, outcome.ran_as)
+        return "failed", outcome.error or exited(outcome.exit_code, outcome.ran_as)
     if result is None:
         return "no_result", problem
     if outcome.exit_code != 0:

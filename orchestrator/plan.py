@@ -256,9 +256,21 @@ def expand(axes: Axes, host_cpus: int | None = None) -> Plan:
     cells = [job.model_copy(update={"unsupported": why(job.framework, job.dataset, job.variant, job.gpu,
                                                        tuple(job.settings.items()), job.profile)})
              for job in cells]
+    cells = [job if job.unsupported else job.model_copy(update={"unsupported": split_unsupported(job)})
+             for job in cells]
     jobs = [job.model_copy(update={"seed": job.seed + repeat, "repeat": repeat})
             for repeat in range(axes.repeats) for job in cells]
     return Plan(jobs=jobs, skipped=skipped, campaign=axes.campaign)
+
+
+def split_unsupported(job: Job) -> str | None:
+    """Why a job of several workers cannot split its batch among them (each takes a share of
+    every global batch, at least one image), or None."""
+    batch = job.hyperparameters.get("batch_size")
+    if job.workers and batch is not None and batch < job.workers:
+        return (f"{job.framework}/{job.dataset}: a batch of {batch} cannot be split over {job.workers} "
+                f"workers (--set batch_size=N, N at least {job.workers})")
+    return None
 
 
 def _platforms(axes: Axes, profile: str, params: dict) -> tuple[str, ...]:

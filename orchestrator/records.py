@@ -118,6 +118,12 @@ class RunnerResult(BaseModel):
     migration_reason: str | None = Field(None, max_length=1_000)
     migration_model_bytes: int | None = Field(None, ge=0)
     migration_time_s: float | None = Field(None, ge=0.0)
+    # a job of several workers (``dlbench_runner/world.py``): worker 0's result
+    workers: int | None = Field(None, ge=2, le=1_000)
+    worker_batch_size: int | None = Field(None, ge=1)
+    worker_train_time_s: list[float] = Field([], max_length=1_000)
+    dist_engine: str | None = Field(None, max_length=100)
+    dist_backend: str | None = Field(None, max_length=100)
     epochs: list[Epoch] = []
     fair: FairResult | None = None
     ops: list[OpTime] = Field([], max_length=1_000)

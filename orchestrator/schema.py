@@ -100,6 +100,11 @@ metadata.  History of the row schema:
        deployments on the host, after the job) and ``platforms_reason`` (why the
        ``platforms`` side table has no rows of the job); empty in a job that asked for
        none and in every older row.
+    17 a job trained data-parallel over several workers (``docs/distributed.md``): ``workers``
+       (the count asked for; empty: one process, as every older row), ``worker_batch_size``
+       (worker 0's share of each global batch), ``dist_engine`` and ``dist_backend`` (what
+       the framework trained with), ``worker_train_time_s`` (each worker's own training time,
+       in rank order).
 Readers refuse rows newer than they know; older ones are upgraded step by step
 by ``store.upgrade``.
 
@@ -156,7 +161,7 @@ import pyarrow as pa
 
 from .checks import row_fields
 
-SCHEMA_VERSION = 16
+SCHEMA_VERSION = 17
 TRACE_SCHEMA_VERSION = 1
 ROBUSTNESS_SCHEMA_VERSION = 2
 # What robustness rows before version 2 attacked along (``upgrade_robustness``).
@@ -194,6 +199,7 @@ class _Job:
     settings_from: str | None = None   # another framework's defaults (None: its own)
     blas: str | None = None            # the BLAS library asked for (None: the image's default)
     onednn: str | None = None          # oneDNN kernels asked on or off (None: the default)
+    workers: int | None = None         # trained data-parallel over this many (None: one process)
     batch_size: int | None = None
     learning_rate: float | None = None
     device: str                                # cpu or cuda, as the job spec says (no index)
@@ -222,6 +228,11 @@ class _Job:
     param_count: int | None = None
     param_bytes: int | None = None       # parameters times their element size
     model_size_bytes: int | None = None  # the trained model saved as its framework's users save it
+    # a job of several workers: worker 0's share of each batch, the engine, each one's time
+    worker_batch_size: int | None = None
+    dist_engine: str | None = None
+    dist_backend: str | None = None
+    worker_train_time_s: list[float] | None = None
 
 
 class _Host:
@@ -342,6 +353,7 @@ ADDED_IN = {
     14: ["transfer_reason"],
     15: ["overrides"],
     16: ["platforms", "platforms_time_s", "platforms_reason"],
+    17: ["workers", "worker_batch_size", "dist_engine", "dist_backend", "worker_train_time_s"],
 }
 # Columns a version renamed, old name -> new name.
 RENAMED_IN = {5: {"script_train_time_s": "paper_train_time_s",

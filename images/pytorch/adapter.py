@@ -174,6 +174,52 @@ class Adapter:
         self.optimizer = torch.optim.SGD(self.model.parameters(), lr=self.hp["learning_rate"],
                                          momentum=self.hp["momentum"],
                                          weight_decay=self.hp["weight_decay"])
+        self.trainer = self.join(self.model)
+
+    # -- several workers (ctx.world): DistributedDataParallel over gloo --------
+    def join(self, model):
+        """The module a training step runs: the model itself, or, in a job of several
+        workers, the model wrapped by DistributedDataParallel once this worker has joined
+        the others (gloo, over TCP to worker 0).  DDP starts every worker from worker 0's
+        weights and averages the gradients in the backward pass."""
+        world = self.ctx.world
+        if world is None:
+            return model
+        import datetime
+        dist = self.torch.distributed
+        dist.init_process_group("gloo", init_method="tcp://%s:%d" % (world.host, world.port),
+                                rank=world.rank, world_size=world.size,
+                                timeout=datetime.timedelta(seconds=world.timeout_s))
+        self.engine = {"dist_engine": "DistributedDataParallel", "dist_backend": dist.get_backend()}
+        return self.torch.nn.parallel.DistributedDataParallel(model)
+
+    def shard(self, index):
+        """This worker's indices of a global batch and its loss's scale (1 alone).  A worker
+        whose share is empty (a last batch smaller than the workers) steps on one image with
+        scale 0: DDP's backward needs every worker."""
+        world = self.ctx.world
+        if world is None:
+            return index, 1.0
+        mine = world.shard(index)
+        return (mine, world.scale(len(index))) if len(mine) else (index[:1], 0.0)
+
+    def summed(self, *values):
+        """The values (tensors) summed over the workers (alone: as they are)."""
+        if self.ctx.world is None:
+            return values
+        both = self.torch.stack([v.to(self.torch.float64) for v in values])
+        self.torch.distributed.all_reduce(both)
+        return tuple(both)
+
+    def gather(self, value):
+        torch = self.torch
+        mine = torch.tensor([float(value)], dtype=torch.float64)
+        every = [torch.zeros_like(mine) for _ in range(self.ctx.world.size)]
+        torch.distributed.all_gather(every, mine)
+        return [float(v) for v in every]
+
+    def leave(self):
+        self.torch.distributed.destroy_process_group()
 
     def _mnist_inputs(self, train, test):
         """Zero-pad 28x28 to 32x32 (as Torch7's mnist package), then normalise
@@ -302,22 +348,24 @@ class Adapter:
             loss_sum = torch.zeros((), device=self.device)
             correct = torch.zeros((), dtype=torch.long, device=self.device)
             for i, start in enumerate(range(0, n, batch)):
-                index = order[start:start + batch]
+                index, scale = self.shard(order[start:start + batch])
                 x, y = self.train_x[index], self.train_y[index]
                 # optim.sgd's learning-rate decay: lr / (1 + t * decay), t = steps so far.
                 for group in self.optimizer.param_groups:
                     group["lr"] = hp["learning_rate"] / (1 + steps * hp["learning_rate_decay"])
                 self.optimizer.zero_grad(set_to_none=True)
-                output = self.model(x)
+                output = self.trainer(x)
                 loss = self.criterion(output, y)
-                loss.backward()
+                (loss * scale if scale != 1.0 else loss).backward()
                 self.optimizer.step()
                 steps += 1
-                loss_sum += loss.detach() * len(index)
-                correct += (output.argmax(1) == y).sum()
+                if scale:
+                    loss_sum += loss.detach() * len(index)
+                    correct += (output.argmax(1) == y).sum()
                 # .item() waits for the step (on a GPU): every 200 steps, and the last
                 if i % 200 == 0 or start + batch >= n:
                     self.ctx.progress(epoch, start / n, loss.item(), step=steps)
+            loss_sum, correct = self.summed(loss_sum, correct)
             self.ctx.epoch_done(epoch, loss_sum.item() / n, correct.item() / n, samples=n)
 
     def synchronize(self):
@@ -459,6 +507,7 @@ class Adapter:
                                       "torch.get_num_interop_threads": torch.get_num_interop_threads()}},
             "libraries": {"numpy": numpy.__version__, "cuda": torch.version.cuda,
                           "cudnn": torch.backends.cudnn.version() if cuda else None},
+            **getattr(self, "engine", {}),
         }
 
     def _param_count(self):

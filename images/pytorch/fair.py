@@ -30,6 +30,7 @@ class Fair(Adapter):
         with torch.no_grad():
             probe = self.model(torch.from_numpy(self.data.probe_x).to(self.device))
         self.ctx.fair_logits(probe.cpu().numpy())
+        self.trainer = self.join(self.model)
 
     def train(self):
         torch, data, ctx = self.torch, self.data, self.ctx
@@ -37,16 +38,29 @@ class Fair(Adapter):
                                     momentum=data.momentum, dampening=0, weight_decay=0)
         self.model.train()
         ctx.epoch_start()
+        world, sums = ctx.world, []
         for step in range(data.steps):
             images, labels = data.batch(step)
+            if world is not None:       # this worker's share; its loss counts by its size
+                scale, size = world.scale(len(labels)), len(labels)
+                images, labels = world.shard(images), world.shard(labels)
             images = torch.from_numpy(images).to(self.device)
             labels = torch.from_numpy(labels).to(self.device)
-            output = self.model(images)
+            output = self.trainer(images)
             loss = torch.nn.functional.cross_entropy(output, labels)
             optimizer.zero_grad()
-            loss.backward()
+            (loss if world is None else loss * scale).backward()
             optimizer.step()
-            ctx.fair_step(step, loss.item(), (output.argmax(1) == labels).sum().item())
+            if world is None:
+                ctx.fair_step(step, loss.item(), (output.argmax(1) == labels).sum().item())
+            else:               # the batch's mean loss: the workers' sums, added once trained
+                sums.append(torch.stack([loss.detach().double() * len(labels) / size,
+                                         (output.argmax(1) == labels).sum().double()]))
+        if sums:
+            total, = self.summed(torch.stack(sums))
+            losses, corrects = total.t()
+            for step in range(data.steps):
+                ctx.fair_step(step, losses[step].item(), int(corrects[step].item()))
         ctx.fair_trained(data.steps)
 
     def op_passes(self, spec, weights, x, g, input_grad):

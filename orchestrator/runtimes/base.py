@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import signal
 import threading
 from collections import deque
 from pathlib import Path
@@ -132,6 +133,17 @@ def _event(line: str) -> dict:
         return event if isinstance(event, dict) else {}
     except ValueError:
         return {}
+
+
+def exited(code: int | None, ran_as: str = "container") -> str:
+    """How a container or process ended, in words: its exit code, and the signal that killed it."""
+    text = f"the {ran_as} exited with code {code}"
+    if code is not None and code > 128:
+        try:
+            text += f" ({signal.Signals(code - 128).name})"
+        except ValueError:
+            pass
+    return text
 
 
 def gpu_device(job: Job, gpus: list[str] | None) -> str | None:

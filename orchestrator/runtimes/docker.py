@@ -26,6 +26,8 @@ from .. import build, catalog, hostinfo, jobdir, owners
 from ..build import progress as build_progress
 from ..errors import DlbenchError, docker_errors
 from ..interrupts import signals_deferred
+from . import workers
+from .containers import OutWatch, kill
 from .traces import Sampler
 from .base import Outcome, Running, Target, follow_output, gpu_device, split_lines
 
@@ -86,7 +88,7 @@ class DockerRuntime:
                                      on_step=getattr(display, "build_step", None),
                                      times=build_progress.Times())
         self.default_memory = default_memory(self.client)
-        self.running = Running(lambda container: _kill(container, threading.Event()))
+        self.running = Running(lambda container: kill(container, threading.Event()))
 
     def host_facts(self) -> dict:
         return hostinfo.host_facts(self.client.version().get("Version"))
@@ -207,22 +209,27 @@ def remove_stale(client) -> list[str]:
     with their job directories; returns their short ids."""
     import docker.errors
 
-    removed, by_owner = [], {}
+    removed, by_owner, networks = [], {}, {}
     # ignore_removed: another dlbench's job may end between the listing and its inspection
     for container in client.containers.list(all=True, filters={"label": f"{LABEL}.role=job"},
                                             ignore_removed=True):
         by_owner.setdefault(container.labels.get(f"{LABEL}.owner", ""), []).append(container)
-    for token, containers in by_owner.items():
+    for network in client.networks.list(filters={"label": f"{LABEL}.role=job-network"}):
+        networks.setdefault(network.attrs.get("Labels", {}).get(f"{LABEL}.owner", ""), []).append(network)
+    for token in {**by_owner, **networks}:
         lapsed = owners.Lapsed.claim(token)
         if lapsed is None:
             continue                    # alive, or not this machine's
         with lapsed:
-            for container in containers:
+            for container in by_owner.get(token, []):
                 with contextlib.suppress(docker.errors.NotFound):   # removed meanwhile
                     container.remove(force=True)
                 removed.append(container.short_id)
                 _remove_job_dir(container.labels)
-    owners.sweep_lock_files(keep=by_owner)
+            for network in networks.get(token, []):     # a job of several workers' own
+                with contextlib.suppress(docker.errors.NotFound):
+                    network.remove()
+    owners.sweep_lock_files(keep={**by_owner, **networks})
     return removed
 
 
@@ -291,6 +298,11 @@ def run_container(client, job: Job, tag: str, run_id: str, job_id: str, job_dir:
     beside its spec (``checks.stage``), mounted read-only."""
     inputs = inputs or {}
     kwargs = container_options(job, tag, run_id, job_id, job_dir, dataset_path, owner, device, inputs)
+    if job.workers:         # one container a worker, on a network of their own
+        log = prepare_job_dir(job_dir, job.spec(run_id, job_id), inputs)
+        with log:
+            return workers.run_workers(client, job, kwargs, job_dir, display, running,
+                                       int(device) if device and device.isdigit() else job.gpu, log)
     timeout = job.timeout
     begun = hostinfo.mark(job.cpu_list)     # the host as the job starts: its noise facts
     started = begun.clock
@@ -306,7 +318,7 @@ def run_container(client, job: Job, tag: str, run_id: str, job_id: str, job_dir:
             sampler = Sampler(container, started, int(device) if device and device.isdigit() else job.gpu).start()
             out_watch = OutWatch(job_dir, container).start()
             if timeout:
-                watchdog = threading.Timer(timeout, _kill, (container, timed_out))
+                watchdog = threading.Timer(timeout, kill, (container, timed_out))
                 watchdog.start()
             tail = follow_output(split_lines(container.logs(stream=True, follow=True)), log, display)
             state = container.wait()
@@ -339,54 +351,6 @@ def run_container(client, job: Job, tag: str, run_id: str, job_id: str, job_dir:
             sampler.stop(timeout=2.0)
 
 
-def _kill(container, flag: threading.Event) -> None:
-    flag.set()
-    try:
-        container.kill()
-    except Exception:  # noqa: BLE001 - it may have just finished
-        pass
-
-
 def docker_ulimit(name: str, limit: int):
     import docker.types
     return docker.types.Ulimit(name=name, soft=limit, hard=limit)
-
-
-class OutWatch:
-    """Stops a job (kills its container) once its out/ holds more than jobdir's bounds;
-    checked once a second: a bind mount has no size limit of its own.  A watch that
-    fails stops the job too: a job nobody watches could fill the disk."""
-
-    def __init__(self, job_dir: Path, container, interval: float = 1.0):
-        self.job_dir, self.container, self.interval = job_dir, container, interval
-        self.reason: str | None = None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="out-watch", daemon=True)
-
-    def start(self) -> "OutWatch":
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive() and self._thread is not threading.current_thread():
-            self._thread.join(5.0)
-
-    def verdict(self) -> str | None:
-        """Once the job has ended: why it failed its bounds (what it was stopped for, or
-        what out/ holds past them: a job can pass one and end between two checks), or None."""
-        return self.reason or jobdir.over_limit(self.job_dir)
-
-    def _run(self) -> None:
-        try:
-            while not self._stop.wait(self.interval):
-                reason = jobdir.over_limit(self.job_dir)
-                if reason is not None:
-                    self._halt(reason + " (stopped)")
-                    return
-        except BaseException as exc:  # noqa: BLE001 - whatever it was, the job must not run unwatched
-            self._halt(f"dlbench could not check /out ({type(exc).__name__}: {exc}); the job was stopped")
-
-    def _halt(self, reason: str) -> None:
-        self.reason = reason
-        _kill(self.container, threading.Event())

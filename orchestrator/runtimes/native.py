@@ -111,6 +111,8 @@ def unsupported(target: Target, job: Job) -> str | None:
         return "the native runtime cannot limit memory: run it with --runtime docker or without --memory"
     if job.blas is not None:
         return "the native runtime runs on this host's BLAS: run it with --runtime docker or without --blas"
+    if job.workers:
+        return "the native runtime runs a job as one process: run it with --runtime docker or without --workers"
     return None
 
 

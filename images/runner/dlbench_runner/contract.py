@@ -35,7 +35,16 @@ from . import blas, data as formats  # noqa: F401 (blas: the host's too)
 #      cross entropy's exact output gradient, back-propagated as a vector-Jacobian product)
 #      and ``vanished_gradients`` (how many attacked images' input gradients vanished);
 #      ``gradient_check`` checks a second image, the most confidently classified.
-SCHEMA_VERSION = 6
+#   7  a job of several workers (the spec's ``workers``, ``world.py``): worker 0's result
+#      holds ``workers``, ``worker_batch_size`` (its share of each batch),
+#      ``worker_train_time_s`` (every worker's, in rank order), ``dist_engine`` and
+#      ``dist_backend``; the other workers write none.
+SCHEMA_VERSION = 7
+
+# Where a worker of a job of several stands (``world.py``): the runtime sets these.
+WORKER_RANK = "DLBENCH_WORKER_RANK"
+WORKER_ADDRESS = "DLBENCH_WORKER_ADDRESS"
+WORKER_TIMEOUT = "DLBENCH_WORKER_TIMEOUT_S"
 
 # One machine-readable line on stdout per event, at the start of a fresh line.
 EVENT_TAG = ":::DLBENCH "
@@ -135,13 +144,20 @@ __all__ = ["SCHEMA_VERSION", "EVENT_TAG", "THREAD_VARIABLES", "PROFILES", "PAPER
            "load_catalog", "resolve_hyperparameters", "check_value", "check_seed", "default_seed", "MAX_SEED",
            "formats", "cpu_model", "DEVICES", "device_of", "gpu_index", "ROBUSTNESS", "PGD_STEPS", "TEST_IMAGES", "epsilons",
            "MIGRATION", "MAX_MODEL_BYTES", "AFTER_TRAINING", "LATER_SETTINGS", "OPENMP", "FAIR_PROFILE", "FAIR", "FAIR_MODELS", "FAIR_WEIGHTS_FILE",
-           "model_name", "fair_hyperparameters", "thread_environment",
+           "model_name", "fair_hyperparameters", "thread_environment", "worker_threads",
+           "WORKER_RANK", "WORKER_ADDRESS", "WORKER_TIMEOUT",
            "openmp_threads", "TRANSFER_FILE", "MAX_TRANSFER_BYTES", "IMAGE_SHAPES"]
 
 
 def openmp_threads(threads, hyperparameters):
     """The OpenMP threads of a job of ``threads`` threads (None: not set) and these settings."""
     return hyperparameters.get("omp_threads") or threads
+
+
+def worker_threads(threads, workers):
+    """The threads each of a job's ``workers`` gets of its ``threads`` (None: not set): an
+    even share, at least one."""
+    return max(1, threads // workers) if threads and workers else threads
 
 
 def thread_environment(threads, hyperparameters):

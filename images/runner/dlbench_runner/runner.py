@@ -26,6 +26,16 @@ An adapter (``adapter.py`` in the framework directory) defines ``Adapter``::
                                 #     layout), its preprocessing inside, its output the 10
                                 #     classes' logits; with ``logits(pixels)``, the
                                 #     framework's own outputs (``migration.py``)
+        def gather(self, value):
+                                # a framework with a data-parallel engine (models.json's
+                                #     ``distributed``), in a job of several workers
+                                #     (``ctx.world``, ``world.py``): every worker's value, in
+                                #     rank order; its setup joined the others, its train
+                                #     takes ``ctx.world.shard`` of each batch, the loss
+                                #     scaled by ``ctx.world.scale``, and counts the epoch's
+                                #     loss and accuracy over all workers
+        def leave(self):        # ... and leaves them once trained: worker 0 alone tests,
+                                #     checks and writes the result; the others end there
 
 A job of the fair profile (``fair.py`` in this package) runs the framework directory's
 ``fair.py`` instead, whose ``Fair`` (usually a subclass of ``Adapter``, which is
@@ -76,9 +86,9 @@ import tempfile
 import time
 import traceback
 
-from . import blas, checks, data
+from . import blas, checks, data, world
 from .contract import (EVENT_TAG, SCHEMA_VERSION, THREAD_VARIABLES, cpu_model, gpu_index,
-                       FAIR_PROFILE, openmp_threads, thread_environment)
+                       FAIR_PROFILE, openmp_threads, thread_environment, worker_threads)
 
 PROGRESS_INTERVAL_S = 1.0
 
@@ -153,6 +163,8 @@ class Context:
         # the adapter's test() gives them ("predictions"): the migration check's framework
         # side, without a second pass over the same images.
         self.test_predictions = None
+        # Where this worker stands among the job's workers (``world.py``); None: one process.
+        self.world = None
         self.fair = {"losses": []}          # a fair job's weights digest, logits and losses
         self._fair_sums = [0.0, 0]          # its losses' sum, its right predictions
 
@@ -335,6 +347,8 @@ def run(spec, framework_dir, data_dir, out_dir):
     """Run a completed spec; returns the result record (also written to out_dir)."""
     started = utcnow()
     t_start = time.perf_counter()
+    if spec.get("workers"):     # each worker its share of the job's threads
+        spec = dict(spec, threads=worker_threads(spec["threads"], spec["workers"]))
     env_threads = apply_threads(spec["threads"], spec["hyperparameters"])
     os.environ.update(spec.get("environment") or {})     # read when the framework loads
     ctx = Context(spec, data_dir)
@@ -351,6 +365,7 @@ def run(spec, framework_dir, data_dir, out_dir):
     previous_hook, sys.unraisablehook = sys.unraisablehook, ctx.swallowed.hook
     try:
         emit("phase", phase="setup")
+        ctx.world = world.from_spec(spec)
         adapter = load_adapter(framework_dir, spec["profile"])(ctx)
         ctx.synchronize = getattr(adapter, "synchronize", ctx.synchronize)
         adapter.setup()
@@ -364,6 +379,15 @@ def run(spec, framework_dir, data_dir, out_dir):
         result["train_time_s"] = ctx.now() - t0 - ctx.train_excluded_s
         if ctx.train_excluded_s:
             result["train_excluded_s"] = ctx.train_excluded_s
+        if ctx.world is not None:       # every worker's time; then worker 0 goes on alone
+            result.update(worker_train_time_s=[float(t) for t in adapter.gather(result["train_time_s"])],
+                          workers=ctx.world.size,
+                          worker_batch_size=len(range(0, ctx.hp["batch_size"], ctx.world.size)))
+            adapter.leave()
+            if not ctx.world.leader:
+                result["status"] = "ok"
+                emit("done", status="ok", worker=ctx.world.rank)
+                return result
         phase = "test"
         emit("phase", phase="test")
         t0 = ctx.now()
@@ -403,6 +427,9 @@ def run(spec, framework_dir, data_dir, out_dir):
     except Exception as exc:  # the failure becomes the record, not a lost run
         result["error"] = "%s during %s: %s" % (type(exc).__name__, phase, exc)
         traceback.print_exc()
+        if ctx.world is not None and not ctx.world.leader:     # worker 0 alone writes the result
+            emit("done", status="failed", worker=ctx.world.rank, error=result["error"])
+            return result
     sys.unraisablehook = previous_hook
     result["epochs"] = ctx.epochs
     if spec["profile"] == FAIR_PROFILE and result["status"] == "ok":

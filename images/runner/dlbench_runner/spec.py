@@ -31,6 +31,7 @@ def complete(spec, catalog):
     spec["model"] = model_name(catalog, spec["dataset"], spec["profile"])
     spec["blas"] = _blas(spec.get("blas"), catalog)
     spec["onednn"] = spec.get("onednn")
+    spec["workers"] = _workers(spec.get("workers"), catalog)
     spec["environment"] = _onednn_environment(spec["onednn"], catalog)
     return spec
 
@@ -48,6 +49,18 @@ def _blas(name, catalog):
         raise SpecError("%s cannot switch to BLAS %r (it offers: %s)"
                         % (catalog["framework"], name, ", ".join(offered) or "none"))
     return name
+
+
+def _workers(count, catalog):
+    """How many workers train the model (2 or more, with the framework's engine); None: one."""
+    if count is None or count == 1:
+        return None
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise SpecError("workers is a whole number, 1 or more, not %r" % (count,))
+    if not catalog.get("distributed"):
+        raise SpecError("%s trains on one worker only (its models.json declares no distributed "
+                        "engine)" % catalog["framework"])
+    return count
 
 
 def _onednn_environment(value, catalog):
