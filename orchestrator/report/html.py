@@ -20,7 +20,8 @@ from ..errors import DlbenchError
 from . import paper, reference_rows, tta
 from .charts import Chart, Missing, charts, machine_label
 from .text import csv_text
-from .views import View, correlation_views, fair_views, platform_views, reference_lines, section_views
+from .views import (View, correlation_views, fair_views, platform_views, reference_lines, scaling_views,
+                    section_views)
 
 PAGE = "index.html"
 PLOT_CONFIG = {"displaylogo": False, "responsive": True, "scrollZoom": False}
@@ -145,7 +146,8 @@ def render_page(rep: paper.Report, plotly_src: str | None = None, nav: str = "")
         parts.append(f"<details open><summary>{esc(label + ': ' if label else '')}{esc(section.title)}"
                      f"</summary>")
         parts += [_table(view) for view in section_views(rep, section) + tta.views(rep, section)
-                  + platform_views(rep, section) + correlation_views(rep, section)
+                  + platform_views(rep, section) + scaling_views(rep, section)
+                  + correlation_views(rep, section)
                   + fair_views(rep, section)]
         heading, lines = reference_lines(rep, section)
         if lines:

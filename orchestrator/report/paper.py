@@ -270,8 +270,14 @@ def prepare(frame: pd.DataFrame) -> pd.DataFrame:
     needed = [c for c in ("framework", "dataset", "profile", "device", "hyperparameters",
                           "settings_from", "overrides", "blas", "onednn") if c in rows.columns]
     settings = [_settings(r) for r in rows[needed].itertuples()]
-    rows["settings"] = [label for label, _ in settings]
     rows["settings_kind"] = [kind for _, kind in settings]
+    # rows of several workers are groups of their own, beside the one-worker group of the
+    # same settings (``settings_base``: the scaling table pairs them)
+    workers = rows["workers"] if "workers" in rows.columns else pd.Series(pd.NA, index=rows.index)
+    rows["workers_n"] = pd.array([int(n) if pd.notna(n) and n else 1 for n in workers], dtype="Int64")
+    rows["settings_base"] = [label for label, _ in settings]
+    rows["settings"] = [label if n == 1 else f"{label}; {n} workers"
+                        for label, n in zip(rows["settings_base"], rows["workers_n"])]
     rows["threads"] = rows["threads"].astype("Int64")
     return rows
 

@@ -20,7 +20,7 @@ from . import compare, paper, reference_rows, tta, verification
 from .draw import _console, check_columns, draw
 from .views import (COMPARISON_KEYS, REPORT_KEYS, comparison_view, correlation_records,
                     correlation_views, fair_views, plan_view, platform_records, platform_views,
-                    reference_lines, robustness_records, robustness_views, section_views,
+                    reference_lines, robustness_records, robustness_views, scaling_views, section_views,
                     transfer_records, transfer_views)
 
 
@@ -89,7 +89,7 @@ def report_table(rep: paper.Report, width: int | None = 80, color_system: str | 
         if columns is None:
             for view in (tta.views(rep, section) + robustness_views(rep, section)
                          + transfer_views(rep, section) + platform_views(rep, section)
-                         + correlation_views(rep, section)
+                         + scaling_views(rep, section) + correlation_views(rep, section)
                          + fair_views(rep, section)):
                 draw(console, view, fit=width is not None and not wide)
         heading, lines = reference_lines(rep, section)
@@ -115,7 +115,8 @@ def report_markdown(rep: paper.Report) -> str:
         lines += [f"## Rows from {md_text(section.title)}", ""]
         for view in (section_views(rep, section) + tta.views(rep, section)
                      + robustness_views(rep, section) + transfer_views(rep, section)
-                     + platform_views(rep, section) + correlation_views(rep, section)
+                     + platform_views(rep, section) + scaling_views(rep, section)
+                     + correlation_views(rep, section)
                      + fair_views(rep, section)):
             lines += [f"### {md_text(view.title)}", "", _md_row(view.columns),
                       "|" + "|".join("---:" if i in view.numeric else "---"

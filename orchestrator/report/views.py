@@ -283,6 +283,49 @@ def platform_views(rep: paper.Report, section: paper.Section) -> list[View]:
     return views
 
 
+def scaling_views(rep: paper.Report, section: paper.Section) -> list[View]:
+    """A section's jobs trained over several workers (``docs/distributed.md``) beside the
+    one-worker jobs of the same settings and CPUs, strong scaling (the global batch the same):
+    per worker count the median training time over the ok runs, images per second in all
+    and per worker, the speed-up over one worker and its efficiency (speed-up over workers),
+    the slowest worker's time over the fastest's, the accuracy.  None where no row of the
+    section has several workers."""
+    rows = rep.rows[(rep.rows["section"] == section.index) & (rep.rows["status"] == "ok")]
+    if "workers_n" not in rows or not (rows["workers_n"] > 1).any():
+        return []
+    keys = ["framework", "dataset", "profile", "device", "settings_base", "threads"]
+    cells = []
+    for key, part in rows.groupby(keys, sort=True, dropna=False):
+        if not (part["workers_n"] > 1).any():
+            continue
+        medians = part.groupby("workers_n")["train_time_s"].median()
+        alone = medians.get(1)
+        for n, runs in part.groupby("workers_n", sort=True):
+            n = int(n)
+            time, rate = runs["train_time_s"].median(), runs["train_images_per_s"].median()
+            speedup = alone / time if alone and time else None
+            spread = [max(t) / min(t) for t in runs.get("worker_train_time_s", pd.Series(dtype=object))
+                      if t is not None and len(t) and min(t) > 0]
+            cells.append([key[0], key[1], key[2], rounded(key[4]), str(n), str(len(runs)),
+                          _seconds(time), _rate(rate), _rate(rate / n) if rate == rate else "-",
+                          f"{speedup:.2f}" if speedup else "-",
+                          f"{speedup / n:.2f}" if speedup else "-",
+                          f"{max(spread):.2f}" if spread else "-", _median_pct(runs["accuracy"])])
+    if not cells:
+        return []
+    title = ("Distributed training, strong scaling: each job trained data-parallel over its workers "
+             "(the global batch the same), beside one worker with the same settings and CPUs; median "
+             "over the ok runs of the training time, images per second in all and per worker, the "
+             "speed-up over one worker and its efficiency (speed-up / workers), the slowest worker's "
+             "training time over the fastest's, the accuracy")
+    columns = ["framework", "data", "profile", "settings", "workers", "runs", "train s", "img/s",
+               "img/s/worker", "speed-up", "efficiency", "slowest/fastest", "acc %"]
+    keys = ["framework", "data", "profile", "settings", "workers", "runs", "train", "rate", "rate_worker",
+            "speedup", "efficiency", "spread", "accuracy"]
+    return [View(title, columns, cells, numeric=set(range(4, len(columns))), wrap={3}, keys=keys,
+                 drop=["settings", "spread", "rate_worker", "runs", "profile"])]
+
+
 def platform_records(rep: paper.Report) -> list[dict]:
     """Every platform row of the report's ok runs, with its run's group, data set and the
     framework's own accuracy, for the JSON report."""
