@@ -8,7 +8,7 @@ container is (``docker.container_options``), but for what makes it one of N
 - a network: an internal bridge network of the job's own (no route out, no other
   container on it; labelled as every container, and removed with them), instead of none;
   worker 0 listens on it at ``PORT`` under its container's name;
-- its rank and worker 0's address in its environment;
+- its rank, worker 0's address and every worker's in its environment;
 - its share of the job's CPUs: the job's CPU set split evenly where it has a CPU for each
   worker (shared where not), ``--cpus`` divided, the threads divided
   (``contract.worker_threads``), and its share of the memory limit.
@@ -63,7 +63,9 @@ def worker_options(base: dict, job, rank: int, network: str, leader: str) -> dic
     environment = dict(base["environment"])
     environment.update(contract.thread_environment(contract.worker_threads(job.threads, size),
                                                    job.hyperparameters))
-    environment.update({contract.WORKER_RANK: str(rank), contract.WORKER_ADDRESS: f"{leader}:{PORT}"})
+    environment.update({contract.WORKER_RANK: str(rank), contract.WORKER_ADDRESS: f"{leader}:{PORT}",
+                        contract.WORKER_HOSTS: ",".join(f"{worker_name(*_ids(base), r)}:{PORT}"
+                                                        for r in range(size))})
     options["environment"] = environment
     if job.cpus:
         cpus = job.cpu_list

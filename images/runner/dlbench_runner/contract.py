@@ -45,6 +45,7 @@ SCHEMA_VERSION = 7
 WORKER_RANK = "DLBENCH_WORKER_RANK"
 WORKER_ADDRESS = "DLBENCH_WORKER_ADDRESS"
 WORKER_TIMEOUT = "DLBENCH_WORKER_TIMEOUT_S"
+WORKER_HOSTS = "DLBENCH_WORKER_HOSTS"
 
 # One machine-readable line on stdout per event, at the start of a fresh line.
 EVENT_TAG = ":::DLBENCH "
@@ -145,7 +146,7 @@ __all__ = ["SCHEMA_VERSION", "EVENT_TAG", "THREAD_VARIABLES", "PROFILES", "PAPER
            "formats", "cpu_model", "DEVICES", "device_of", "gpu_index", "ROBUSTNESS", "PGD_STEPS", "TEST_IMAGES", "epsilons",
            "MIGRATION", "MAX_MODEL_BYTES", "AFTER_TRAINING", "LATER_SETTINGS", "OPENMP", "FAIR_PROFILE", "FAIR", "FAIR_MODELS", "FAIR_WEIGHTS_FILE",
            "model_name", "fair_hyperparameters", "thread_environment", "worker_threads",
-           "WORKER_RANK", "WORKER_ADDRESS", "WORKER_TIMEOUT",
+           "WORKER_RANK", "WORKER_ADDRESS", "WORKER_TIMEOUT", "WORKER_HOSTS",
            "openmp_threads", "TRANSFER_FILE", "MAX_TRANSFER_BYTES", "IMAGE_SHAPES"]
 
 

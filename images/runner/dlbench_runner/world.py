@@ -9,6 +9,8 @@ environment, as it alone knows where the workers run:
     DLBENCH_WORKER_RANK      0 .. N-1; worker 0 tests, checks and writes the result
     DLBENCH_WORKER_ADDRESS   HOST:PORT where worker 0 listens for the others
     DLBENCH_WORKER_TIMEOUT_S how long a worker waits for the others (default 120)
+    DLBENCH_WORKER_HOSTS     HOST:PORT of every worker, in rank order, comma-separated, for
+                             an engine in which every worker listens (TensorFlow's)
 
 The sharing is the same for every framework: of each global batch of B images (the
 model's batch, the step a single worker takes), worker r takes the images r, r + N,
@@ -19,7 +21,8 @@ mean loss, as one worker computes it, also where B is not a multiple of N.
 
 import os
 
-from .contract import WORKER_ADDRESS as ADDRESS, WORKER_RANK as RANK, WORKER_TIMEOUT as TIMEOUT
+from .contract import (WORKER_ADDRESS as ADDRESS, WORKER_HOSTS as HOSTS, WORKER_RANK as RANK,
+                       WORKER_TIMEOUT as TIMEOUT)
 DEFAULT_TIMEOUT_S = 120.0
 
 
@@ -30,9 +33,10 @@ class WorldError(ValueError):
 class World:
     """This worker among ``size``: its ``rank``, where worker 0 listens (``host``, ``port``)."""
 
-    def __init__(self, size, rank, host, port, timeout_s=DEFAULT_TIMEOUT_S):
+    def __init__(self, size, rank, host, port, timeout_s=DEFAULT_TIMEOUT_S, hosts=None):
         self.size, self.rank, self.host, self.port = size, rank, host, port
         self.timeout_s = timeout_s
+        self.hosts = hosts          # every worker's HOST:PORT, in rank order, where given
 
     @property
     def leader(self):
@@ -66,10 +70,13 @@ def from_spec(spec, environ=os.environ):
         host, _, port = environ[ADDRESS].rpartition(":")
         port = int(port)
         timeout = float(environ.get(TIMEOUT) or DEFAULT_TIMEOUT_S)
+        hosts = environ[HOSTS].split(",") if environ.get(HOSTS) else None
     except (KeyError, ValueError):
         raise WorldError("a job of %d workers needs %s (0..%d) and %s (HOST:PORT) in its "
                          "environment" % (size, RANK, size - 1, ADDRESS))
+    if hosts is not None and len(hosts) != size:
+        raise WorldError("%s names %d workers, not %d" % (HOSTS, len(hosts), size))
     if not 0 <= rank < size or not host or not 0 < port < 65536 or not timeout > 0:
         raise WorldError("%s=%s, %s=%s: not a worker of %d" % (RANK, environ.get(RANK), ADDRESS,
                                                                environ.get(ADDRESS), size))
-    return World(size, rank, host, port, timeout)
+    return World(size, rank, host, port, timeout, hosts)
