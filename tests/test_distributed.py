@@ -66,14 +66,23 @@ def test_workers_sweep_and_one_worker_is_the_plain_job():
 
 
 def test_frameworks_without_an_engine_and_batches_too_small_are_unsupported_at_planning():
-    jobs = planned("--frameworks", "caffe,torch,theano,pytorch", "--profile", "quick", "--workers", "2")
+    jobs = planned("--frameworks", "caffe,torch,theano,mxnet,pytorch,tensorflow", "--profile", "quick",
+                   "--workers", "2")
     why = {(j["framework"], j["dataset"]): j["unsupported"] for j in jobs}
     assert why["caffe", "mnist"].startswith("caffe trains on one worker only: Caffe 1.0 has no engine")
     assert why["torch", "mnist"].startswith("torch trains on one worker only")
     assert why["theano", "cifar10"].startswith("theano trains on one worker only")
-    assert why["pytorch", "mnist"] is None
+    assert why["mxnet", "mnist"].startswith("mxnet trains on one worker only: dlbench does not run")
+    assert why["pytorch", "mnist"] is None is why["tensorflow", "mnist"] is why["tensorflow", "cifar10"]
     assert why["pytorch", "cifar10"] == ("pytorch/cifar10: a batch of 1 cannot be split over 2 workers "
                                          "(--set batch_size=N, N at least 2)")
+
+
+def test_tensorflows_fair_network_trains_on_one_worker_only():
+    jobs = planned("--frameworks", "tensorflow", "--datasets", "mnist", "--profile", "fair,quick", "--workers", "2")
+    why = {j["profile"]: j["unsupported"] for j in jobs}
+    assert why == {"fair": "tensorflow's fair network trains on one worker only (its fair.py shares no batch)",
+                   "quick": None}
 
 
 @pytest.mark.parametrize("given", ["0", "two", "1.5", "-2"])
@@ -217,3 +226,21 @@ def test_a_killed_worker_ends_the_job_as_failed_naming_it_and_leaves_nothing(bui
     labelled = {"label": f"org.dlbench.results={results.resolve()}"}
     assert client.containers.list(all=True, filters=labelled) == []
     assert client.networks.list(filters=labelled) == []
+
+
+@pytest.mark.docker
+def test_tensorflow_trains_over_two_workers_with_its_strategy(build_image, data_root, tmp_path):
+    """TensorFlow's MNIST model (the deep MNIST tutorial's, 100 steps) at 1 and 2 workers:
+    MultiWorkerMirroredStrategy's all-reduce over gRPC, 25 images a worker of each 50."""
+    build_image("tensorflow")
+    dlbench("run", "--frameworks", "tensorflow", "--datasets", "mnist", "--profile", "quick",
+            "--workers", "1,2", "--set", "max_steps=100", "--set", "robust_images=0",
+            "--results", tmp_path, "--data-dir", data_root, check=True)
+    rows = {1 if pd.isna(r.workers) else int(r.workers): r for r in pd.read_parquet(tmp_path / "runs").itertuples()}
+    one, two = rows[1], rows[2]
+    assert one.status == two.status == "ok", (one.error, two.error)
+    assert (two.dist_engine, two.dist_backend, two.worker_batch_size) == ("MultiWorkerMirroredStrategy", "gRPC ring", 25)
+    assert len(two.worker_train_time_s) == 2
+    # the model's dropout draws its masks per worker: not one trajectory, the same training
+    assert abs(two.accuracy - one.accuracy) < 0.05 and two.accuracy > 0.5
+    assert two.epoch_loss[0] == pytest.approx(one.epoch_loss[0], rel=0.2)

@@ -609,6 +609,7 @@ class Adapter:
             threads = hp.get(name) or ctx.threads
             if threads:
                 setter(threads)
+        self.strategy = self.join()         # before any op: it starts TensorFlow's server
         self.device = self._device()
         tf.random.set_seed(ctx.seed)
         self.order_rng = np.random.default_rng(ctx.seed)
@@ -645,7 +646,7 @@ class Adapter:
                 self.loss_biased = [tf.Variable(0.0, trainable=False) for _ in self.loss_names]
                 self.loss_updates = tf.Variable(0.0, trainable=False)
             spec = tf.TensorSpec
-            index = spec([hp["batch_size"]], tf.int32)
+            index = spec([self.share], tf.int32)
             self.train_step = tf.function(self._train_step, input_signature=[index])
             self.test_step = tf.function(self._test_step, input_signature=[
                 spec([None] + self.test_x.shape[1:].as_list(), self.test_x.dtype),
@@ -664,6 +665,56 @@ class Adapter:
                 self._cifar_scratch()
         ctx.planned_epochs = hp["max_steps"] * hp["batch_size"] / len(self.train_y)
         self._warm_up()
+
+    # -- several workers (ctx.world): MultiWorkerMirroredStrategy's collectives ----------
+    def join(self):
+        """None alone; in a job of several workers, TensorFlow's MultiWorkerMirroredStrategy
+        over every worker (``TF_CONFIG`` from the worker's place; ring all-reduce over gRPC),
+        this worker's share of each batch (``share``) and its loss's scale.  The model's
+        variables stay the adapter's own: every worker applies the same averaged gradients
+        to the same initial weights (the seed's), so they stay the same."""
+        world, tf, batch = self.ctx.world, self.tf, self.hp["batch_size"]
+        self.share, self.scale = batch, 1.0
+        if world is None:
+            return None
+        if not world.hosts:
+            raise RuntimeError("TensorFlow's workers each listen: the runtime gave no worker list")
+        import json
+        os.environ["TF_CONFIG"] = json.dumps({"cluster": {"worker": world.hosts},
+                                              "task": {"type": "worker", "index": world.rank}})
+        experimental = tf.distribute.experimental
+        options = experimental.CommunicationOptions(
+            implementation=experimental.CommunicationImplementation.RING, timeout_seconds=world.timeout_s)
+        strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
+        self.share, self.scale = len(range(world.rank, batch, world.size)), world.scale(batch)
+        self.engine = {"dist_engine": "MultiWorkerMirroredStrategy", "dist_backend": "gRPC ring"}
+        return strategy
+
+    def all_reduced(self, values, op="MEAN"):
+        """The values averaged (or summed: ``op``) over the workers, by the strategy's
+        all-reduce in its replica context."""
+        tf, strategy = self.tf, self.strategy
+        reduce_op = getattr(tf.distribute.ReduceOp, op)
+
+        def replica(*mine):     # placed on the strategy's device, as its all-reduce needs
+            return tf.distribute.get_replica_context().all_reduce(reduce_op, [tf.identity(v) for v in mine])
+        return [strategy.experimental_local_results(v)[0] for v in strategy.run(replica, args=tuple(values))]
+
+    def _epoch_done(self, epoch, loss_sum, correct, seen):
+        """The epoch's record, over every worker's share."""
+        if self.strategy is not None:
+            total, = self.all_reduced([self.tf.constant([loss_sum, correct, seen], self.tf.float64)], "SUM")
+            loss_sum, correct, seen = (float(v) for v in total.numpy())
+        self.ctx.epoch_done(epoch, loss_sum / seen, correct / seen, samples=int(seen))
+
+    def gather(self, value):
+        tf, world = self.tf, self.ctx.world
+        mine = tf.one_hot(world.rank, world.size, dtype=tf.float64) * float(value)
+        every, = self.all_reduced([mine], "SUM")
+        return [float(v) for v in every.numpy()]
+
+    def leave(self):
+        self.strategy = None        # the test and the checks run on worker 0 alone
 
     def _cifar_scratch(self):
         """cifar10_train.py's train_dir (event file, the default saver's
@@ -853,7 +904,10 @@ class Adapter:
             loss = cross_entropy
             for var, wd in model.weight_decay:
                 loss = loss + wd * tf.nn.l2_loss(var)
-        grads = tape.gradient(loss, model.variables)
+            scaled = loss if self.strategy is None else loss * self.scale
+        grads = tape.gradient(scaled, model.variables)
+        if self.strategy is not None:       # the workers' scaled gradients, averaged: the batch's
+            grads = self.all_reduced(grads)
         if self.loss_biased is not None:
             losses = [wd * tf.nn.l2_loss(var) for _, var, wd in model.loss_terms]
             losses += [cross_entropy, loss]
@@ -978,7 +1032,7 @@ class Adapter:
         with tf.device(self.device):
             state = self._state()
             saved = [np.array(v.numpy(), copy=True) for v in state]
-            index = tf.constant(np.arange(self.hp["batch_size"], dtype=np.int32))
+            index = tf.constant(np.arange(self.share, dtype=np.int32))
             self.train_step(index)
             if self.train_step_taps is not None:
                 _, _, taps = self.train_step_taps(index)
@@ -1015,10 +1069,13 @@ class Adapter:
                     start = step * batch
                     # A step belongs to the epoch in which its batch starts.
                     if start // n + 1 != epoch:
-                        ctx.epoch_done(epoch, loss_sum / seen, correct / seen, samples=seen)
+                        self._epoch_done(epoch, loss_sum, correct, seen)
                         epoch, loss_sum, correct, seen = start // n + 1, 0.0, 0, 0
                         ctx.epoch_start()
-                    index = tf.constant(stream.next().astype(np.int32))
+                    index = stream.next().astype(np.int32)
+                    if ctx.world is not None:       # this worker's share of the batch
+                        index = ctx.world.shard(index)
+                    index = tf.constant(index)
                     session.before_step(step, index)
                     taps = None
                     if session.wants_taps(step):
@@ -1026,14 +1083,14 @@ class Adapter:
                     else:
                         loss, right = self.train_step(index)
                     loss = float(loss)          # waits for the step
-                    loss_sum += loss * batch
+                    loss_sum += loss * self.share
                     correct += int(right)
-                    seen += batch
+                    seen += self.share
                     ctx.progress(epoch, (start % n) / n, loss, step=step + 1)
                     session.after_step(step, loss, taps)
                 session.end()
             if seen:
-                ctx.epoch_done(epoch, loss_sum / seen, correct / seen, samples=seen)
+                self._epoch_done(epoch, loss_sum, correct, seen)
             if self.evaluation is not None:
                 with tf.device(self.device), self.outside():
                     self.evaluation.run()
@@ -1179,6 +1236,7 @@ class Adapter:
                                           else self.session.paper_test_time_s)
         return {
             **paper,
+            **getattr(self, "engine", {}),
             "framework_version": tf.__version__,
             # trainable variables, as tf.trainable_variables() counts them (no
             # moving averages, no optimizer slots)

@@ -726,7 +726,8 @@ def plan_view(jobs, seconds) -> View:
     for n, job in enumerate(jobs, 1):
         changed = [f"{k}={v}" for k, v in job.overrides.items()]
         changed += [f"{k}={v}" for k, v in (("settings_from", job.settings_from), ("blas", job.blas),
-                                             ("onednn", job.onednn), ("cpus", job.cpus),
+                                             ("onednn", job.onednn), ("workers", job.workers),
+                                             ("cpus", job.cpus),
                                              ("gpu", job.gpu)) if v is not None]
         took = None if job.unsupported else seconds(job)
         rows.append([str(n), job.framework, job.dataset, job.model, job.profile, job.device,
