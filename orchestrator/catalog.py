@@ -341,9 +341,6 @@ def job_unsupported(framework: str, dataset: str, variant: str, gpu: int | None,
         refused = check_setting(framework, axis, value, variant)
         if refused is not None:
             return refused.why
-    if (found is None and profile == contract.FAIR_PROFILE and dict(settings).get("workers")
-            and distributed(framework).get("fair") is False):
-        return f"{framework}'s fair network trains on one worker only (its fair.py shares no batch)"
     return found
 
 

@@ -78,13 +78,6 @@ def test_frameworks_without_an_engine_and_batches_too_small_are_unsupported_at_p
                                          "(--set batch_size=N, N at least 2)")
 
 
-def test_tensorflows_fair_network_trains_on_one_worker_only():
-    jobs = planned("--frameworks", "tensorflow", "--datasets", "mnist", "--profile", "fair,quick", "--workers", "2")
-    why = {j["profile"]: j["unsupported"] for j in jobs}
-    assert why == {"fair": "tensorflow's fair network trains on one worker only (its fair.py shares no batch)",
-                   "quick": None}
-
-
 @pytest.mark.parametrize("given", ["0", "two", "1.5", "-2"])
 def test_a_bad_worker_count_is_a_one_line_usage_error(given):
     proc = dlbench("run", "--dry-run", "--frameworks", "pytorch", "--workers", given)
@@ -184,19 +177,8 @@ def test_two_workers_follow_the_one_worker_trajectory_within_the_fair_tolerance(
     """Under the fair profile, 2 workers with the global batch of 64 (32 each) take the steps
     one worker takes: their losses are within the NumPy reference's float32 tolerance of it,
     as the one worker's are, and within it of the one worker's."""
-    from orchestrator import store
-    rows, results = runs
-    steps = store.load_steps(results)
-    curves = {}
-    for n in (1, 2):
-        row = rows["fair", n]
-        assert row.status == "ok", row.error
-        curves[n] = steps[steps["run_id"] == row.run_id].sort_values("step")["loss"].to_numpy()
-        reference, held = fair.reference_check(row, fair.TIE_RULES["pytorch"], data_root, steps=len(curves[n]))
-        difference = np.max(np.abs(curves[n][:held] - reference[:held]) / np.abs(reference[:held]))
-        assert difference <= fair.REFERENCE_TOLERANCE["mnist"], (n, difference)
-    assert len(curves[2]) == 20
-    assert np.max(np.abs(curves[2] - curves[1]) / curves[1]) <= fair.REFERENCE_TOLERANCE["mnist"]
+    _, results = runs
+    assert_follows_the_reference(results, "pytorch", data_root)
 
 
 @pytest.mark.docker
@@ -244,3 +226,27 @@ def test_tensorflow_trains_over_two_workers_with_its_strategy(build_image, data_
     # the model's dropout draws its masks per worker: not one trajectory, the same training
     assert abs(two.accuracy - one.accuracy) < 0.05 and two.accuracy > 0.5
     assert two.epoch_loss[0] == pytest.approx(one.epoch_loss[0], rel=0.2)
+    # its fair network: the one-worker steps, within the reference's tolerance
+    fair_results = tmp_path / "fair"
+    dlbench("run", "--frameworks", "tensorflow", "--datasets", "mnist", "--profile", "fair",
+            "--workers", "1,2", "--set", "steps=20", "--set", "op_repeats=0",
+            "--results", fair_results, "--data-dir", data_root, check=True)
+    assert_follows_the_reference(fair_results, "tensorflow", data_root)
+
+
+def assert_follows_the_reference(results, framework, data_root):
+    """The fair rows of ``results`` at 1 and 2 workers: each within the NumPy reference's
+    tolerance, and the two within it of each other."""
+    from orchestrator import store
+    rows = pd.read_parquet(results / "runs")
+    steps = store.load_steps(results)
+    curves = {}
+    for row in rows[rows["profile"] == "fair"].itertuples():
+        assert row.status == "ok", row.error
+        n = 1 if pd.isna(row.workers) else int(row.workers)
+        curves[n] = steps[steps["run_id"] == row.run_id].sort_values("step")["loss"].to_numpy()
+        reference, held = fair.reference_check(row, fair.TIE_RULES[framework], data_root, steps=len(curves[n]))
+        difference = np.max(np.abs(curves[n][:held] - reference[:held]) / np.abs(reference[:held]))
+        assert difference <= fair.REFERENCE_TOLERANCE["mnist"], (n, difference)
+    assert sorted(curves) == [1, 2] and len(curves[2]) == 20
+    assert np.max(np.abs(curves[2] - curves[1]) / curves[1]) <= fair.REFERENCE_TOLERANCE["mnist"]

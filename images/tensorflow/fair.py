@@ -31,6 +31,7 @@ class Fair(Adapter):
             tf.config.threading.set_intra_op_parallelism_threads(ctx.threads)
             tf.config.threading.set_inter_op_parallelism_threads(ctx.threads)
         tf.config.experimental.enable_op_determinism()
+        self.strategy = self.join()         # several workers: before any op
         self.device = self._device()
         self.data = data = ctx.fair_data()
         self.train_x = np.ascontiguousarray(data.train_x.transpose(0, 2, 3, 1))
@@ -51,12 +52,18 @@ class Fair(Adapter):
         tf, data, ctx = self.tf, self.data, self.ctx
         variables, optimizer = self.variables, self.optimizer
 
+        world, sums = ctx.world, []
+
         @tf.function(reduce_retracing=True)
         def step(x, y):
             with tf.GradientTape() as tape:
                 logits = self._logits(x)
                 loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits))
-            optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
+                scaled = loss if self.strategy is None else loss * self.scale
+            grads = tape.gradient(scaled, variables)
+            if self.strategy is not None:   # the workers' scaled gradients, averaged
+                grads = self.all_reduced(grads)
+            optimizer.apply_gradients(zip(grads, variables))
             correct = tf.reduce_sum(tf.cast(tf.equal(tf.argmax(logits, axis=1), y), tf.int32))
             return loss, correct
 
@@ -64,8 +71,18 @@ class Fair(Adapter):
         with tf.device(self.device):
             for index in range(data.steps):
                 chosen = data.order[index]
+                size = len(chosen)
+                if world is not None:       # this worker's share of the batch
+                    chosen = world.shard(chosen)
                 loss, correct = step(tf.constant(self.train_x[chosen]), tf.constant(data.train_y[chosen]))
-                ctx.fair_step(index, float(loss), int(correct))
+                if world is None:
+                    ctx.fair_step(index, float(loss), int(correct))
+                else:       # the batch's mean loss: the workers' sums, added once trained
+                    sums.append([float(loss) * len(chosen) / size, float(correct)])
+        if sums:
+            total, = self.all_reduced([tf.constant(sums, tf.float64)], "SUM")
+            for index, (loss, correct) in enumerate(total.numpy()):
+                ctx.fair_step(index, loss, int(round(correct)))
         ctx.fair_trained(data.steps)
 
     def test(self):
