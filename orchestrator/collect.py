@@ -107,7 +107,7 @@ def collect(job: Job, run_id: str, job_id: str, job_dir: Path, outcome: Outcome,
     fields = _job_fields(job, run_id, job_id, provenance)
     fields.update(status=status, error=error, exit_code=outcome.exit_code,
                   log_tail="\n".join(outcome.log_tail) or None, wall_time_s=outcome.wall_time_s,
-                  builds_alongside=outcome.builds_alongside)
+                  builds_alongside=outcome.builds_alongside, nodes=outcome.nodes)
     if outcome.trace is not None:
         fields.update(dataclasses.asdict(outcome.trace))
     if outcome.host_marks is not None:      # what else the host ran while the job did

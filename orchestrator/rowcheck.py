@@ -48,7 +48,7 @@ ROWS = {
                      "batch_size", "repeat", "threads", "memory_limit_bytes",
                      "gpu_memory_total_bytes", "memory_peak_bytes", "memory_peak_cgroup_bytes",
                      "gpu_memory_peak_bytes", "trace_samples", "builds_alongside", "host_cpus",
-                     "workers", "worker_batch_size"],
+                     "workers", "worker_batch_size", "nodes"],
                     COUNT),
     # an error's figure may be +inf or NaN where the model gave no finite output: a true answer
     **dict.fromkeys(["gradient_error", "migration_max_logit_error", "fair_logit_error"], NOT_NEGATIVE),

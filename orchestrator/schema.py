@@ -105,6 +105,9 @@ metadata.  History of the row schema:
        (worker 0's share of each global batch), ``dist_engine`` and ``dist_backend`` (what
        the framework trained with), ``worker_train_time_s`` (each worker's own training time,
        in rank order).
+    18 ``nodes``: the hosts a job's workers ran on (1 where they shared one; N where a Slurm
+       allocation gave each its node, ``--runtime native``); empty for one process and in
+       every older row.
 Readers refuse rows newer than they know; older ones are upgraded step by step
 by ``store.upgrade``.
 
@@ -161,7 +164,7 @@ import pyarrow as pa
 
 from .checks import row_fields
 
-SCHEMA_VERSION = 17
+SCHEMA_VERSION = 18
 TRACE_SCHEMA_VERSION = 1
 ROBUSTNESS_SCHEMA_VERSION = 2
 # What robustness rows before version 2 attacked along (``upgrade_robustness``).
@@ -200,6 +203,7 @@ class _Job:
     blas: str | None = None            # the BLAS library asked for (None: the image's default)
     onednn: str | None = None          # oneDNN kernels asked on or off (None: the default)
     workers: int | None = None         # trained data-parallel over this many (None: one process)
+    nodes: int | None = None           # the hosts the workers ran on (None: one process)
     batch_size: int | None = None
     learning_rate: float | None = None
     device: str                                # cpu or cuda, as the job spec says (no index)
@@ -354,6 +358,7 @@ ADDED_IN = {
     15: ["overrides"],
     16: ["platforms", "platforms_time_s", "platforms_reason"],
     17: ["workers", "worker_batch_size", "dist_engine", "dist_backend", "worker_train_time_s"],
+    18: ["nodes"],
 }
 # Columns a version renamed, old name -> new name.
 RENAMED_IN = {5: {"script_train_time_s": "paper_train_time_s",

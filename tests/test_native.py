@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -116,3 +117,50 @@ def test_gpu_variants_are_declared_and_refused_where_there_is_no_cuda_build(monk
     assert catalog.variant_unsupported("torch", "gpu") == "torch has no GPU image: no CUDA build"
     proc = dlbench("build-images", "--variant", "tpu")
     assert proc.stderr.strip() == "dlbench: error: --variant 'tpu': choose from cpu, gpu"
+
+
+@training
+def test_native_workers_train_on_this_host_and_a_killed_one_fails_the_job(native_python, data_root, tmp_path):
+    """Two workers as two processes of this host, on the loopback: TensorFlow's strategy over
+    gRPC, the row says 2 workers on 1 node.  A worker killed while the job runs ends it: a
+    failed row naming that worker, and no process of the job left."""
+    common = ["run", "--runtime", "native", "--python", native_python, "--frameworks", "tensorflow",
+              "--datasets", "mnist", "--profile", "quick", "--workers", "2", "--cpus", "2",
+              "--set", "max_steps=60", "--set", "robust_images=0", "--data-dir", data_root]
+    dlbench(*common, "--results", tmp_path / "ok", check=True)
+    row = store.load(tmp_path / "ok").iloc[0]
+    assert row["status"] == "ok", row["error"]
+    assert (row["workers"], row["nodes"], row["dist_engine"]) == (2, 1, "MultiWorkerMirroredStrategy")
+    assert len(row["worker_train_time_s"]) == 2 and row["accuracy"] > 0.5
+    assert json.loads(row["threads_env"])["OMP_NUM_THREADS"] == "1"      # a CPU each
+
+    results = tmp_path / "killed"
+    proc = subprocess.Popen([*map(str, [REPO / ".venv" / "bin" / "dlbench", *common]), "--results", str(results)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def workers(rank: str):
+        found = []
+        for p in psutil.process_iter(["cmdline"]):
+            try:
+                if "dlbench_runner" in " ".join(p.info["cmdline"] or []) and \
+                        str(results.resolve()) in " ".join(p.info["cmdline"] or []) and \
+                        p.environ().get("DLBENCH_WORKER_RANK") == rank:
+                    found.append(p)
+            except psutil.Error:
+                pass
+        return found
+
+    deadline, killed = time.monotonic() + 300, False
+    while not killed and time.monotonic() < deadline and proc.poll() is None:
+        other = workers("1")
+        if other and other[0].cpu_times().user > 5:     # past its imports, into the job
+            other[0].kill()
+            killed = True
+        time.sleep(0.5)
+    _, err = proc.communicate(timeout=300)
+    assert killed, err
+    row = store.load(results).iloc[0]
+    assert row["status"] == "failed" and row["nodes"] == 1
+    assert row["error"].startswith("worker 1 of 2: the process exited with code 137 (SIGKILL); "
+                                   "the others were stopped"), row["error"]
+    assert workers("0") == workers("1") == []

@@ -26,6 +26,10 @@ through this protocol.
                                          # flight (from another thread)
         def close(self)                  # give back what it holds (a lock, a client)
         gpus: list[str] | None           # GPUs a scheduler assigned, that job indices select
+        spans_nodes: bool                # a job's workers can run on several nodes (a Slurm
+                                         # scheduler then gives it one a worker)
+        allocation                       # those nodes (``native_workers.Allocation``), set by
+                                         # the Slurm task that runs the job; None: this host
 
 Docker containers (``docker.py``) and host processes (``native.py``) are the two
 runtimes, found by name in ``RUNTIMES`` (``__init__.py``); the Slurm scheduler
@@ -87,7 +91,7 @@ class Outcome:
     # noise facts (``hostinfo.beside``)
     host_marks: tuple | None = None
     cpu_time_s: float | None = None
-
+    nodes: int | None = None        # a job of workers: the hosts they ran on
 
 def split_lines(chunks, limit: int = MAX_LINE_BYTES):
     """A job's output, as chunks of bytes in (a container's log stream, a process's pipe),
@@ -188,6 +192,8 @@ class Runtime(Protocol):
     name: str
     default_memory: int | None
     gpus: list[str] | None          # the GPUs a scheduler assigned; None: the host's own
+    spans_nodes: bool               # a job's workers can run one a node of an allocation
+    allocation: object | None       # that allocation (``native_workers.Allocation``), or None
 
     def host_facts(self) -> dict: ...
 

@@ -78,6 +78,10 @@ class DockerRuntime:
     builds it as ``build`` (a ``build.BuildOptions``) says."""
 
     name = "docker"
+    # A job's workers are containers of this host's daemon (runtimes/workers.py), on a
+    # network of the job's own: one node.
+    spans_nodes = False
+    allocation = None
 
     def __init__(self, display, build_options: build.BuildOptions | None = None):
         self.client = docker_client()

@@ -19,6 +19,7 @@ resident set (``wait4``'s ru_maxrss).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import os
@@ -37,6 +38,7 @@ from .. import catalog, hostinfo, jobdir
 from ..errors import UsageError
 from ..interrupts import signals_deferred
 from ..plan import Job
+from . import native_workers
 from .traces import summarise
 from .base import Outcome, Running, Target, follow_output, gpu_device, split_lines
 
@@ -111,16 +113,17 @@ def unsupported(target: Target, job: Job) -> str | None:
         return "the native runtime cannot limit memory: run it with --runtime docker or without --memory"
     if job.blas is not None:
         return "the native runtime runs on this host's BLAS: run it with --runtime docker or without --blas"
-    if job.workers:
-        return "the native runtime runs a job as one process: run it with --runtime docker or without --workers"
     return None
 
 
 def run_process(job: Job, python: str, run_id: str, job_id: str, job_dir: Path,
                 dataset_path: Path, display, device: str | None = None,
-                running: Running | None = None, inputs: dict[str, bytes] | None = None) -> Outcome:
+                running: Running | None = None, inputs: dict[str, bytes] | None = None,
+                allocation: native_workers.Allocation | None = None) -> Outcome:
     """Run one job as a child process; what it left behind becomes the row as for a
-    container.  ``running``: where the runtime keeps its running processes, for ``cancel``.
+    container.  ``running``: where the runtime keeps its running processes, for ``cancel``;
+    ``allocation``: the Slurm nodes a job of workers spans (None: its workers run here;
+    ``native_workers`` says how).
 
     Every path the runner is handed is absolute: it starts in out/, so a relative one (the
     default results folder, ``dlbench-results``; a relative ``DLBENCH_FRAMEWORKS_PATH``)
@@ -131,42 +134,58 @@ def run_process(job: Job, python: str, run_id: str, job_id: str, job_dir: Path,
            **({"CUDA_VISIBLE_DEVICES": device} if device is not None else {}),
            "PYTHONPATH": os.pathsep.join([str(runner_dir())] + _absolute_paths(os.environ.get("PYTHONPATH")))}
     cpus = job.cpu_list
-    with log, tempfile.TemporaryDirectory(prefix="dlbench-data-") as data_root:
+    srun = allocation is not None and bool(job.workers)
+    with log, _data_folder(job_dir, srun) as data_root:
         # the runner reads DATA/<data set>, as the container's /data/<data set> mount
         os.symlink(dataset_path.resolve(), Path(data_root) / job.dataset)
+        argv = [python, "-m", "dlbench_runner", "--framework-dir",
+                str(catalog.framework_dir(job.framework).absolute()), "--data", str(data_root),
+                "--spec", str(job_dir / "job.json"), "--out", str(job_dir / jobdir.OUT)]
+        cwd = job_dir / jobdir.OUT
         begun = hostinfo.mark(cpus)     # the host as the job starts: its noise facts
         started = begun.clock
-        process, sampler, watchdog, timed_out = None, None, None, threading.Event()
+        process, group, sampler, watchdog, timed_out = None, None, None, None, threading.Event()
         try:
             with signals_deferred():    # never a started process we do not know of
-                process = subprocess.Popen(
-                    [python, "-m", "dlbench_runner", "--framework-dir",
-                     str(catalog.framework_dir(job.framework).absolute()), "--data", data_root,
-                     "--spec", str(job_dir / "job.json"), "--out", str(job_dir / jobdir.OUT)],
-                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                    env=env, cwd=job_dir / jobdir.OUT, start_new_session=True,
-                    preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None)
+                if not job.workers:
+                    process = _start(argv, stdout=subprocess.PIPE, env=env, cwd=cwd, cpus=cpus)
+                elif srun:
+                    group = native_workers.start_srun(job, argv, env, cwd, job_dir, _start, allocation)
+                else:
+                    group = native_workers.start_local(job, argv, env, cwd, job_dir, _start)
+                if group is not None:
+                    process = group.leader
+            members = group.processes if group is not None else [process]
             if running is not None:
-                running.add(process)
-            sampler = ProcessSampler(process.pid, started, job.gpu).start()
+                for member in members:
+                    running.add(member)
+            if not srun:                # srun's tasks run on other nodes: nothing to sample here
+                sampler = ProcessSampler(process.pid, started, job.gpu).start()
             if job.timeout:
-                watchdog = threading.Timer(job.timeout, _kill_group, (process, timed_out))
+                stop = group.kill if group is not None else functools.partial(_kill_group, process)
+                watchdog = threading.Timer(job.timeout, _time_up, (stop, timed_out))
                 watchdog.start()
             # read in chunks, not lines: a line is as long as the job makes it
             chunks = iter(functools.partial(process.stdout.read1, CHUNK_BYTES), b"")
             tail = follow_output(split_lines(chunks), log, display)
             _, status, usage = os.wait4(process.pid, 0)
             process.returncode = os.waitstatus_to_exitcode(status)
+            if group is not None:       # the other workers end with worker 0, or are stopped
+                group.finish()
             ended = hostinfo.mark(cpus)
             wall = ended.clock - started
         except BaseException:
-            if process is not None:
+            if group is not None:
+                group.kill()
+            elif process is not None:
                 _kill_group(process, threading.Event())
+            if process is not None:
                 process.wait()
             raise
         finally:
             if running is not None and process is not None:
-                running.discard(process)
+                for member in (group.processes if group is not None else [process]):
+                    running.discard(member)
             if watchdog:
                 watchdog.cancel()
             if sampler is not None:
@@ -174,16 +193,51 @@ def run_process(job: Job, python: str, run_id: str, job_id: str, job_dir: Path,
     code = process.returncode
     if code < 0:                      # killed by a signal: report it as a shell (and Docker) does
         code = 128 - code
-    peak = usage.ru_maxrss * 1024     # KiB on Linux
+    peak = None if srun else usage.ru_maxrss * 1024     # KiB on Linux
     # out/'s bounds, checked as the Docker runtime checks them when a job ends (a process
     # is not watched while it runs: it can write anywhere the user can, out/ or not)
-    error = (f"the job ran past its time limit of {job.timeout:g} s" if timed_out.is_set()
-             else jobdir.over_limit(job_dir))
+    if timed_out.is_set():
+        error = f"the job ran past its time limit of {job.timeout:g} s" + \
+            (f" (all {job.workers} workers stopped)" if job.workers else "")
+    else:
+        error = (group.error(tail) if group is not None else None) or jobdir.over_limit(job_dir)
     return Outcome(exit_code=code, wall_time_s=wall, log_tail=tail,
                    timed_out=timed_out.is_set(), error=error,
-                   samples=sampler.samples, trace=sampler.summary(peak), ran_as="process",
-                   # the process and the descendants it waited for
-                   host_marks=(begun, ended), cpu_time_s=usage.ru_utime + usage.ru_stime)
+                   samples=sampler.samples if sampler else [],
+                   trace=sampler.summary(peak) if sampler else None, ran_as="process",
+                   # the process and the descendants it waited for (srun: none of this node's)
+                   host_marks=(begun, ended),
+                   cpu_time_s=None if srun else usage.ru_utime + usage.ru_stime,
+                   nodes=(len(allocation.nodes) if srun else 1) if job.workers else None)
+
+
+def _start(argv: list[str], stdout, env: dict, cwd: Path, cpus: list[int] | None) -> subprocess.Popen:
+    """One process of the job, in a session of its own (killed as a group), on ``cpus``."""
+    return subprocess.Popen(argv, stdout=stdout, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                            env=env, cwd=cwd, start_new_session=True,
+                            preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None)
+
+
+@contextlib.contextmanager
+def _data_folder(job_dir: Path, shared: bool):
+    """Where the data set's link goes: a temporary folder of this host, or, for workers on
+    other nodes, one in the job's folder (on the file system the nodes share)."""
+    if not shared:
+        with tempfile.TemporaryDirectory(prefix="dlbench-data-") as folder:
+            yield Path(folder)
+        return
+    folder = job_dir / "data"
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir()
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _time_up(stop, flag: threading.Event) -> None:
+    flag.set()
+    stop()
 
 
 def _absolute_paths(search_path: str | None) -> list[str]:
@@ -297,10 +351,14 @@ class NativeRuntime:
         return unsupported(target, job)
 
     gpus: list[str] | None = None
+    # A job's workers may span the nodes of a Slurm allocation (``allocation``, set by the
+    # Slurm task that runs it); a container's stay on one host (runtimes/docker.py).
+    spans_nodes = True
+    allocation: native_workers.Allocation | None = None
 
     def run(self, job, target, run_id, job_id, job_dir, dataset_path, display, inputs=None) -> Outcome:
         return run_process(job, self.python, run_id, job_id, job_dir, dataset_path, display,
-                           gpu_device(job, self.gpus), self.running, inputs)
+                           gpu_device(job, self.gpus), self.running, inputs, self.allocation)
 
     def cancel(self) -> None:
         self.running.cancel()

@@ -36,7 +36,7 @@ from .base import Outcome, Running, exited, follow_output, split_lines
 from .containers import OutWatch, kill
 from .traces import Sampler
 
-PORT = 29500
+PORT = 29500         # (the workers of a container job share this host: the row's nodes is 1)
 LEADER_WAIT_S = 60.0        # how long the others may run on once worker 0 has ended
 
 
@@ -178,7 +178,7 @@ def run_workers(client, job, base: dict, job_dir: Path, display, running: Runnin
         return Outcome(exit_code=state.get("StatusCode"), wall_time_s=wall, log_tail=tail,
                        oom_killed=oom, timed_out=timed_out.is_set(), error=error,
                        samples=sampler.samples, trace=sampler.summary(), host_marks=(begun, ended_at),
-                       cpu_time_s=sampler.cpu_seconds())
+                       cpu_time_s=sampler.cpu_seconds(), nodes=1)
     finally:
         if watchdog is not None:
             watchdog.cancel()
