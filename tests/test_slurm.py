@@ -346,3 +346,63 @@ def test_a_tune_study_runs_each_round_of_trials_as_one_array(cluster, data_root,
     trials = optuna.load_study(study_name=study, storage=url).trials
     assert sorted(t.user_attrs["run_id"] for t in trials) == sorted(frame.run_id)
     assert not (results / "tune").exists()          # the database holds the study, not a journal
+
+
+@pytest.mark.training
+def test_native_workers_span_the_nodes_of_a_task_and_a_killed_one_fails_it(cluster, data_root, tmp_path):
+    """--runtime native --workers 2: the job's task holds both nodes (an array of its own),
+    srun starts a worker on each at the node's address, TensorFlow's strategy all-reduces
+    between them; the row says 2 workers on 2 nodes.  Then a worker killed on the second
+    node while the job runs: srun stops the other, the row is failed and names the worker
+    and its node, and no process of the job is left on either."""
+    import psutil
+
+    python = REPO / ".venv-native" / "tensorflow" / "bin" / "python"
+    if not python.exists():
+        subprocess.run([str(REPO / "scripts" / "native-env"), "tensorflow"], check=True)
+    args = ["run", "--scheduler", "slurm", "--runtime", "native", "--python", python,
+            "--frameworks", "tensorflow", "--datasets", "mnist", "--profile", "quick",
+            "--workers", "2", "--cpus", "2", "--set", "max_steps=60", "--set", "robust_images=0",
+            "--data-dir", data_root]
+    ok = tmp_path / "ok"
+    proc = dlbench(*args, "--name", _campaign(), "--results", ok, env=cluster.env, check=True)
+    assert "as Slurm array" in proc.stderr and "each on 2 nodes" in proc.stderr, proc.stderr
+    row = _rows(ok).iloc[0]
+    assert row.status == "ok", row.error
+    assert (row.workers, row.nodes, row.dist_engine) == (2, 2, "MultiWorkerMirroredStrategy")
+    assert row.runtime == "native" and row.node in NODES and len(row.worker_train_time_s) == 2
+    assert row.accuracy > 0.5
+
+    def workers(results, rank):
+        found = []
+        for p in psutil.process_iter(["cmdline"]):
+            try:
+                if "dlbench_runner" in " ".join(p.info["cmdline"] or []) and \
+                        str(results.resolve()) in " ".join(p.info["cmdline"] or []) and \
+                        p.environ().get("DLBENCH_WORKER_RANK") == rank:
+                    found.append(p)
+            except psutil.Error:
+                pass
+        return found
+
+    killed = tmp_path / "killed"
+    follower = subprocess.Popen([os.sys.executable, "-m", "orchestrator", *map(str, args), "--name",
+                                 _campaign(), "--results", str(killed)],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env={**os.environ, **cluster.env})
+    try:
+        other = _wait(lambda: [p for p in workers(killed, "1") if p.cpu_times().user > 5],
+                      "worker 1 to train", timeout=300, every=0.5)[0]
+        node = other.environ().get("SLURMD_NODENAME")
+        other.kill()
+        _, err = follower.communicate(timeout=300)
+    finally:
+        if follower.poll() is None:
+            follower.kill()
+    assert follower.returncode == 3, err
+    row = _rows(killed).iloc[0]
+    assert row.status == "failed" and row.nodes == 2
+    assert row.error.startswith(f"worker 1 of 2 (on {node}): "), row.error
+    assert "srun stopped the others" in row.error
+    assert workers(killed, "0") == workers(killed, "1") == []
+    assert cluster.queue() == []

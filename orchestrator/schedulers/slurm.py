@@ -1,4 +1,5 @@
-"""Campaigns on a Slurm cluster: one job array, one array task per job.
+"""Campaigns on a Slurm cluster: one job array, one array task per job (one array for each
+count of nodes the jobs need).
 
 ``submit`` checks what can be checked before anything is submitted (the Slurm
 commands, the results directory, the job options through ``sbatch --test-only``),
@@ -10,6 +11,11 @@ the runtime loads the target there (``Runtime.load``: an image from its saved fi
 the node's Docker lacks it, checked by image id; a host Python checked on the node),
 then the very same ``run_plan`` runs the one job, as a local run does, and its row
 records the node and the Slurm ids.
+
+A job of N workers on a runtime whose workers can span nodes (``Runtime.spans_nodes``:
+the native runtime) needs N nodes: such jobs go in an array of their own, each task
+holding N nodes (``--nodes=N --ntasks-per-node=1``), and the task starts a worker on each
+(``runtimes/native_workers.py``).  A container job's workers stay on the task's node.
 
 The results directory must be on a file system the nodes share: the plan, the
 saved images, the rows, traces and job directories all live there.
@@ -43,7 +49,7 @@ from ..errors import DlbenchError
 from ..plan import Job, Plan
 from ..prepare import prepare, resolve
 from ..run import run_plan
-from ..runtimes import Runtime, Target, make
+from ..runtimes import Runtime, Target, make, native_workers
 from .base import Executed
 
 SLURM_DIR = "_slurm"
@@ -97,6 +103,7 @@ class ArrayFile(BaseModel):
     data_dir: str | None = None
     runtime: str = "docker"
     python: str | None = None
+    nodes: int = 1                      # each task's nodes: a worker on each (see the module)
     array_id: str | None = None         # set once submitted
     submitted_at: dt.datetime | None = None
 
@@ -161,16 +168,24 @@ def check_results(results: Path) -> None:
                          "share") from None
 
 
-def sbatch_args(tasks: list[Task], options: SlurmOptions, results: Path, name: str) -> list[str]:
+def nodes_needed(job: Job, runtime: Runtime) -> int:
+    """The nodes a task of ``job`` holds: one a worker where the runtime spreads them."""
+    return job.workers if job.workers and getattr(runtime, "spans_nodes", False) else 1
+
+
+def sbatch_args(tasks: list[Task], options: SlurmOptions, results: Path, name: str,
+                nodes: int = 1) -> list[str]:
     jobs = [t.job for t in tasks]
     args = ["sbatch", "--parsable", f"--array=0-{len(tasks) - 1}", f"--job-name={name}",
             f"--output={_dir(results).resolve()}/logs/%A_%a.out", "--open-mode=append",
             f"--chdir={results.resolve()}"]
+    if nodes > 1:                                    # a worker on each (one task a node)
+        args += [f"--nodes={nodes}", "--ntasks-per-node=1"]
     cpus = {j.cpus for j in jobs}
     if cpus == {None}:
         args.append("--exclusive")                   # one job per node, nothing else on it
-    else:
-        args.append(f"--cpus-per-task={max(c or 1 for c in cpus)}")
+    else:                                            # a job's CPUs, split among its nodes
+        args.append(f"--cpus-per-task={max(math.ceil((c or 1) / nodes) for c in cpus)}")
     if any(j.gpu is not None for j in jobs):
         args.append("--gres=gpu:1")
     timeouts = [j.timeout for j in jobs]
@@ -250,10 +265,11 @@ def _indices(text: str) -> list[int]:
 
 # -- submitting ------------------------------------------------------------------------------
 def submit(plan: Plan, results: Path, options: SlurmOptions, runtime: Runtime, data_dir=None,
-           display=None, resume: bool = False) -> tuple[str | None, ArrayFile | None]:
-    """Submit the plan as one job array; returns (array id, its file), or (None, None)
-    when nothing is left to run.  ``runtime``: the runtime the caller made, whose targets
-    (images, or a host Python) the tasks run."""
+           display=None, resume: bool = False) -> list[ArrayFile]:
+    """Submit the plan as job arrays, one for each count of nodes its jobs need (one array
+    where none spans nodes); returns their files, submitted, or [] when nothing is left
+    to run.  ``runtime``: the runtime the caller made, whose targets (images, or a host
+    Python) the tasks run."""
     from ..display import NullDisplay
 
     display = display or NullDisplay()
@@ -272,14 +288,17 @@ def submit(plan: Plan, results: Path, options: SlurmOptions, runtime: Runtime, d
     submission = uuid.uuid4().hex[:12]
     name = f"dlbench-{plan.campaign or 'run'}"
     (_dir(results) / "logs").mkdir(parents=True, exist_ok=True)
-    if plan.jobs:    # the partition, account, qos and options, checked by Slurm; nothing submitted
-        probe = [Task(job=j, job_id="0" * 16) for j in plan.jobs]
-        _command(sbatch_args(probe, options, results, name) + ["--test-only", "--wrap=true"],
-                 "sbatch", check=True)
+    by_nodes: dict[int, list[Job]] = {}
+    for job in plan.jobs:
+        by_nodes.setdefault(nodes_needed(job, runtime), []).append(job)
+    for nodes, jobs in sorted(by_nodes.items()):    # the partition, account, qos, options and
+        probe = [Task(job=j, job_id="0" * 16) for j in jobs]        # nodes, checked by Slurm;
+        _command(sbatch_args(probe, options, results, name, nodes)  # nothing submitted
+                 + ["--test-only", "--wrap=true"], "sbatch", check=True)
     targets = resolve(plan, runtime)        # every image before the array is submitted
     todo = ready.todo(plan.jobs, targets, display)
     if not todo:
-        return None, None
+        return []
     images = {f"{fw}:{variant}": Image(tag=target.name, id=target.id, reason=target.reason)
               for (fw, variant), target in targets.items()}
     for (fw, variant), target in targets.items():       # each target a task runs, for the nodes
@@ -287,24 +306,30 @@ def submit(plan: Plan, results: Path, options: SlurmOptions, runtime: Runtime, d
             archive = runtime.export(target, _dir(results) / "images", display.say)
             if archive is not None:
                 images[f"{fw}:{variant}"].archive = str(archive.relative_to(results))
-    tasks = [Task(job=job, job_id=job_id) for job, job_id in todo]
-    array = ArrayFile(submission=submission, campaign=plan.campaign, tasks=tasks, images=images,
-                      data_dir=str(Path(data_dir).resolve()) if data_dir else None,
-                      runtime=runtime.name, python=getattr(runtime, "python", None))
-    plan_file = _dir(results) / "plans" / f"{submission}.json"
-    _write_json(plan_file, array.model_dump_json(indent=1))
-    args = sbatch_args(tasks, options, results, name)
-    try:
-        done = subprocess.run(args, input=_script(plan_file, results), capture_output=True,
-                              text=True, timeout=120)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise SlurmError(f"sbatch: {exc}") from None
-    if done.returncode != 0:
-        raise SlurmError(f"sbatch: {_slurm_message(done)}")
-    array.array_id = done.stdout.strip().split(";")[0]
-    array.submitted_at = dt.datetime.now(dt.timezone.utc)
-    _write_json(array_path(results, array.array_id), array.model_dump_json(indent=1))
-    return array.array_id, array
+    groups: dict[int, list[Task]] = {}
+    for job, job_id in todo:
+        groups.setdefault(nodes_needed(job, runtime), []).append(Task(job=job, job_id=job_id))
+    submitted = []
+    for nodes, tasks in sorted(groups.items()):
+        array = ArrayFile(submission=submission, campaign=plan.campaign, tasks=tasks, images=images,
+                          data_dir=str(Path(data_dir).resolve()) if data_dir else None,
+                          runtime=runtime.name, python=getattr(runtime, "python", None), nodes=nodes)
+        suffix = "" if nodes == 1 else f"-{nodes}-nodes"
+        plan_file = _dir(results) / "plans" / f"{submission}{suffix}.json"
+        _write_json(plan_file, array.model_dump_json(indent=1))
+        args = sbatch_args(tasks, options, results, name, nodes)
+        try:
+            done = subprocess.run(args, input=_script(plan_file, results), capture_output=True,
+                                  text=True, timeout=120)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise SlurmError(f"sbatch: {exc}") from None
+        if done.returncode != 0:
+            raise SlurmError(f"sbatch: {_slurm_message(done)}")
+        array.array_id = done.stdout.strip().split(";")[0]
+        array.submitted_at = dt.datetime.now(dt.timezone.utc)
+        _write_json(array_path(results, array.array_id), array.model_dump_json(indent=1))
+        submitted.append(array)
+    return submitted
 
 
 # -- a task, on its node ---------------------------------------------------------------------
@@ -333,6 +358,8 @@ def run_task(plan_file: Path, index: int, results: Path, display=None) -> list:
              "started_at": dt.datetime.now(dt.timezone.utc).isoformat()}))
     task = array.tasks[index]
     runtime = make(array.runtime, array.python, display or _Quiet())
+    if array.nodes > 1:             # the task's nodes, a worker on each
+        runtime.allocation = native_workers.Allocation.from_environment()
     if os.environ.get("SLURM_JOB_GPUS"):        # a GPU job: the GPU Slurm gave it, not GPU N
         runtime.gpus = os.environ["SLURM_JOB_GPUS"].split(",")
     # The node runs this one job: its CPUs are the ones Slurm gave the task, never a
@@ -487,19 +514,26 @@ def status(results: Path) -> list[dict]:
 
 def run_array(plan: Plan, results: Path, options: SlurmOptions, runtime: Runtime, detach: bool,
               say, display, **kwargs) -> tuple[str | None, list | None]:
-    """``dlbench run --scheduler slurm``: submit the plan as one job array, then follow it
-    until it ends and store a row for every task Slurm ended without one; returns
-    (the array id, its rows), the rows None when detached, (None, None) when nothing is
-    left to run."""
-    array_id, array = submit(plan, results, options, runtime, display=display, **kwargs)
-    if array_id is None:
+    """``dlbench run --scheduler slurm``: submit the plan as job arrays, then follow them
+    until they end and store a row for every task Slurm ended without one; returns (the
+    array ids, comma-separated, and their rows), the rows None when detached, (None, None)
+    when nothing is left to run."""
+    submitted = submit(plan, results, options, runtime, display=display, **kwargs)
+    if not submitted:
         return None, None
-    say(f"submitted {len(array.tasks)} job(s) as Slurm array {array_id}; results in {results}")
+    for array in submitted:
+        nodes = "" if array.nodes == 1 else f", each on {array.nodes} nodes"
+        say(f"submitted {len(array.tasks)} job(s) as Slurm array {array.array_id}{nodes}; "
+            f"results in {results}")
+    ids = ",".join(array.array_id for array in submitted)
     if detach:
-        return array_id, None
-    follow(results, array, say)
-    reconcile(results, array)
-    return array_id, list(rows_of(results, array_id).itertuples())
+        return ids, None
+    records = []
+    for array in submitted:
+        follow(results, array, say)
+        reconcile(results, array)
+        records += list(rows_of(results, array.array_id).itertuples())
+    return ids, records
 
 
 class SlurmScheduler:
