@@ -295,6 +295,14 @@ def sources(framework: str, variant: str = "cpu") -> list[str]:
     return info.get("sources", []) + info.get("variants", {}).get(variant, {}).get("sources", [])
 
 
+def compiles(framework: str, variant: str = "cpu") -> bool:
+    """Whether building the image compiles code (a framework's pinned source archives, a
+    tool image's crates: its image.json's ``compiles`` says what), not only installs it."""
+    if framework in TOOLS:
+        return bool(tool_info(framework).get("compiles"))
+    return bool(sources(framework, variant))
+
+
 def dockerfile(framework: str, variant: str) -> Path:
     name = "Dockerfile" if variant == "cpu" else f"Dockerfile.{variant}"
     return framework_dir(framework) / name

@@ -156,10 +156,17 @@ def test_a_job_counts_the_builds_running_as_it_starts_and_those_begun_after():
     assert activity.since(activity.mark()) == 0
 
 
-def test_side_by_side_the_image_that_compiles_sources_starts_first_and_the_rest_shortest_first():
+def test_side_by_side_the_images_that_compile_start_first_and_the_rest_shortest_first():
     plan = [("caffe", "cpu"), ("tensorflow", "cpu"), ("torch", "cpu"), ("pytorch", "cpu")]
     assert build.start_order(plan, jobs=2) == [("torch", "cpu"), ("caffe", "cpu"),
                                                ("tensorflow", "cpu"), ("pytorch", "cpu")]
+    # the web image compiles its crates: beside Lua Torch7's sources, the longer first
+    tools = plan + [("deploy", "cpu"), ("web", "cpu")]
+    expected = {"caffe": 300, "tensorflow": 200, "torch": 760, "pytorch": 250, "deploy": 160, "web": 630}.get
+    assert build.start_order(tools, 2, lambda image: expected(image[0])) == [
+        ("torch", "cpu"), ("web", "cpu"), ("deploy", "cpu"), ("tensorflow", "cpu"), ("pytorch", "cpu"),
+        ("caffe", "cpu")]
+    assert build.start_order(tools, 1, lambda image: expected(image[0]))[-1] == ("torch", "cpu")
     assert build.start_order(plan, jobs=1) == plan      # nothing known: the plan's order
     expected = {"caffe": 300, "tensorflow": 200, "torch": 900}.get     # pytorch's unknown: last
     assert build.start_order(plan, 2, lambda image: expected(image[0])) == [
