@@ -86,9 +86,11 @@ def test_a_bad_worker_count_is_a_one_line_usage_error(given):
     assert "--workers" in line and "give a number of workers, 1 or more" in line
 
 
-def test_the_native_runtime_refuses_several_workers():
+def test_the_native_runtime_runs_several_workers_but_still_cannot_limit_their_memory():
     job, = plan.expand(axes_of(frameworks=["pytorch"], datasets=["mnist"], workers=[2]), 2).jobs
-    assert "one process" in native.unsupported(base.Target("native:python", None), job)
+    assert native.unsupported(base.Target("native:python", None), job) is None
+    limited = job.model_copy(update={"memory_bytes": 2 << 30})
+    assert "cannot limit memory" in native.unsupported(base.Target("native:python", None), limited)
 
 
 def test_each_worker_gets_its_rank_the_leaders_address_and_its_share_of_the_cpus():
