@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from conftest import dlbench
+from conftest import REPO, dlbench
 from dlbench_runner import contract, fair as networks, world
 from orchestrator import options, plan
 from orchestrator.checks import fair
@@ -252,3 +252,36 @@ def assert_follows_the_reference(results, framework, data_root):
         assert difference <= fair.REFERENCE_TOLERANCE["mnist"], (n, difference)
     assert sorted(curves) == [1, 2] and len(curves[2]) == 20
     assert np.max(np.abs(curves[2] - curves[1]) / curves[1]) <= fair.REFERENCE_TOLERANCE["mnist"]
+
+
+def test_the_report_scales_strong_and_weak_from_the_rows(tmp_path):
+    """The committed PyTorch quick rows (strong scaling: batch 10 at 1 and 2 workers), and
+    the same two-worker rows turned into a job of batch 20 (10 a worker) at 1.6 times one
+    worker's images per second: weak scaling, speed-up 1.6, efficiency 0.80."""
+    from orchestrator import store
+    from orchestrator.report import paper, views
+
+    rows = pd.read_parquet(REPO / "docs/measurements/2026-12-02-distributed/runs")
+    quick = rows[(rows.framework == "pytorch") & (rows.profile == "quick")]
+    one = quick[quick.workers.isna()]
+    weak = quick[quick.workers == 2].copy()
+    weak["batch_size"], weak["worker_batch_size"] = 20, 10
+    weak["hyperparameters"] = [json.dumps(dict(json.loads(h), batch_size=20), sort_keys=True)
+                               for h in weak.hyperparameters]
+    weak["overrides"] = json.dumps({"batch_size": 20})
+    weak["train_images_per_s"] = one.train_images_per_s.median() * 1.6
+    weak["run_id"] = [r + "w" for r in weak.run_id]
+    weak["job_id"] = [j[:-1] + "w" for j in weak.job_id]
+    folder = tmp_path / "runs"
+    folder.mkdir()
+    pd.concat([quick, weak]).to_parquet(folder / "part.parquet")
+    records = views.scaling_records(paper.build(store.load(tmp_path)).rows)
+    strong = {r["workers"]: r for r in records if r["kind"] == "strong" and r["label"] == "own defaults"}
+    assert strong[2]["speedup"] == pytest.approx(one.train_time_s.median()
+                                                 / quick[quick.workers == 2].train_time_s.median())
+    assert strong[2]["nodes"] == 1 and strong[1]["runs"] == 3
+    found = {r["workers"]: r for r in records if r["kind"] == "weak"}
+    assert found[1]["label"] == found[2]["label"] == "batch 10 a worker"
+    assert found[2]["speedup"] == pytest.approx(1.6) and found[2]["batch"] == 20
+    report = dlbench("report", "--results", tmp_path, "--format", "md", check=True).stdout
+    assert "weak scaling" in report and "| 1.60 | 0.80 |" in report

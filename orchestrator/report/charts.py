@@ -13,7 +13,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from .. import catalog
-from . import correlations, paper, verification
+from . import correlations, paper, verification, views
 
 # A framework's colour: the study's six first, then any added, by their order (catalog.names);
 # one that is not found any more (rows of a framework since removed) is grey.
@@ -49,8 +49,8 @@ class Missing:
 def charts(rep: paper.Report) -> list[Chart | Missing]:
     """The page's charts in its order: training-time ratios against the paper, accuracy
     against the paper, training time and speed per profile, accuracy against training time,
-    per-epoch curves, accuracy under attack, transfer attacks, the deployed models, resource
-    traces."""
+    per-epoch curves, accuracy under attack, transfer attacks, the deployed models,
+    distributed training's scaling, the settings' effects, the fair profile, resource traces."""
     found: list[Chart | Missing] = [ratio_chart(rep), accuracy_chart(rep)]
     found += speed_charts(rep)
     found += tta_charts(rep)
@@ -58,6 +58,7 @@ def charts(rep: paper.Report) -> list[Chart | Missing]:
     found += robust_charts(rep)
     found += transfer_charts(rep)
     found += platform_charts(rep)
+    found += scaling_charts(rep)
     found += setting_charts(rep)
     found += fair_charts(rep)
     found += op_charts(rep)
@@ -545,6 +546,52 @@ def _platform_figure(data: pd.DataFrame) -> go.Figure:
     figure.update_xaxes(title_text="accuracy against the framework's own, points")
     figure.update_yaxes(title_text="ms per image, batch 1", type="log")
     _layout(figure, height=420)
+    return figure
+
+
+def scaling_charts(rep: paper.Report) -> list[Chart]:
+    """One chart per machine, data set, device and profile with jobs of several workers
+    (``views.scaling_records``): the speed-up over one worker against the workers, a line
+    per framework and settings, solid for strong scaling, dotted for weak, beside the ideal
+    (speed-up = workers)."""
+    records = views.scaling_records(rep.rows)
+    if not records:
+        return []
+    frame = pd.DataFrame.from_records([
+        {"machine": machine_label(rep, r["section"]), "dataset": r["dataset"], "device": r["device"],
+         "profile": r["profile"], "framework": r["framework"], "kind": r["kind"], "settings": r["label"],
+         "workers": r["workers"], "nodes": r["nodes"], "runs": r["runs"], "speedup": r["speedup"]}
+        for r in records if r["speedup"]])
+    if frame.empty:
+        return []
+    found = []
+    for number, where, data in _panels(rep, frame):
+        data = data.sort_values(["framework", "kind", "settings", "workers"]).reset_index(drop=True)
+        found.append(Chart(f"scaling-{number}", f"Distributed training: {where}", (
+            f"{where}: the speed-up of each job trained over several workers against one worker, "
+            "median over the runs: strong scaling (solid: the global batch the same, the training "
+            "time's ratio) and weak scaling (dotted: each worker's batch the same, the images per "
+            "second's ratio); the grey line is the ideal, a speed-up equal to the workers."),
+            data, _scaling_figure(data)))
+    return found
+
+
+def _scaling_figure(data: pd.DataFrame) -> go.Figure:
+    figure = go.Figure()
+    most = int(data["workers"].max())
+    figure.add_trace(go.Scatter(x=[1, most], y=[1, most], mode="lines", name="ideal",
+                                line=dict(color="#999", dash="dot", width=1), hoverinfo="skip"))
+    for (framework, kind, settings), line in data.groupby(["framework", "kind", "settings"], sort=False):
+        figure.add_trace(go.Scatter(
+            x=line["workers"], y=line["speedup"], mode="lines+markers",
+            name=f"{framework} · {kind} · {settings}", customdata=line[["runs", "nodes"]].values,
+            line=dict(color=colour(framework), dash="solid" if kind == "strong" else "dot"),
+            hovertemplate=(f"{framework}, {kind} scaling ({settings})<br>%{{x}} worker(s) on "
+                           "%{customdata[1]} node(s): speed-up %{y:.2f} (median of %{customdata[0]} "
+                           "run(s))<extra></extra>")))
+    figure.update_xaxes(title_text="workers", dtick=1)
+    figure.update_yaxes(title_text="speed-up over one worker", rangemode="tozero")
+    _layout(figure, height=380)
     return figure
 
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 import pandas as pd
@@ -283,47 +284,108 @@ def platform_views(rep: paper.Report, section: paper.Section) -> list[View]:
     return views
 
 
-def scaling_views(rep: paper.Report, section: paper.Section) -> list[View]:
-    """A section's jobs trained over several workers (``docs/distributed.md``) beside the
-    one-worker jobs of the same settings and CPUs, strong scaling (the global batch the same):
-    per worker count the median training time over the ok runs, images per second in all
-    and per worker, the speed-up over one worker and its efficiency (speed-up over workers),
-    the slowest worker's time over the fastest's, the accuracy.  None where no row of the
-    section has several workers."""
-    rows = rep.rows[(rep.rows["section"] == section.index) & (rep.rows["status"] == "ok")]
+def scaling_records(rows: pd.DataFrame) -> list[dict]:
+    """The ok rows' distributed training beside one worker (``docs/distributed.md``), a
+    record per kind of scaling, group and worker count (one worker included):
+
+    - ``strong``: the global batch the same (the jobs of one settings group and their
+      one-worker group: same settings, CPUs and threads);
+    - ``weak``: each worker's share of the batch the same as one worker's whole batch (a
+      job of N workers at batch N·b beside one worker at batch b, all else the same).
+
+    Each holds the median training time and images per second over the runs, the
+    speed-up (the one-worker time over this one for strong scaling; the images per second
+    over one worker's for weak, as its steps are fewer), the efficiency (speed-up over
+    workers), the slowest worker's time over the fastest's and the hosts the workers used.
+    Empty where no row has several workers."""
+    rows = rows[rows["status"] == "ok"]
     if "workers_n" not in rows or not (rows["workers_n"] > 1).any():
         return []
-    keys = ["framework", "dataset", "profile", "device", "settings_base", "threads"]
-    cells = []
-    for key, part in rows.groupby(keys, sort=True, dropna=False):
-        if not (part["workers_n"] > 1).any():
+    rows = rows.assign(per_worker_batch=[
+        (wb if pd.notna(wb) else b) for wb, b in zip(rows.get("worker_batch_size", rows["batch_size"]),
+                                                     rows["batch_size"])],
+        others=[_without_batch(h) for h in rows["hyperparameters"]],
+        blas_asked=rows["blas"].fillna("") if "blas" in rows else "",
+        onednn_asked=rows["onednn"].fillna("") if "onednn" in rows else "")
+    records = []
+    place = ["section", "framework", "dataset", "profile", "device", "threads"]
+    for key, part in rows.groupby(place + ["settings_base"], sort=True, dropna=False):
+        if (part["workers_n"] > 1).any():
+            alone = part[part["workers_n"] == 1]["train_time_s"].median()
+            for n, runs in part.groupby("workers_n", sort=True):
+                records.append(_scaling_record("strong", key, key[-1], int(n), runs,
+                                               alone / runs["train_time_s"].median()
+                                               if alone == alone else None))
+    same = place + ["others", "blas_asked", "onednn_asked"]
+    based = set()
+    for key, part in rows.groupby(same, sort=True, dropna=False):
+        singles = part[part["workers_n"] == 1]
+        for (n, share), runs in part[part["workers_n"] > 1].groupby(["workers_n", "per_worker_batch"], sort=True):
+            base = singles[singles["batch_size"] == share]
+            if base.empty:
+                continue
+            rate = base["train_images_per_s"].median()
+            label = f"batch {int(share)} a worker"
+            if (repr(key), label) not in based:
+                based.add((repr(key), label))
+                records.append(_scaling_record("weak", key, label, 1, base, 1.0))
+            records.append(_scaling_record("weak", key, label, int(n), runs,
+                                           runs["train_images_per_s"].median() / rate if rate else None))
+    return records
+
+
+def _without_batch(hyperparameters) -> str:
+    try:
+        found = json.loads(hyperparameters) if isinstance(hyperparameters, str) else {}
+    except ValueError:
+        found = {}
+    return json.dumps({k: v for k, v in found.items() if k != "batch_size"}, sort_keys=True)
+
+
+def _scaling_record(kind: str, key: tuple, label: str, n: int, runs: pd.DataFrame, speedup) -> dict:
+    spread = [max(t) / min(t) for t in runs.get("worker_train_time_s", pd.Series(dtype=object))
+              if t is not None and len(t) and min(t) > 0]
+    nodes = pd.to_numeric(runs.get("nodes", pd.Series(dtype=float)), errors="coerce").dropna()
+    return {"kind": kind, "key": key, "section": key[0], "framework": key[1], "dataset": key[2],
+            "profile": key[3], "device": key[4], "label": label, "workers": n, "runs": len(runs),
+            "nodes": int(nodes.max()) if len(nodes) else 1,
+            "batch": int(runs["batch_size"].median()) if runs["batch_size"].notna().any() else None,
+            "train_time_s": runs["train_time_s"].median(), "rate": runs["train_images_per_s"].median(),
+            "speedup": speedup if speedup and speedup == speedup else None,
+            "spread": max(spread) if spread else None, "accuracy": runs["accuracy"]}
+
+
+def scaling_views(rep: paper.Report, section: paper.Section) -> list[View]:
+    """A section's jobs trained over several workers beside one worker (``scaling_records``):
+    a strong-scaling table, and a weak-scaling one where the rows hold both batches.  None
+    where no row of the section has several workers."""
+    records = [r for r in scaling_records(rep.rows) if r["section"] == section.index]
+    views = []
+    for kind, what in (("strong", "the global batch the same, beside one worker with the same settings "
+                                  "and CPUs"),
+                       ("weak", "each worker's share of the batch the same as one worker's whole batch, "
+                                "beside that worker; the speed-up is in images per second")):
+        cells = [[r["framework"], r["dataset"], r["profile"], rounded(r["label"]), str(r["workers"]),
+                  str(r["nodes"]), str(r["runs"]), str(r["batch"] or "-"), _seconds(r["train_time_s"]),
+                  _rate(r["rate"]), _rate(r["rate"] / r["workers"]) if r["rate"] == r["rate"] else "-",
+                  f"{r['speedup']:.2f}" if r["speedup"] else "-",
+                  f"{r['speedup'] / r['workers']:.2f}" if r["speedup"] else "-",
+                  f"{r['spread']:.2f}" if r["spread"] else "-", _median_pct(r["accuracy"])]
+                 for r in records if r["kind"] == kind]
+        if not cells:
             continue
-        medians = part.groupby("workers_n")["train_time_s"].median()
-        alone = medians.get(1)
-        for n, runs in part.groupby("workers_n", sort=True):
-            n = int(n)
-            time, rate = runs["train_time_s"].median(), runs["train_images_per_s"].median()
-            speedup = alone / time if alone and time else None
-            spread = [max(t) / min(t) for t in runs.get("worker_train_time_s", pd.Series(dtype=object))
-                      if t is not None and len(t) and min(t) > 0]
-            cells.append([key[0], key[1], key[2], rounded(key[4]), str(n), str(len(runs)),
-                          _seconds(time), _rate(rate), _rate(rate / n) if rate == rate else "-",
-                          f"{speedup:.2f}" if speedup else "-",
-                          f"{speedup / n:.2f}" if speedup else "-",
-                          f"{max(spread):.2f}" if spread else "-", _median_pct(runs["accuracy"])])
-    if not cells:
-        return []
-    title = ("Distributed training, strong scaling: each job trained data-parallel over its workers "
-             "(the global batch the same), beside one worker with the same settings and CPUs; median "
-             "over the ok runs of the training time, images per second in all and per worker, the "
-             "speed-up over one worker and its efficiency (speed-up / workers), the slowest worker's "
-             "training time over the fastest's, the accuracy")
-    columns = ["framework", "data", "profile", "settings", "workers", "runs", "train s", "img/s",
-               "img/s/worker", "speed-up", "efficiency", "slowest/fastest", "acc %"]
-    keys = ["framework", "data", "profile", "settings", "workers", "runs", "train", "rate", "rate_worker",
-            "speedup", "efficiency", "spread", "accuracy"]
-    return [View(title, columns, cells, numeric=set(range(4, len(columns))), wrap={3}, keys=keys,
-                 drop=["settings", "spread", "rate_worker", "runs", "profile"])]
+        title = (f"Distributed training, {kind} scaling: each job trained data-parallel over its "
+                 f"workers ({what}); median over the ok runs of the training time, images per second "
+                 "in all and per worker, the speed-up over one worker and its efficiency (speed-up / "
+                 "workers), the slowest worker's training time over the fastest's, the accuracy; "
+                 "nodes: the hosts the workers ran on")
+        columns = ["framework", "data", "profile", "settings", "workers", "nodes", "runs", "batch",
+                   "train s", "img/s", "img/s/worker", "speed-up", "efficiency", "slowest/fastest", "acc %"]
+        keys = ["framework", "data", "profile", "settings", "workers", "nodes", "runs", "batch", "train",
+                "rate", "rate_worker", "speedup", "efficiency", "spread", "accuracy"]
+        views.append(View(title, columns, cells, numeric=set(range(4, len(columns))), wrap={3}, keys=keys,
+                          drop=["settings", "spread", "nodes", "rate_worker", "runs", "batch", "profile"]))
+    return views
 
 
 def platform_records(rep: paper.Report) -> list[dict]:
