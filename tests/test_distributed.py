@@ -285,3 +285,26 @@ def test_the_report_scales_strong_and_weak_from_the_rows(tmp_path):
     assert found[2]["speedup"] == pytest.approx(1.6) and found[2]["batch"] == 20
     report = dlbench("report", "--results", tmp_path, "--format", "md", check=True).stdout
     assert "weak scaling" in report and "| 1.60 | 0.80 |" in report
+
+
+@pytest.mark.parametrize("first", [0, 1])
+def test_native_workers_the_first_that_fails_is_the_one_named(tmp_path, first):
+    """Two host processes as one job's workers: whichever fails first is the job's failure;
+    the other is stopped at once, never waited for (it sleeps a minute)."""
+    from orchestrator.runtimes import native as native_runtime, native_workers
+
+    job, = plan.expand(axes_of(frameworks=["pytorch"], datasets=["mnist"], workers=[2]), 2).jobs
+    script = (f'if [ "$DLBENCH_WORKER_RANK" = {first} ]; then echo "rank $DLBENCH_WORKER_RANK gives up"; '
+              'exit 3; fi; exec sleep 60')
+    started = time.monotonic()
+    group = native_workers.start_local(job, ["sh", "-c", script], {"PATH": "/usr/bin:/bin"}, tmp_path,
+                                       tmp_path, native_runtime._start)
+    code = group.leader.wait(90)
+    group.finish(code)
+    assert time.monotonic() - started < 20 and all(p.poll() is not None for p in group.processes)
+    assert group.failed[0] == (first, 3)
+    if first == 0:
+        assert group.error([]) is None          # worker 0's own failure: the job's, as for one process
+    else:
+        assert group.error([]) == ("worker 1 of 2: the process exited with code 3; the others were "
+                                   "stopped (its last line: rank 1 gives up)")

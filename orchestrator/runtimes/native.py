@@ -171,7 +171,7 @@ def run_process(job: Job, python: str, run_id: str, job_id: str, job_dir: Path,
             _, status, usage = os.wait4(process.pid, 0)
             process.returncode = os.waitstatus_to_exitcode(status)
             if group is not None:       # the other workers end with worker 0, or are stopped
-                group.finish()
+                group.finish(process.returncode)
             ended = hostinfo.mark(cpus)
             wall = ended.clock - started
         except BaseException:

@@ -119,8 +119,10 @@ class Group:
     """The processes of a job's workers: ``leader`` is the one whose output is the job's
     (worker 0, or srun); ``error()`` says which worker failed, once they have ended."""
 
-    def __init__(self, job, leader: subprocess.Popen, others: list[subprocess.Popen], srun: bool):
+    def __init__(self, job, leader: subprocess.Popen, others: list[subprocess.Popen], srun: bool,
+                 job_dir: Path):
         self.job, self.leader, self.others, self.srun = job, leader, others, srun
+        self.job_dir = job_dir                          # where worker-R.log is
         self.failed: list[tuple[int, int]] = []         # (rank, exit code), the first first
         self._lock = threading.Lock()
         self._threads = [threading.Thread(target=self._watch, args=(rank, p), daemon=True,
@@ -156,8 +158,16 @@ class Group:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(process.pid, signal.SIGKILL)
 
-    def finish(self, wait_s: float = 60.0) -> None:
-        """Once worker 0 has ended: the others end with it, or are stopped."""
+    def finish(self, code: int, wait_s: float = 60.0) -> None:
+        """Once worker 0 has ended with ``code``: the others end with it, or are stopped
+        (at once where worker 0 failed first: the job's error is then its own)."""
+        if code != 0:
+            with self._lock:
+                first = not self.failed
+                if first:
+                    self.failed.append((0, _shell_code(code)))
+            if first:
+                self.kill()
         for thread in self._threads:
             thread.join(wait_s)
         if any(thread.is_alive() for thread in self._threads):
@@ -179,7 +189,7 @@ class Group:
         if self.failed and self.failed[0][0] != 0:
             rank, code = self.failed[0]
             text = f"worker {rank} of {size}: {exited(code, 'process')}; the others were stopped"
-            last = _last_line(self.job_dir / f"worker-{rank}.log") if hasattr(self, "job_dir") else None
+            last = _last_line(self.job_dir / f"worker-{rank}.log")
             return text + (f" (its last line: {last[:300]})" if last else "")
         return None
 
@@ -202,21 +212,23 @@ def start_local(job, argv: list[str], env: dict, cwd: Path, job_dir: Path, popen
     ports = free_ports(size)
     hosts = [f"127.0.0.1:{port}" for port in ports]
     processes = []
-    for rank in range(size):
-        mine = cpu_share(job.cpu_list, size, rank)
-        environment = worker_environment(env, job, rank, hosts[0], hosts)
-        if rank == 0:
-            output = subprocess.PIPE
-        else:
-            output = open(job_dir / f"worker-{rank}.log", "wb")
-        try:
-            processes.append(popen(argv, stdout=output, env=environment, cwd=cwd, cpus=mine))
-        finally:
-            if rank:
-                output.close()
-    group = Group(job, processes[0], processes[1:], srun=False)
-    group.job_dir = job_dir
-    return group
+    try:
+        for rank in range(size):
+            mine = cpu_share(job.cpu_list, size, rank)
+            environment = worker_environment(env, job, rank, hosts[0], hosts)
+            output = subprocess.PIPE if rank == 0 else open(job_dir / f"worker-{rank}.log", "wb")
+            try:
+                processes.append(popen(argv, stdout=output, env=environment, cwd=cwd, cpus=mine))
+            finally:
+                if rank:
+                    output.close()
+    except BaseException:           # none of the workers started is left running
+        for process in processes:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+        raise
+    return Group(job, processes[0], processes[1:], srun=False, job_dir=job_dir)
 
 
 def start_srun(job, argv: list[str], env: dict, cwd: Path, job_dir: Path, popen,
@@ -238,7 +250,7 @@ def start_srun(job, argv: list[str], env: dict, cwd: Path, job_dir: Path, popen,
                *([f"--cpus-per-task={cpus_each}"] if cpus_each else []),
                "sh", "-c", wrapper, "sh", *argv]
     process = popen(command, stdout=subprocess.PIPE, env=environment, cwd=cwd, cpus=None)
-    return Group(job, process, [], srun=True)
+    return Group(job, process, [], srun=True, job_dir=job_dir)
 
 
 def _quote(text: str) -> str:
