@@ -72,7 +72,7 @@ def test_frameworks_without_an_engine_and_batches_too_small_are_unsupported_at_p
     assert why["caffe", "mnist"].startswith("caffe trains on one worker only: Caffe 1.0 has no engine")
     assert why["torch", "mnist"].startswith("torch trains on one worker only")
     assert why["theano", "cifar10"].startswith("theano trains on one worker only")
-    assert why["mxnet", "mnist"].startswith("mxnet trains on one worker only: dlbench does not run")
+    assert why["mxnet", "mnist"].startswith("mxnet trains on one worker only: its dist_sync kvstore")
     assert why["pytorch", "mnist"] is None is why["tensorflow", "mnist"] is why["tensorflow", "cifar10"]
     assert why["pytorch", "cifar10"] == ("pytorch/cifar10: a batch of 1 cannot be split over 2 workers "
                                          "(--set batch_size=N, N at least 2)")
@@ -308,3 +308,22 @@ def test_native_workers_the_first_that_fails_is_the_one_named(tmp_path, first):
     else:
         assert group.error([]) == ("worker 1 of 2: the process exited with code 3; the others were "
                                    "stopped (its last line: rank 1 gives up)")
+
+
+def test_native_workers_cpu_time_is_the_jobs_own_not_other_work(tmp_path):
+    """The other workers are the host's children, not worker 0's: their CPU seconds are
+    added to the job's, which the row's ``other_cpu_s`` leaves out of the host's busy time
+    (else every job of several workers would look disturbed by its own workers)."""
+    import os
+
+    from orchestrator.runtimes import native as native_runtime, native_workers
+
+    job, = plan.expand(axes_of(frameworks=["pytorch"], datasets=["mnist"], workers=[2]), 2).jobs
+    burn = "import time\nwhile time.process_time() < 0.5: pass"
+    group = native_workers.start_local(job, [sys.executable, "-c", burn], {"PATH": "/usr/bin:/bin"},
+                                       tmp_path, tmp_path, native_runtime._start)
+    _, status, usage = os.wait4(group.leader.pid, 0)
+    group.leader.returncode = os.waitstatus_to_exitcode(status)
+    group.finish(0)
+    assert group.failed == [] and 0.5 <= group.others_cpu_s() < 2.0
+    assert 1.0 <= native_runtime._job_cpu_s(usage, group) < 4.0

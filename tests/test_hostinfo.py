@@ -217,11 +217,10 @@ def test_a_job_beside_busy_processes_has_its_own_load_and_other_cpu_time(data_ro
     into one results folder: first as it is, then with busy processes started between the
     two.  Each row has its own load average (not the run's); the second's other processes'
     CPU time holds at least what the busy processes used while it ran (psutil counts theirs
-    apart), its share of the CPUs is well above the first's, and the report says why it is
-    disturbed.  The share can rise so only where the first job found the host's CPUs mostly
-    free: where other work already kept them busy (a shared machine's tests), the busy
-    processes take their CPU time from that work as much as from the job; ``quiet_host``
-    waits for a quiet host first."""
+    apart), its share of the CPUs at least theirs, and the report says why it is
+    disturbed.  How far the share rises depends on what else ran (``quiet_host`` waits for a
+    quiet host first, which a shared machine's tests never give): what is held is the busy
+    processes' own time inside it."""
     results, cpus = tmp_path / "results", os.cpu_count() or 1
 
     def run():
@@ -264,8 +263,12 @@ def test_a_job_beside_busy_processes_has_its_own_load_and_other_cpu_time(data_ro
     assert hogged["other_cpu_s"] == pytest.approx(hogged["other_cpu_share"] * hogged["wall_time_s"] * cpus,
                                                   rel=0.05)
     assert hogged["other_cpu_share"] > noise.OTHER_SHARE
-    if quiet["other_cpu_share"] < 0.5:     # other work left the job CPUs to lose (CI's host)
-        assert hogged["other_cpu_share"] > quiet["other_cpu_share"] + 0.2
+    # the busy processes' own share of the CPUs over the job's span (psutil's count, apart
+    # from the sampler's) is in the job's other share, whatever else ran: on a quiet host
+    # they take what was free, on a busy one (CI's other lane) from that work as much as from
+    # the job, so the share need not rise against the first job's by any fixed amount
+    hog_share = (inside[-1] - inside[0]) / (hogged["wall_time_s"] * cpus)
+    assert hogged["other_cpu_share"] >= hog_share - 2 * HOG_INTERVAL_S / hogged["wall_time_s"]
     frame = pd.read_parquet(results / "runs")
     why = dict(zip(frame["run_id"], noise.reasons(frame, ["framework"])))
     assert f"other processes used {hogged['other_cpu_share']:.0%} of the {cpus} CPUs" in why[hogged["run_id"]]

@@ -103,3 +103,27 @@ def test_a_job_leaves_a_trace_and_the_kernel_agrees_with_its_peak_memory(tmp_pat
     # kernel's own rounding; the samples miss short peaks (more so on a busy host)
     assert peak == max(kernel, sampled) and sampled <= 1.01 * kernel
     assert 0.5 * kernel <= sampled
+
+
+@pytest.mark.docker
+def test_a_sampler_without_the_stats_stream_still_counts_the_containers_cpu_time(build_image):
+    """A job's other workers are sampled for their CPU time alone (their cgroup's files, no
+    stats stream): a container that burns one CPU second is counted as about one, after it
+    has exited and its cgroup is gone."""
+    import time
+
+    import docker
+
+    build_image("pytorch")              # any framework's build leaves the base image
+    client = docker.from_env()
+    burn = "import time\nwhile time.process_time() < 1.0: pass"
+    container = client.containers.run("dlbench/base:bullseye", ["python3", "-c", burn], detach=True,
+                                      labels={"dlbench.test": "traces"})
+    try:
+        sampler = traces.Sampler(container, time.perf_counter(), stream=False).start()
+        assert container.wait(timeout=60)["StatusCode"] == 0
+        sampler.stop()
+    finally:
+        container.remove(force=True)
+    assert sampler.samples == []
+    assert 0.9 <= sampler.cpu_seconds() < 3.0, sampler.cpu_seconds()

@@ -207,8 +207,18 @@ def run_process(job: Job, python: str, run_id: str, job_id: str, job_dir: Path,
                    trace=sampler.summary(peak) if sampler else None, ran_as="process",
                    # the process and the descendants it waited for (srun: none of this node's)
                    host_marks=(begun, ended),
-                   cpu_time_s=None if srun else usage.ru_utime + usage.ru_stime,
+                   cpu_time_s=None if srun else _job_cpu_s(usage, group),
                    nodes=(len(allocation.nodes) if srun else 1) if job.workers else None)
+
+
+def _job_cpu_s(usage, group) -> float | None:
+    """The job's CPU seconds: worker 0's process and what it waited for, and the other
+    workers' (they are this process's children, not worker 0's)."""
+    own = usage.ru_utime + usage.ru_stime
+    if group is None:
+        return own
+    others = group.others_cpu_s()
+    return None if others is None else own + others
 
 
 def _start(argv: list[str], stdout, env: dict, cwd: Path, cpus: list[int] | None) -> subprocess.Popen:

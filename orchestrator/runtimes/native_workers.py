@@ -124,6 +124,7 @@ class Group:
         self.job, self.leader, self.others, self.srun = job, leader, others, srun
         self.job_dir = job_dir                          # where worker-R.log is
         self.failed: list[tuple[int, int]] = []         # (rank, exit code), the first first
+        self.cpu_s: dict[int, float] = {}               # the others' CPU seconds, as they end
         self._lock = threading.Lock()
         self._threads = [threading.Thread(target=self._watch, args=(rank, p), daemon=True,
                                           name=f"worker-{rank}")
@@ -136,7 +137,14 @@ class Group:
         return [self.leader, *self.others]
 
     def _watch(self, rank: int, process: subprocess.Popen) -> None:
-        code = process.wait()
+        # wait4, not wait: the worker's CPU time (and its descendants') is the job's
+        try:
+            _, status, usage = os.wait4(process.pid, 0)
+        except ChildProcessError:           # reaped elsewhere (a kill's wait)
+            code = process.wait()
+        else:
+            process.returncode = code = os.waitstatus_to_exitcode(status)
+            self.cpu_s[rank] = usage.ru_utime + usage.ru_stime
         if code != 0:
             with self._lock:
                 first = not self.failed
@@ -174,6 +182,13 @@ class Group:
             self.kill()
             for thread in self._threads:
                 thread.join(5.0)
+
+    def others_cpu_s(self) -> float | None:
+        """The CPU seconds of the workers other than 0, once they have ended (None: srun's,
+        on other nodes, or one not reaped here)."""
+        if self.srun or len(self.cpu_s) != len(self.others):
+            return None
+        return sum(self.cpu_s.values())
 
     def error(self, tail: list[str]) -> str | None:
         """The row's error where a worker other than 0 ended the job (``tail``: the job's

@@ -145,8 +145,12 @@ class Sampler:
     """Samples a running container in a thread; ``stop()`` then ``samples`` and ``summary()``."""
 
     def __init__(self, container, started: float, gpu: int | None = None,
-                 clock=time.perf_counter, cgroup_root: Path = CGROUP_ROOT):
+                 clock=time.perf_counter, cgroup_root: Path = CGROUP_ROOT, stream: bool = True):
+        """``stream``: follow Docker's stats stream too (False: the cgroup's files alone, for
+        a container whose CPU time is counted but whose trace is not kept: a job's other
+        workers)."""
         self.container, self.started, self.gpu, self.clock = container, started, gpu, clock
+        self.stream = stream
         self.cgroup_root = cgroup_root
         self.samples: list[dict] = []
         self.docker_peak: int | None = None
@@ -167,7 +171,8 @@ class Sampler:
         self._peak_file = cgroup_peak_file(self.container.id, self.cgroup_root)
         self._cpu_file = cgroup_cpu_file(self.container.id, self.cgroup_root)
         self._read_cgroup()
-        self._thread.start()
+        if self.stream:
+            self._thread.start()
         if self._peak_file is not None or self._cpu_file is not None:
             self._peak_thread.start()
         return self

@@ -99,6 +99,7 @@ def run_workers(client, job, base: dict, job_dir: Path, display, running: Runnin
     started = begun.clock
     workers: list[_Worker] = []
     network, watchdog, sampler, out_watch = None, None, None, None
+    companions: list[Sampler] = []
     timed_out, ended = threading.Event(), threading.Event()
     failed: list[_Worker] = []
     lock = threading.Lock()
@@ -144,6 +145,8 @@ def run_workers(client, job, base: dict, job_dir: Path, display, running: Runnin
                     running.add(container)
             first = workers[0]
             sampler = Sampler(first.container, started, device_index).start()
+            # the others' CPU time is the job's too, not other work beside it (``hostinfo.beside``)
+            companions = [Sampler(w.container, started, stream=False).start() for w in workers[1:]]
             out_watch = OutWatch(job_dir, first.container).start()
             if timeout:
                 watchdog = threading.Timer(timeout, stop_all, (timed_out,))
@@ -167,6 +170,8 @@ def run_workers(client, job, base: dict, job_dir: Path, display, running: Runnin
             if any(thread.is_alive() for thread in followers):
                 stop_all(threading.Event())
         sampler.stop()
+        for companion in companions:
+            companion.stop()
         out_watch.stop()
         error = None
         if timed_out.is_set():
@@ -178,7 +183,7 @@ def run_workers(client, job, base: dict, job_dir: Path, display, running: Runnin
         return Outcome(exit_code=state.get("StatusCode"), wall_time_s=wall, log_tail=tail,
                        oom_killed=oom, timed_out=timed_out.is_set(), error=error,
                        samples=sampler.samples, trace=sampler.summary(), host_marks=(begun, ended_at),
-                       cpu_time_s=sampler.cpu_seconds(), nodes=1)
+                       cpu_time_s=_cpu_seconds([sampler, *companions]), nodes=1)
     finally:
         if watchdog is not None:
             watchdog.cancel()
@@ -194,6 +199,14 @@ def run_workers(client, job, base: dict, job_dir: Path, display, running: Runnin
                 network.remove()
         if sampler is not None:
             sampler.stop(timeout=2.0)
+        for companion in companions:
+            companion.stop(timeout=2.0)
+
+
+def _cpu_seconds(samplers: list[Sampler]) -> float | None:
+    """Every worker's CPU seconds together: the job's own; None where one did not tell."""
+    each = [s.cpu_seconds() for s in samplers]
+    return None if None in each else sum(each)
 
 
 def _worker_failed(worker: _Worker, size: int) -> str:
