@@ -17,8 +17,8 @@ ways:
 A framework's name is its models.json's ``framework``.  Every directory found is checked
 before anything uses it: a name given twice (by two directories), a missing file or a
 models.json that breaks the contract is one ``FrameworkError`` line naming the path.
-The study's frameworks come in the study's order (``STUDY_ORDER``), any others after
-them, sorted by name.
+The study's frameworks come in the study's order (``STUDY_ORDER``), then dlbench's own
+others (``TODAY_ORDER``), any others after them, sorted by name.
 """
 
 from __future__ import annotations
@@ -42,6 +42,9 @@ from .errors import FrameworkError, UsageError
 ENTRY_POINTS = "dlbench.frameworks"
 PATH_VARIABLE = "DLBENCH_FRAMEWORKS_PATH"
 STUDY_ORDER = ("caffe", "tensorflow", "torch", "pytorch", "mxnet", "theano")
+# dlbench's own frameworks beside the study's: the ones people choose today
+TODAY_ORDER = ("pytorch2",)
+BUILT_IN = STUDY_ORDER + TODAY_ORDER
 DATASETS = ("mnist", "cifar10")
 PROFILES = contract.PROFILES
 VARIANTS = ("cpu", "gpu")           # the images of a framework: build.image_tag(framework, variant)
@@ -62,6 +65,10 @@ RESERVED = ("base", "root", "runner", *TOOLS)
 PLATFORM_TOOLS = {"mobile": "deploy", "mobile-int8": "deploy", "onnx-int8": "deploy", "web": "web"}
 PLATFORMS = tuple(PLATFORM_TOOLS)
 MAX_MODELS_JSON = 1 << 20
+# The Debian suite the study's frameworks' images are built on; a framework's models.json
+# (``suite``) or a tool's image.json names another where its packages need one
+SUITE = "bullseye"
+DEBIAN_SUITE = re.compile(r"[a-z]{2,20}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,6 +93,13 @@ def frameworks() -> dict[str, Framework]:
 
 def names() -> list[str]:
     return list(frameworks())
+
+
+def default_names() -> list[str]:
+    """The frameworks a run trains when it names none: every one found but those whose
+    models.json says ``"run_by_default": false`` (trained when named: today's frameworks,
+    whose images a first run of the study need not build)."""
+    return [name for name in names() if models(name).get("run_by_default", True)]
 
 
 def framework_dir(framework: str) -> Path:
@@ -148,7 +162,7 @@ def _discover(path_variable: str, sys_path: tuple) -> dict[str, Framework]:
             raise FrameworkError(f"framework {framework.name!r} is found twice: {other.directory} "
                                  f"({other.origin}) and {framework.directory} ({origin})")
         found.setdefault(framework.name, framework)
-    order = {name: i for i, name in enumerate(STUDY_ORDER)}
+    order = {name: i for i, name in enumerate(BUILT_IN)}
     return {name: found[name] for name in sorted(found, key=lambda n: (order.get(n, len(order)), n))}
 
 
@@ -223,6 +237,10 @@ def _models_problem(info) -> str | None:
     for key, kind in (("variants", dict), ("sources", list), ("native", dict)):
         if not isinstance(info.get(key, kind()), kind):
             return f"{key}: must be a JSON {'object' if kind is dict else 'array'}"
+    if not isinstance(info.get("run_by_default", True), bool):
+        return "run_by_default: true or false (false: its jobs run only when it is named)"
+    if not DEBIAN_SUITE.fullmatch(str(info.get("suite", SUITE))):
+        return "suite: the Debian suite its images are built on, e.g. trixie (default: bullseye)"
     native = info.get("native", {})
     if not all(isinstance(native.get(key, ""), str) for key in ("module", "unsupported")):
         return "native: module and unsupported are strings"
@@ -292,7 +310,7 @@ def sources(framework: str, variant: str = "cpu") -> list[str]:
     if framework in TOOLS:
         return []
     info = models(framework)
-    return info.get("sources", []) + info.get("variants", {}).get(variant, {}).get("sources", [])
+    return info.get("sources", []) + info.get("variants", {}).get(unversioned(variant)[0], {}).get("sources", [])
 
 
 def compiles(framework: str, variant: str = "cpu") -> bool:
@@ -303,14 +321,67 @@ def compiles(framework: str, variant: str = "cpu") -> bool:
     return bool(sources(framework, variant))
 
 
+def suite(name: str, variant: str = "cpu", default: str | None = SUITE) -> str | None:
+    """The Debian suite an image is built on: a tool's image.json's; a framework's
+    release's ``suite`` under ``versions``, else its models.json's; else ``default``."""
+    if name in TOOLS:
+        return tool_info(name)["suite"]
+    info = models(name)
+    version = unversioned(variant)[1]
+    return info.get("versions", {}).get(version, {}).get("suite") or info.get("suite", default)
+
+
+# -- releases: a framework's other versions, each an image of its own ----------------------
+def versions(framework: str) -> list[str]:
+    """The releases the framework has images of: its models.json's ``version`` (the
+    default) first, then those it names under ``versions``, in their order."""
+    info = models(framework)
+    return [info["version"], *(v for v in info.get("versions", {}) if v != info["version"])]
+
+
+def resolve_version(framework: str, text: str) -> str | None:
+    """A release of the framework as given (``2.15.1``, or ``2.15`` where one release
+    starts so): the release, None for its default one; a ValueError names the releases
+    there are."""
+    known = versions(framework)
+    found = [v for v in known if v == text] or [v for v in known if v.startswith(f"{text}.")]
+    if len(found) != 1:
+        what = "more than one release" if found else "no image of release"
+        raise ValueError(f"{framework} has {what} {text!r} (releases: {', '.join(known)}; another "
+                         f"is added under \"versions\" in its models.json)")
+    return None if found[0] == known[0] else found[0]
+
+
+def versioned(variant: str, version: str | None) -> str:
+    """The variant of a release's image: ``cpu-2.15.1`` (the default release: ``cpu``)."""
+    return variant if version is None else f"{variant}-{version}"
+
+
+def unversioned(variant: str) -> tuple[str, str | None]:
+    """A variant's device variant and release: ``cpu-2.15.1`` is ("cpu", "2.15.1")."""
+    base, _, version = variant.partition("-")
+    return base, version or None
+
+
 def dockerfile(framework: str, variant: str) -> Path:
+    variant, _ = unversioned(variant)       # a release: the same Dockerfile, its own build arguments
     name = "Dockerfile" if variant == "cpu" else f"Dockerfile.{variant}"
     return framework_dir(framework) / name
 
 
 def variant_info(framework: str, variant: str) -> dict:
-    """The variant's facts from models.json: version, source, cuda, cudnn; or ``unsupported``."""
+    """The variant's facts from models.json: version, source, cuda, cudnn and the image's
+    build arguments (``build_args``); or ``unsupported``.  A release's (``cpu-2.15.1``): its
+    entry under ``versions``, over the CPU image's."""
     info = models(framework)
+    variant, version = unversioned(variant)
+    if version is not None:
+        entry = info.get("versions", {}).get(version)
+        if entry is None:
+            return {"unsupported": f"{framework} has no image of release {version}"}
+        if variant != "cpu":
+            return {"unsupported": f"{framework} {version} has a CPU image only"}
+        return {**variant_info(framework, "cpu"), "version": version, **entry}
     if variant == "cpu":
         return {"version": info["version"], "source": info.get("source"), "cuda": "none"}
     return info.get("variants", {}).get(variant) or {"unsupported": f"{framework} has no {variant} image"}
@@ -321,6 +392,8 @@ def variant_unsupported(framework: str, variant: str) -> str | None:
     if framework in TOOLS:
         return None if variant == "cpu" else f"{framework} has no {variant.upper()} image: it runs on the CPU"
     info = variant_info(framework, variant)
+    if "unsupported" in info and unversioned(variant)[1] is not None:
+        return info["unsupported"]
     if "unsupported" in info:
         return f"{framework} has no {variant.upper()} image: {info['unsupported']}"
     if not dockerfile(framework, variant).is_file():
@@ -432,7 +505,7 @@ def check_setting(framework: str, axis: str, value, variant: str = "cpu") -> Ref
     if not values:
         why = info.get(f"{axis}_unsupported") or rule.why
         return Refusal(rule.cannot.format(framework=framework, why=why), usage=False)
-    if rule.cpu_only and variant != "cpu":
+    if rule.cpu_only and unversioned(variant)[0] != "cpu":
         return Refusal(rule.cpu_only.format(framework=framework, variant=variant.upper()), usage=False)
     if not rule.accepts(values, value):
         return Refusal(rule.refused.format(framework=framework, value=value, offered=", ".join(map(str, values))),

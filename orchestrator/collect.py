@@ -124,7 +124,8 @@ def collect(job: Job, run_id: str, job_id: str, job_dir: Path, outcome: Outcome,
 def _measured(result: RunnerResult) -> dict:
     """The row's fields the runner measured and saw."""
     return dict(
-        setup_time_s=result.setup_time_s, train_time_s=result.train_time_s,
+        setup_time_s=result.setup_time_s, compile_time_s=result.compile_time_s,
+        train_time_s=result.train_time_s,
         test_time_s=result.test_time_s, total_time_s=result.total_time_s,
         paper_train_time_s=result.paper_train_time_s,
         paper_test_time_s=result.paper_test_time_s,

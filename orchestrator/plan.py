@@ -191,7 +191,7 @@ def expand(axes: Axes, host_cpus: int | None = None) -> Plan:
     those all good, the values against each framework's models."""
     host_cpus = host_cpus or os.cpu_count() or 1
     problems = axis_problems(axes, host_cpus)
-    frameworks = axes.frameworks or catalog.names()
+    frameworks = axes.frameworks or catalog.default_names()
     limits = {framework: limits_for(axes, framework, problems) for framework in frameworks}
     raise_problems(problems)
     problems += compute_problems(axes, frameworks)

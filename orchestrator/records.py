@@ -95,6 +95,7 @@ class RunnerResult(BaseModel):
     threads: dict = {}
     libraries: dict = {}
     setup_time_s: float | None = None
+    compile_time_s: float | None = None
     train_time_s: float | None = None
     test_time_s: float | None = None
     total_time_s: float | None = None

@@ -108,6 +108,10 @@ metadata.  History of the row schema:
     18 ``nodes``: the hosts a job's workers ran on (1 where they shared one; N where a Slurm
        allocation gave each its node, ``--runtime native``); empty for one process and in
        every older row.
+    19 ``compile_time_s``: the seconds of setup a job spent compiling its training step
+       ahead (``torch.compile``'s first calls, ``--set compile=true``), part of
+       ``setup_time_s`` and none of ``train_time_s``; empty where nothing was compiled
+       ahead and in every older row.
 Readers refuse rows newer than they know; older ones are upgraded step by step
 by ``store.upgrade``.
 
@@ -164,7 +168,7 @@ import pyarrow as pa
 
 from .checks import row_fields
 
-SCHEMA_VERSION = 18
+SCHEMA_VERSION = 19
 TRACE_SCHEMA_VERSION = 1
 ROBUSTNESS_SCHEMA_VERSION = 2
 # What robustness rows before version 2 attacked along (``upgrade_robustness``).
@@ -218,6 +222,7 @@ class _Job:
     cpuset: str | None = None
     # what the runner measured
     setup_time_s: float | None = None
+    compile_time_s: float | None = None        # of setup: the training step compiled ahead
     train_time_s: float | None = None
     test_time_s: float | None = None
     total_time_s: float | None = None
@@ -359,6 +364,7 @@ ADDED_IN = {
     16: ["platforms", "platforms_time_s", "platforms_reason"],
     17: ["workers", "worker_batch_size", "dist_engine", "dist_backend", "worker_train_time_s"],
     18: ["nodes"],
+    19: ["compile_time_s"],
 }
 # Columns a version renamed, old name -> new name.
 RENAMED_IN = {5: {"script_train_time_s": "paper_train_time_s",

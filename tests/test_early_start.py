@@ -40,7 +40,7 @@ class EarlyBuilder(build.Builder):
 
     nonce = secrets.token_hex(8)
 
-    def base(self, rebuild: bool = False):
+    def base(self, rebuild: bool = False, suite: str | None = None):
         image = build.find_image(self.client, build.base_tag(self.suite))
         if image is None:
             pytest.skip(f"no {build.base_tag(self.suite)} image")

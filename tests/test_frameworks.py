@@ -50,10 +50,12 @@ def one_line_error(proc, code: int, *parts: str):
 
 # -- where frameworks come from ---------------------------------------------------------------
 
-def test_the_built_in_six_come_through_the_entry_points_in_the_study_order(monkeypatch):
+def test_the_built_in_ones_come_through_the_entry_points_the_study_s_first(monkeypatch):
     monkeypatch.delenv(catalog.PATH_VARIABLE, raising=False)
     found = catalog.frameworks()
-    assert list(found) == list(catalog.STUDY_ORDER)
+    assert list(found) == [*catalog.STUDY_ORDER, *catalog.TODAY_ORDER] == list(catalog.BUILT_IN)
+    # a run that names none trains the study's: today's run when named
+    assert catalog.default_names() == list(catalog.STUDY_ORDER)
     for name, framework in found.items():
         assert framework.directory == REPO / "images" / name
         assert framework.origin == f"entry point {name} = dlbench_images:{name}"
@@ -62,7 +64,7 @@ def test_the_built_in_six_come_through_the_entry_points_in_the_study_order(monke
 
 def test_a_folder_of_frameworks_or_one_framework_directory_on_the_path(monkeypatch, tmp_path):
     with_path(monkeypatch, EXAMPLES)
-    assert catalog.names() == [*catalog.STUDY_ORDER, "sklearn"]
+    assert catalog.names() == [*catalog.BUILT_IN, "sklearn"]
     assert catalog.framework_dir("sklearn") == SKLEARN
     with_path(monkeypatch, SKLEARN)             # the framework's own directory
     assert catalog.names()[-1] == "sklearn" and catalog.framework_dir("sklearn") == SKLEARN
@@ -73,7 +75,7 @@ def test_a_folder_of_frameworks_or_one_framework_directory_on_the_path(monkeypat
     (tmp_path / "more" / "_notes").mkdir()
     (tmp_path / "more" / ".git").mkdir()
     monkeypatch.setenv(catalog.PATH_VARIABLE, f"{tmp_path / 'more'}::{SKLEARN}:{EXAMPLES}:")
-    assert catalog.names() == [*catalog.STUDY_ORDER, "alpha", "sklearn", "zeta"]
+    assert catalog.names() == [*catalog.BUILT_IN, "alpha", "sklearn", "zeta"]
     assert catalog.framework_dir("zeta") == tmp_path / "more" / "b"
 
 
@@ -101,9 +103,9 @@ def test_an_added_framework_is_checked_and_planned_as_the_study_s_are(monkeypatc
         campaign.read(path, RunOptions(), host_cpus=2)
     lines = [line.split(": ", 1)[1] for line in str(caught.value).splitlines()]
     assert lines == ["frameworks: unknown framework 'sklearn' (choose from caffe, tensorflow, torch, "
-                     "pytorch, mxnet, theano) (and 2 more problems)",
+                     "pytorch, mxnet, theano, pytorch2) (and 2 more problems)",
                      "hyperparameters.sklearn: a table here must be named after a framework (caffe, "
-                     "tensorflow, torch, pytorch, mxnet, theano)",
+                     "tensorflow, torch, pytorch, mxnet, theano, pytorch2)",
                      "limits.sklearn: unknown key"]
 
 
@@ -117,6 +119,30 @@ def test_the_build_context_of_an_added_framework_is_its_own_directory(monkeypatc
     assert files["sklearn/models.json"] == SKLEARN / "models.json"
     assert files["runner/dlbench_runner/runner.py"] == REPO / "images" / "runner" / "dlbench_runner" / "runner.py"
     assert args["FRAMEWORK_VERSION"] == "0.23.2-5" and labels["org.dlbench.framework"] == "sklearn"
+
+
+def test_a_framework_that_names_a_debian_suite_is_built_on_that_suite_s_base(monkeypatch, tmp_path):
+    """``suite`` in models.json: its image's base is that suite's (made, like a tool's, when
+    first wanted) and its label says so; without it, the study's suite."""
+    copy_example(tmp_path / "newer", "newer", suite="trixie")
+    with_path(monkeypatch, EXAMPLES, tmp_path / "newer")
+    assert (catalog.suite("newer"), catalog.suite("sklearn"), catalog.suite("web")) == \
+        ("trixie", catalog.SUITE, "trixie")
+
+    class Builder(build.Builder):
+        def base(self, rebuild=False, suite=None):
+            asked.append(suite)
+            return types.SimpleNamespace(id=f"sha256:{suite}")
+
+        def _build(self, tag, files, buildargs, labels, rebuild, sources=()):
+            return buildargs, labels
+
+    asked = []
+    args, labels = Builder(client=None).framework("newer")
+    assert asked == ["trixie"] and args["BASE_IMAGE"] == "sha256:trixie"
+    assert labels["org.dlbench.debian-suite"] == "trixie"
+    args, labels = Builder(client=None).framework("sklearn")
+    assert asked[-1] == catalog.SUITE == labels["org.dlbench.debian-suite"]
 
 
 def test_an_entry_point_of_an_installed_package_adds_a_framework(monkeypatch, tmp_path):
@@ -136,7 +162,7 @@ def test_an_entry_point_of_an_installed_package_adds_a_framework(monkeypatch, tm
     monkeypatch.delenv(catalog.PATH_VARIABLE, raising=False)
     monkeypatch.syspath_prepend(str(site))
     found = catalog.frameworks()
-    assert list(found) == [*catalog.STUDY_ORDER, "other", "sklearn"]
+    assert list(found) == [*catalog.BUILT_IN, "other", "sklearn"]
     assert found["sklearn"].directory == site / "dlbench_mlp"
     assert found["other"].directory == site / "dlbench_more" / "frameworks" / "other"
     # as a user's dlbench finds it
@@ -201,6 +227,8 @@ def model(**changes):
     ({"version": None}, "version: give the framework's version as a string"),
     ({"variants": []}, "variants: must be a JSON object"),
     ({"native": {"module": 1}}, "native: module and unsupported are strings"),
+    ({"run_by_default": "no"}, "run_by_default: true or false (false: its jobs run only when it is named)"),
+    ({"suite": "Trixie/../x"}, "suite: the Debian suite its images are built on, e.g. trixie (default: bullseye)"),
     ({"models": {}}, "models: give at least one data set's model"),
     ({"models": {"imagenet": {}}}, "models.imagenet: unknown data set (choose from mnist, cifar10)"),
     ({"models": model(model=None)}, "models.mnist: model: give the model's name as a string"),

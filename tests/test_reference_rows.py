@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from conftest import dlbench, make_plan
-from orchestrator import hostinfo, plan, store
+from orchestrator import catalog, hostinfo, plan, store
 from orchestrator.report import estimate, make_report, paper, reference_rows, summary
 from orchestrator.records import RunRecord
 from orchestrator.schema import SCHEMA_VERSION, dumps
@@ -130,10 +130,23 @@ def test_the_shipped_reference_rows_hold_every_quick_job_of_todays_defaults_with
     """Every quick job, as today's quick defaults train it (a change to them fails this until
     the rows are measured again), three seeds each: their spread widens the tolerance."""
     rows = store.load(reference_rows.LOCATION)
-    assert len(rows) == 36 and (rows["status"] == "ok").all() and (rows["profile"] == "quick").all()
+    jobs = 2 * len(catalog.BUILT_IN)            # every built-in framework's two quick jobs
+    assert len(rows) == 3 * jobs and (rows["status"] == "ok").all() and (rows["profile"] == "quick").all()
     assert rows.groupby(["framework", "dataset"])["seed"].nunique().eq(3).all()
     groups = paper.build(rows).groups
-    assert len(groups) == 12 and set(groups["settings"]) == {"own defaults"}
+    assert len(groups) == jobs and set(groups["settings"]) == {"own defaults"}
+
+
+def test_a_framework_whose_reference_rows_are_another_machine_s_is_judged_without_a_speed():
+    """The shipped rows judged as if they were a run: the study's frameworks against the
+    reference machine's own rows (speed 1), pytorch2's against its rows of the second machine
+    (its accuracy judged, no speed: nothing of it was measured on the reference machine)."""
+    j = reference_rows.judge(paper.build(store.load(reference_rows.LOCATION)))
+    groups = j.groups.set_index(["framework", "dataset"])
+    assert (groups["verdict"] == reference_rows.AS_EXPECTED).all()
+    assert groups.loc["pytorch2", "speed_ratio"].isna().all()
+    assert groups.drop(index="pytorch2", level=0)["speed_ratio"].eq(1.0).all()
+    assert j.speed_ratio() == pytest.approx(1.0)
 
 
 @pytest.mark.parametrize("change, reason", [

@@ -29,8 +29,8 @@ convolution.  For that reason a float64 model is exported as a float32 copy.
 """
 
 import math
-import os
-import warnings
+
+from dlbench_runner.torch_adapter import TorchAdapter
 
 # image.gaussian1D defaults (sigma 0.25, amplitude 1, mean 0.5, not normalised).
 GAUSSIAN_SIGMA = 0.25
@@ -140,20 +140,11 @@ def sample_linear(torch):
 
     return SampleLinear
 
-
-class Adapter:
-    def __init__(self, ctx):
-        self.ctx = ctx
-        self.hp = ctx.hp
-
+class Adapter(TorchAdapter):
     # -- setup ---------------------------------------------------------------
     def setup(self):
-        import torch
-        self.torch = torch
-        if self.ctx.omp_threads:
-            torch.set_num_threads(self.ctx.omp_threads)
-        torch.manual_seed(self.ctx.seed)
-        self.device = torch.device("cpu" if self.ctx.gpu is None else "cuda:%d" % self.ctx.gpu)
+        self.start()
+        torch = self.torch
         arrays = self.ctx.load_data()
         if self.ctx.dataset == "mnist":
             self.train_x, self.test_x = self._mnist_inputs(arrays["train_images"], arrays["test_images"])
@@ -170,56 +161,10 @@ class Adapter:
             raise ValueError("no torch model for %s yet" % self.ctx.dataset)
         self.train_y = torch.from_numpy(arrays["train_labels"]).to(self.device)
         self.test_y = torch.from_numpy(arrays["test_labels"]).to(self.device)
-        self.criterion = torch.nn.NLLLoss()
         self.optimizer = torch.optim.SGD(self.model.parameters(), lr=self.hp["learning_rate"],
                                          momentum=self.hp["momentum"],
                                          weight_decay=self.hp["weight_decay"])
         self.trainer = self.join(self.model)
-
-    # -- several workers (ctx.world): DistributedDataParallel over gloo --------
-    def join(self, model):
-        """The module a training step runs: the model itself, or, in a job of several
-        workers, the model wrapped by DistributedDataParallel once this worker has joined
-        the others (gloo, over TCP to worker 0).  DDP starts every worker from worker 0's
-        weights and averages the gradients in the backward pass."""
-        world = self.ctx.world
-        if world is None:
-            return model
-        import datetime
-        dist = self.torch.distributed
-        dist.init_process_group("gloo", init_method="tcp://%s:%d" % (world.host, world.port),
-                                rank=world.rank, world_size=world.size,
-                                timeout=datetime.timedelta(seconds=world.timeout_s))
-        self.engine = {"dist_engine": "DistributedDataParallel", "dist_backend": dist.get_backend()}
-        return self.torch.nn.parallel.DistributedDataParallel(model)
-
-    def shard(self, index):
-        """This worker's indices of a global batch and its loss's scale (1 alone).  A worker
-        whose share is empty (a last batch smaller than the workers) steps on one image with
-        scale 0: DDP's backward needs every worker."""
-        world = self.ctx.world
-        if world is None:
-            return index, 1.0
-        mine = world.shard(index)
-        return (mine, world.scale(len(index))) if len(mine) else (index[:1], 0.0)
-
-    def summed(self, *values):
-        """The values (tensors) summed over the workers (alone: as they are)."""
-        if self.ctx.world is None:
-            return values
-        both = self.torch.stack([v.to(self.torch.float64) for v in values])
-        self.torch.distributed.all_reduce(both)
-        return tuple(both)
-
-    def gather(self, value):
-        torch = self.torch
-        mine = torch.tensor([float(value)], dtype=torch.float64)
-        every = [torch.zeros_like(mine) for _ in range(self.ctx.world.size)]
-        torch.distributed.all_gather(every, mine)
-        return [float(v) for v in every]
-
-    def leave(self):
-        self.torch.distributed.destroy_process_group()
 
     def _mnist_inputs(self, train, test):
         """Zero-pad 28x28 to 32x32 (as Torch7's mnist package), then normalise
@@ -335,59 +280,11 @@ class Adapter:
             nn.LogSoftmax(dim=1),
         )
 
-    # -- train ---------------------------------------------------------------
-    def train(self):
-        torch, hp = self.torch, self.hp
-        batch, n = hp["batch_size"], len(self.train_y)
-        generator = torch.Generator().manual_seed(self.ctx.seed)
-        steps = 0
-        self.model.train()
-        for epoch in range(1, hp["epochs"] + 1):
-            self.ctx.epoch_start()
-            order = torch.randperm(n, generator=generator).to(self.device)
-            loss_sum = torch.zeros((), device=self.device)
-            correct = torch.zeros((), dtype=torch.long, device=self.device)
-            for i, start in enumerate(range(0, n, batch)):
-                index, scale = self.shard(order[start:start + batch])
-                x, y = self.train_x[index], self.train_y[index]
-                # optim.sgd's learning-rate decay: lr / (1 + t * decay), t = steps so far.
-                for group in self.optimizer.param_groups:
-                    group["lr"] = hp["learning_rate"] / (1 + steps * hp["learning_rate_decay"])
-                self.optimizer.zero_grad(set_to_none=True)
-                output = self.trainer(x)
-                loss = self.criterion(output, y)
-                (loss * scale if scale != 1.0 else loss).backward()
-                self.optimizer.step()
-                steps += 1
-                if scale:
-                    loss_sum += loss.detach() * len(index)
-                    correct += (output.argmax(1) == y).sum()
-                # .item() waits for the step (on a GPU): every 200 steps, and the last
-                if i % 200 == 0 or start + batch >= n:
-                    self.ctx.progress(epoch, start / n, loss.item(), step=steps)
-            loss_sum, correct = self.summed(loss_sum, correct)
-            self.ctx.epoch_done(epoch, loss_sum.item() / n, correct.item() / n, samples=n)
-
-    def synchronize(self):
-        if self.device.type == "cuda":
-            self.torch.cuda.synchronize(self.device)
-
-    # -- test ----------------------------------------------------------------
-    def test(self):
-        torch = self.torch
-        batch, n = self.hp["test_batch_size"], len(self.test_y)
-        self.model.eval()
-        loss_sum, correct, predicted = 0.0, 0, []
-        with torch.no_grad():
-            for start in range(0, n, batch):
-                x, y = self.test_x[start:start + batch], self.test_y[start:start + batch]
-                output = self.model(x)
-                loss_sum += torch.nn.functional.nll_loss(output, y, reduction="sum").item()
-                classes = output.argmax(1)
-                correct += (classes == y).sum().item()
-                predicted.append(classes)
-        return {"accuracy": correct / n, "loss": loss_sum / n,
-                "predictions": torch.cat(predicted).cpu().numpy() if predicted else None}
+    # -- train: TorchAdapter's loop, with optim.sgd's learning-rate decay -----------
+    def step_started(self, steps):
+        """optim.sgd's learning-rate decay: lr / (1 + t * decay), t = steps so far."""
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.hp["learning_rate"] / (1 + steps * self.hp["learning_rate_decay"])
 
     # -- the robustness check: the model's view of [0, 1] pixels, by autograd ----------
     def model_input(self, pixels):
@@ -395,121 +292,3 @@ class Adapter:
         input, through the same preprocessing as training's, differentiably."""
         dtype = next(self.model.parameters()).dtype
         return self.normalise(pixels * 255).to(dtype)
-
-    def _pixels(self, pixels, grad=False):
-        x = self.torch.from_numpy(pixels).to(self.device, self.torch.float64 if pixels.dtype == "float64"
-                                                 else self.torch.float32)
-        return x.requires_grad_(grad)
-
-    def input_gradient(self, pixels, labels):
-        """torch.autograd.grad of the summed NLL loss (the training criterion's) with
-        respect to the pixels; and the classes predicted for them."""
-        torch = self.torch
-        self.model.eval()
-        x = self._pixels(pixels, grad=True)
-        output = self.model(self.model_input(x))
-        y = torch.from_numpy(labels).to(self.device)
-        loss = torch.nn.functional.nll_loss(output, y, reduction="sum")
-        gradient, = torch.autograd.grad(loss, x)
-        return gradient.cpu().numpy(), output.argmax(1).cpu().numpy()
-
-    def input_vjp(self, pixels, output_gradient):
-        """torch.autograd.grad of the model's outputs (its log-probabilities, whose softmax
-        is its probabilities) with respect to the pixels, weighted by
-        ``output_gradient(outputs)``: their vector-Jacobian product; and the classes
-        predicted."""
-        torch = self.torch
-        self.model.eval()
-        x = self._pixels(pixels, grad=True)
-        output = self.model(self.model_input(x))
-        g = torch.as_tensor(output_gradient(output.detach().cpu().numpy()))
-        gradient, = torch.autograd.grad(output, x, grad_outputs=g.to(output.device, output.dtype))
-        return gradient.cpu().numpy(), output.argmax(1).cpu().numpy()
-
-    def predict(self, pixels):
-        self.model.eval()
-        with self.torch.no_grad():
-            return self.model(self.model_input(self._pixels(pixels))).argmax(1).cpu().numpy()
-
-    def loss(self, pixels, labels):
-        torch = self.torch
-        self.model.eval()
-        with torch.no_grad():
-            output = self.model(self.model_input(self._pixels(pixels)))
-            y = torch.from_numpy(labels).to(self.device)
-            return float(torch.nn.functional.nll_loss(output, y, reduction="sum"))
-
-    # -- migration: the model from pixels, exported by torch.onnx ----------------------
-    def logits(self, pixels):
-        """The model's log-probabilities for the pixels, as the exported graph gives them."""
-        self.model.eval()
-        with self.torch.no_grad():
-            return self.model(self.model_input(self._pixels(pixels))).cpu().numpy()
-
-    def export_onnx(self, path, pixels):
-        """torch.onnx.export (opset 12) of pixels -> ``model_input`` -> the model, traced on
-        ``pixels`` with the batch dimension free.  A float64 model is exported as a float32
-        copy (its input cast to float32 after the float64 preprocessing), onnxruntime having
-        no float64 convolution; the copy's weights are the model's, rounded."""
-        import copy
-
-        torch = self.torch
-        adapter, model = self, self.model
-        if next(model.parameters()).dtype == torch.float64:
-            model = copy.deepcopy(model).float()
-
-        class FromPixels(torch.nn.Module):
-            def __init__(self):
-                super().__init__()
-                self.model = model
-
-            def forward(self, x):
-                return self.model(adapter.model_input(x).to(next(self.model.parameters()).dtype))
-
-        exported = FromPixels().eval()
-        with torch.no_grad(), warnings.catch_warnings():
-            # SampleLinear's test of the batch size: the trace takes the batch's branch,
-            # the one every batch but a single image takes (both compute x W^T + b)
-            warnings.simplefilter("ignore", torch.jit.TracerWarning)
-            torch.onnx.export(exported, self._pixels(pixels), path, opset_version=12,
-                              input_names=["pixels"], output_names=["log_probabilities"],
-                              dynamic_axes={"pixels": {0: "images"}, "log_probabilities": {0: "images"}},
-                              **self._torchscript_exporter())
-
-    def _torchscript_exporter(self):
-        """The arguments that keep ``torch.onnx.export`` on the TorchScript exporter with the
-        weights inside the one file: from PyTorch 2.9 it defaults to the dynamo exporter,
-        which writes the weights to a second file (``external_data``); PyTorch 1.7 has
-        neither argument."""
-        import inspect
-
-        parameters = inspect.signature(self.torch.onnx.export).parameters
-        return {name: False for name in ("dynamo", "external_data") if name in parameters}
-
-    # -- save ----------------------------------------------------------------
-    def save(self, folder):
-        """torch.save of the model's state_dict, as PyTorch's own tutorials save a model."""
-        self.torch.save(self.model.state_dict(), os.path.join(folder, "model.pt"))
-
-    # -- describe ------------------------------------------------------------
-    def describe(self):
-        torch = self.torch
-        import numpy
-        cuda = self.device.type == "cuda"
-        return {
-            "framework_version": torch.__version__,
-            "param_count": self._param_count(),
-            "param_bytes": sum(p.numel() * p.element_size() for p in self.model.parameters()
-                               if p.requires_grad),
-            "device_name": torch.cuda.get_device_name(self.device) if cuda else None,
-            "threads": {"requested": self.ctx.threads,
-                        "framework": {"torch.get_num_threads": torch.get_num_threads(),
-                                      "torch.get_num_interop_threads": torch.get_num_interop_threads()}},
-            "libraries": {"numpy": numpy.__version__, "cuda": torch.version.cuda,
-                          "cudnn": torch.backends.cudnn.version() if cuda else None},
-            **getattr(self, "engine", {}),
-        }
-
-    def _param_count(self):
-        """Trainable parameters (a connection-table convolution holds only its connected kernels)."""
-        return sum(p.numel() for p in self.model.parameters() if p.requires_grad)

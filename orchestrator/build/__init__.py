@@ -11,6 +11,8 @@
    ``Dockerfile.gpu`` (CUDA builds from the package index), where there is one.
    The framework's models.json says, under ``variants``, each variant's version,
    CUDA and cuDNN ("none" where unused), or why it has none (``unsupported``: its GPU jobs are stored so).
+   Another release of the framework (``versions`` there) is variant ``cpu-<release>``
+   (``catalog.versioned``): the CPU Dockerfile with that release's build arguments.
 4. ``dlbench/<tool>:cpu``: a tool image (``catalog.TOOLS``: the deploy image), whose
    image.json names its own Debian suite; its root and base are made for that suite
    as the frameworks' are for ``SUITE``, when a tool image is first built.
@@ -60,7 +62,7 @@ from pathlib import Path
 from .. import __version__, catalog
 from ..errors import BuildError, DlbenchError, DockerUnavailable, UsageError, docker_errors
 
-SUITE = "bullseye"
+SUITE = catalog.SUITE
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 PULL_IMAGE = f"debian:{SUITE}-slim"      # the default suite's (``pull_image``)
 BASE_SOURCES = ("auto", "debootstrap", "pull")     # the root file system: pull, else debootstrap; or one
@@ -69,6 +71,12 @@ CA_CANDIDATES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bu
                  "/etc/ssl/cert.pem")
 PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy")
 DEFAULT_JOBS = 2        # framework images built at once
+
+
+# A rolling suite's Release file is signed valid for a week only: a mirror that lags behind
+# (or a snapshot of one) then refuses every ``apt-get update`` of its debootstrapped root.
+# Such roots check the signature, not the date (pulled Debian images keep apt's default).
+ROLLING_SUITES = frozenset({"sid", "unstable", "testing"})
 
 
 def pull_image(suite=SUITE):
@@ -243,6 +251,9 @@ class Builder:
                 self.say(line.rstrip())
             if proc.wait() != 0:
                 raise BuildError(f"debootstrap failed (exit {proc.returncode}): {log[-1] if log else ''}")
+            if suite in ROLLING_SUITES:
+                (target / "etc" / "apt" / "apt.conf.d" / "50dlbench-rolling").write_text(
+                    'Acquire::Check-Valid-Until "false";\n')
             self.say("importing the root file system into Docker")
             tar = subprocess.Popen(["tar", "--numeric-owner", "-C", str(target), "-c", "."],
                                    stdout=subprocess.PIPE)
@@ -265,12 +276,18 @@ class Builder:
         reason = catalog.variant_unsupported(framework, variant)
         if reason is not None:
             raise UsageError(reason)
-        return self._build(*self._framework_inputs(framework, variant, self.base()), rebuild,
+        base = self.base(suite=self._suite(framework, variant))
+        return self._build(*self._framework_inputs(framework, variant, base), rebuild,
                            catalog.sources(framework, variant))
+
+    def _suite(self, name: str, variant: str = "cpu") -> str:
+        """The suite of an image: its own where it names one (a tool's image.json, a
+        framework's models.json or its release's), else the builder's."""
+        return catalog.suite(name, variant, default=self.suite)
 
     def tool(self, tool: str, rebuild: bool = False):
         """A tool image (``catalog.TOOLS``), on the base of its own suite."""
-        base = self.base(suite=catalog.tool_info(tool)["suite"])
+        base = self.base(suite=self._suite(tool))
         return self._build(*self._tool_inputs(tool, base), rebuild)
 
     def image(self, name: str, rebuild: bool = False, variant: str = "cpu"):
@@ -290,7 +307,7 @@ class Builder:
 
     def _present_image(self, name: str, variant: str):
         """The image, if present and built from the inputs it would be built from now."""
-        suite = catalog.tool_info(name)["suite"] if name in catalog.TOOLS else self.suite
+        suite = self._suite(name, variant)
         root = find_image(self.client, root_tag(suite))
         base = root and self._present(*self._base_inputs(root, suite))
         if base is None:
@@ -344,9 +361,9 @@ class Builder:
         info = catalog.variant_info(framework, variant)
         labels = {f"{LABEL}.role": "framework", f"{LABEL}.framework": framework,
                   f"{LABEL}.variant": variant, f"{LABEL}.framework-version": info["version"],
-                  f"{LABEL}.debian-suite": self.suite, f"{LABEL}.cuda": info.get("cuda", "none"),
+                  f"{LABEL}.debian-suite": self._suite(framework, variant), f"{LABEL}.cuda": info.get("cuda", "none"),
                   f"{LABEL}.cudnn": info.get("cudnn", "none")}
-        args = {"BASE_IMAGE": base.id, "FRAMEWORK_VERSION": info["version"]}
+        args = {"BASE_IMAGE": base.id, "FRAMEWORK_VERSION": info["version"], **info.get("build_args", {})}
         pinned = [sources.lookup(repo) for repo in catalog.sources(framework, variant)]
         if pinned:      # the registry's pins: no archive is needed to know them
             args["SOURCE_PINS"] = " ".join(f"{s.repo}@{s.commit}:{s.tree_sha256}" for s in pinned)

@@ -190,8 +190,9 @@ def _names(text: str | None) -> list[str] | None:
 
 
 Frameworks = Annotated[Optional[str], typer.Option(
-    help=f"Comma-separated, from {', '.join(catalog.STUDY_ORDER)} and any added on "
-         f"${catalog.PATH_VARIABLE} or by an installed package (default: all).")]
+    help=f"Comma-separated, from {', '.join(catalog.BUILT_IN)} and any added on "
+         f"${catalog.PATH_VARIABLE} or by an installed package (default: all; a run leaves "
+         f"out {', '.join(catalog.TODAY_ORDER)} unless named).")]
 BaseOpt = Annotated[BaseSource, typer.Option(
     "--base", help="Root file system: pull debian:bullseye-slim, make one with debootstrap, "
                    "or auto (pull, else debootstrap).")]

@@ -147,9 +147,17 @@ def _judge(g, ref: paper.Report | None) -> dict:
     record.update(diff_points=round(diff, 6), tolerance_points=tolerance,
                   verdict=AS_EXPECTED if abs(diff) <= tolerance + 1e-9 else NOT_AS_EXPECTED)
     if paper.present(g.train_time_s_median) and paper.present(base.train_time_s_median) \
-            and base.train_time_s_median > 0:
+            and base.train_time_s_median > 0 and _on_reference_machine(base, ref):
         record["speed_ratio"] = g.train_time_s_median / base.train_time_s_median
     return record
+
+
+def _on_reference_machine(base, ref: paper.Report) -> bool:
+    """Whether a reference group was measured on the reference machine (the first's): a
+    framework whose reference rows come from another machine alone is judged on its
+    accuracy, and has no speed against the reference machine."""
+    first, section = ref.sections[0], ref.sections[int(base.section)]
+    return (section.host_name, section.host_cpu_model) == (first.host_name, first.host_cpu_model)
 
 
 def _same_model(g, ref: paper.Report) -> pd.DataFrame:

@@ -120,12 +120,13 @@ def _to_11(table: pa.Table) -> pa.Table:
 # images; 15 the overrides a job was asked for (empty: not known, the report compares with
 # today's defaults); 16 the platforms a job deployed its model on (empty: none); 17 the
 # workers a job trained over, its engine and each worker's time (empty: one process); 18
-# the hosts they ran on (empty: one process).
+# the hosts they ran on (empty: one process); 19 the seconds of setup spent compiling the
+# training step ahead (empty: none compiled).
 UPGRADES = {1: _add_empty(2), 2: _add_empty(3), 3: _to_4, 4: _renamed(5), 5: _add_empty(6),
             6: _add_empty(7), 7: _add_empty(8), 8: _add_empty(9), 9: _add_empty(10), 10: _to_11,
             11: _add_empty(12), 12: _add_empty(13), 13: _add_empty(14), 14: _add_empty(15),
             15: _add_empty(16), 16: _add_empty(17),
-            17: _add_empty(18)}
+            17: _add_empty(18), 18: _add_empty(19)}
 
 
 def upgrade(table: pa.Table, version: int) -> pa.Table:

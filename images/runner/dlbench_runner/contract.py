@@ -39,7 +39,10 @@ from . import blas, data as formats  # noqa: F401 (blas: the host's too)
 #      holds ``workers``, ``worker_batch_size`` (its share of each batch),
 #      ``worker_train_time_s`` (every worker's, in rank order), ``dist_engine`` and
 #      ``dist_backend``; the other workers write none.
-SCHEMA_VERSION = 7
+#   8  ``compile_time_s``: the seconds of setup spent compiling the training step ahead
+#      (``torch.compile``'s first calls; a setting such as ``compile``); None where the
+#      adapter compiled nothing ahead.
+SCHEMA_VERSION = 8
 
 # Where a worker of a job of several stands (``world.py``): the runtime sets these.
 WORKER_RANK = "DLBENCH_WORKER_RANK"

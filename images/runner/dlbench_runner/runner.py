@@ -165,6 +165,9 @@ class Context:
         self.test_predictions = None
         # Where this worker stands among the job's workers (``world.py``); None: one process.
         self.world = None
+        # Seconds of setup an adapter spent compiling its training step ahead (a compiled
+        # step's first calls, e.g. torch.compile's); None: it compiled nothing ahead.
+        self.compile_time_s = None
         self.fair = {"losses": []}          # a fair job's weights digest, logits and losses
         self._fair_sums = [0.0, 0]          # its losses' sum, its right predictions
 
@@ -371,6 +374,7 @@ def run(spec, framework_dir, data_dir, out_dir):
         adapter.setup()
         ctx.swallowed.check()
         result["setup_time_s"] = ctx.now() - t_start
+        result["compile_time_s"] = ctx.compile_time_s
         phase = "train"
         emit("phase", phase="train")
         t0 = ctx.now()
