@@ -140,6 +140,36 @@ def platform_list(value) -> tuple[str, ...]:
     return tuple(n for n in catalog.PLATFORMS if n in given)
 
 
+def version_table(value) -> dict[str, tuple[str | None, ...]]:
+    """The releases to train each framework in (``docs: Releases``): ``FRAMEWORK=V1,V2``
+    texts (the command line's, one a framework) or a table of lists (a campaign file's);
+    each release as ``catalog.resolve_version`` reads it (None: the framework's default),
+    each once, in the order given."""
+    if isinstance(value, dict):
+        given = [(fw, [v] if isinstance(v, str) else v) for fw, v in value.items()]
+    elif isinstance(value, (list, tuple)) and all(isinstance(t, str) for t in value):
+        given = []
+        for text in value:
+            framework, equals, releases = text.partition("=")
+            if not equals or not framework.strip():
+                raise ValueError(f"{text!r}: give FRAMEWORK=RELEASE,RELEASE, e.g. tensorflow=2.15,2.20")
+            given.append((framework.strip(), releases.split(",")))
+    else:
+        raise ValueError(f"{value!r}: give a table of each framework's releases")
+    table = {}
+    for framework, releases in given:
+        if framework not in catalog.names():
+            raise ValueError(str(catalog.unknown("framework", framework, catalog.names())))
+        if framework in table:
+            raise ValueError(f"{framework}'s releases are given twice")
+        if not isinstance(releases, list) or not all(isinstance(r, str) for r in releases) \
+                or not [r for r in releases if r.strip()]:
+            raise ValueError(f"{framework}: give its releases, e.g. {framework}={catalog.versions(framework)[0]}")
+        table[framework] = tuple(dict.fromkeys(
+            catalog.resolve_version(framework, r.strip()) for r in releases if r.strip()))
+    return table
+
+
 # -- the axes --------------------------------------------------------------------------------
 AXES: list[Axis] = [
     Axis("frameworks", outer=True),                     # None: every framework that has an image
@@ -165,6 +195,9 @@ AXES: list[Axis] = [
          help="Where each trained model is deployed after training: mobile, mobile-int8, "
               "onnx-int8, web, all or none (default: all for the paper profile, none for "
               "quick and fair: docs: Platforms)."),
+    Axis("versions", dict, many=False, parse=version_table,    # None: each framework's default
+         help="Train a framework in several of its releases, each in an image of its own: "
+              "FRAMEWORK=RELEASE,... e.g. tensorflow=2.15,2.20 (repeatable; docs: Releases)."),
     Axis("weights", many=False),                        # the fair profile's initial weights file
     Axis("repeats", int, many=False, default=1),
     Axis("seed", int, many=False),                      # None: each model's own (contract.default_seed)

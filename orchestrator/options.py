@@ -118,7 +118,7 @@ class _Given(BaseModel):
                           cpus=None, threads=None, gpu=None, devices=None, variant=None, set_=(),
                           sweep=(), batch_sizes=None, learning_rates=None, settings_from=None,
                           repeats=None, seed=None, memory=None, timeout=None, weights=None,
-                          platforms=None, **settings) -> "RunOptions":
+                          platforms=None, versions=(), **settings) -> "RunOptions":
         """``dlbench run``'s options as typed: comma lists and KEY=VALUE texts, read here;
         ``settings``: each compute setting's comma list (``--blas``, ``--onednn``)."""
         if cpus is not None and threads is not None:
@@ -143,7 +143,8 @@ class _Given(BaseModel):
             **{axis.name: _choices(settings.get(axis.name), axis.parse_one, axis.option, axis.what)
                for axis in axes_.settings()},
             weights=None if weights is None else str(weights), hyperparameters=sweeps,
-            platforms=None if platforms is None else _platforms(platforms))
+            platforms=None if platforms is None else _platforms(platforms),
+            versions=_versions(versions) if versions else None)
 
 
 RunOptions = create_model("RunOptions", __base__=_Given,
@@ -230,6 +231,11 @@ def axis_problems(axes: Axes, host_cpus: int) -> list[PlanError]:
                                "settings_from or the fair profile", ("settings_from",),
                                "--settings-from: the fair profile fixes every framework's settings "
                                "(run it without --settings-from)"))
+    if axes.versions and axes.frameworks is not None:
+        for framework in axes.versions:
+            if framework not in axes.frameworks:
+                found.append(PlanError(f"releases of {framework} are given, but it is not one of the "
+                                       f"run's frameworks ({', '.join(axes.frameworks)})", ("versions",)))
     if axes.repeats < 1:
         found.append(PlanError("--repeats must be at least 1", ("repeats",)))
     elif axes.seed is not None:
@@ -378,6 +384,13 @@ def _platforms(text: str) -> tuple[str, ...]:
         return axes_.platform_list(text)
     except ValueError as exc:
         raise UsageError(f"--platforms: {exc}") from None
+
+
+def _versions(texts) -> dict:
+    try:
+        return axes_.version_table(list(texts))
+    except ValueError as exc:
+        raise UsageError(f"--versions: {exc}") from None
 
 
 def _choices(text: str | None, parse, option: str, what: str) -> list | None:

@@ -74,6 +74,7 @@ class _Job(BaseModel):
     weights: str | None = None         # a fair job's initial weights file; None: its seed's draw
     weights_sha256: str | None = None  # the digest of that file's weights
     platforms: tuple[str, ...] = ()    # where the trained model is deployed after training
+    version: str | None = None         # the framework's release; None: its default (models.json)
 
 
     # Not part of the identity: how a job was asked for, and the limits it ran under.
@@ -82,7 +83,7 @@ class _Job(BaseModel):
                                                    "platforms"})
     # Part of the identity where given: a job that leaves them at the default keeps the
     # id it had before they existed (every compute setting, added by ``Job``).
-    IDENTITY_WHERE_GIVEN: ClassVar[frozenset] = frozenset({"weights_sha256"})
+    IDENTITY_WHERE_GIVEN: ClassVar[frozenset] = frozenset({"weights_sha256", "version"})
 
     @model_validator(mode="after")
     def _memory_in_bytes(self):
@@ -106,8 +107,8 @@ class _Job(BaseModel):
     def variant(self) -> str:
         """The image variant the job runs in: the GPU image for a GPU job, the CPU image
         for a CPU job unless it asked for the GPU one (``--variant gpu``: a check that
-        a GPU image trains on the CPU too)."""
-        return self.image_variant or ("cpu" if self.gpu is None else "gpu")
+        a GPU image trains on the CPU too); another release's is ``cpu-<release>``."""
+        return catalog.versioned(self.image_variant or ("cpu" if self.gpu is None else "gpu"), self.version)
 
     @property
     def label(self) -> str:
@@ -228,8 +229,9 @@ def expand(axes: Axes, host_cpus: int | None = None) -> Plan:
                         problems.append(exc)
                         continue
                 params = {}                # on the CPU, on a GPU (a model may differ there)
-                for threads, gpu, *chosen in itertools.product(
-                        axes.threads, axes.devices, *(getattr(axes, name) for name in settings)):
+                releases = (axes.versions or {}).get(framework) or (None,)
+                for version, threads, gpu, *chosen in itertools.product(
+                        releases, axes.threads, axes.devices, *(getattr(axes, name) for name in settings)):
                     on_gpu = gpu is not None
                     if on_gpu not in params:
                         params[on_gpu] = _resolve(axes, models, framework, dataset, profile,
@@ -241,7 +243,7 @@ def expand(axes: Axes, host_cpus: int | None = None) -> Plan:
                         model=contract.model_name(models, dataset, profile), hyperparameters=params[on_gpu],
                         overrides=overrides, threads=threads or host_cpus, cpus=threads,
                         gpu=gpu, image_variant=axes.variant, campaign=axes.campaign,
-                        settings_from=source, seed=seed, **dict(zip(settings, chosen)),
+                        settings_from=source, seed=seed, version=version, **dict(zip(settings, chosen)),
                         platforms=_platforms(axes, profile, params[on_gpu]),
                         **(weights if profile == contract.FAIR_PROFILE else {}),
                         **limits[framework]))
@@ -409,7 +411,8 @@ def _check_size(axes: Axes, frameworks: list[str], datasets: list[str]) -> None:
     cells = 0
     for framework in frameworks:
         grid = {**axes.hyperparameters, **axes.framework_hyperparameters.get(framework, {})}
-        per_dataset = math.prod(map(len, grid.values())) * math.prod(
+        releases = len((axes.versions or {}).get(framework) or (None,))
+        per_dataset = releases * math.prod(map(len, grid.values())) * math.prod(
             len(getattr(axes, axis.name)) for axis in axes_.AXES if axis.many and not axis.outer)
         cells += per_dataset * sum(d in catalog.models(framework)["models"] for d in datasets)
     limit = max_jobs()

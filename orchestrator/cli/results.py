@@ -163,8 +163,9 @@ def compare_(a: Annotated[str, typer.Argument(
                  "--allow-inconclusive", help="With --fail-on-slowdown, let the groups that "
                                               "cannot be judged pass.")] = False,
              by: Annotated[Optional[str], typer.Option(
-                 "--by", metavar="KEY", help="Compare across this setting (blas, onednn or a "
-                 "hyper-parameter): A and B may be its values, e.g. --by blas blis openblas.")] = None,
+                 "--by", metavar="KEY", help="Compare across this setting (blas, onednn, a "
+                 "hyper-parameter or framework_version): A and B may be its values, e.g. --by "
+                 "blas blis openblas, --by framework_version 2.15 2.20.")] = None,
              ignore: Annotated[list[str], typer.Option(
                  "--ignore", metavar="KEY", help="Pair groups that differ in this setting "
                                                  "(repeatable).")] = [],

@@ -4,7 +4,8 @@ gate for CI that is closed to what it cannot judge.
 Rules, stated once here and printed with every comparison (``Comparison.notes``):
 - A side is a results directory, a condition on the rows of ``--results``
   (``framework_version=2.20.0``, as ``--where`` takes it), with ``--by KEY`` a value of that
-  setting (``blis`` for ``blas=blis``), or a campaign's name there; ``--where``,
+  setting (``blis`` for ``blas=blis``; with ``--by framework_version`` a release, ``2.15``
+  for 2.15.1), or a campaign's name there; ``--where``,
   ``--framework``, ``--dataset`` hold on both sides.
 - A group is one job definition as the report groups it (framework, data set, model, device,
   profile, settings) less the settings compared across: ``--by``, ``--ignore``, or the
@@ -73,6 +74,9 @@ SPLIT = ["threads", "host_name", "host_cpu_model", "image_id", "framework_versio
 MACHINE = ["host_name", "host_cpu_model"]
 # settings stored as columns of their own; any other is a hyper-parameter
 SETTING_COLUMNS = ("blas", "onednn")
+# what a pair's sides may differ in already (``SPLIT``) that ``--by`` takes values of: the
+# framework's release (``dlbench run --versions``)
+RELEASE = ("framework_version",)
 FASTER, SLOWER, HIGHER, LOWER = "faster", "slower", "higher", "lower"
 SAME, TOO_FEW = "no significant difference", "too few runs"
 ONLY_A, ONLY_B = "only in A", "only in B"
@@ -208,7 +212,7 @@ def sides(a: str, b: str, results: Path, where: list[select.Condition], by: str 
     """Both sides, and the settings they are compared across: ``by``, ``ignore``, and the
     column both sides are conditions on where it is a setting (``blas=blis blas=openblas``)."""
     first, second = side(a, results, where, by), side(b, results, where, by)
-    across = list(dict.fromkeys(([by] if by else []) + list(ignore or [])))
+    across = list(dict.fromkeys(([by] if by and by not in RELEASE else []) + list(ignore or [])))
     conditions = [_condition(text) for text in (a, b)]
     if all(c is not None and c.op == "=" for c in conditions) and \
             conditions[0].column == conditions[1].column and conditions[0].column not in across:
@@ -247,6 +251,10 @@ def side(text: str, results: Path, where: list[select.Condition], by: str | None
         if condition is not None:
             what, label = f"the runs of {results} with {condition}", text
             frame = select.apply(frame, [condition]) if len(frame) else frame
+        elif by in RELEASE:     # a release, as given or its first numbers (2.15: 2.15.1)
+            what, label = f"the runs of {results} with {by} {text}", f"{by}={text}"
+            frame = frame[[isinstance(v, str) and (v == text or v.startswith(f"{text}."))
+                           for v in frame[by]]] if len(frame) and by in frame.columns else frame.iloc[0:0]
         elif by:
             _setting(by, frame, "--by")
             what, label = f"the runs of {results} with {by}={text}", f"{by}={text}"

@@ -97,6 +97,11 @@ class Reference:
         added to dlbench have none)."""
         return any(key[0] == framework for key in self.cells)
 
+    def judges(self, framework: str) -> bool:
+        """Whether a paper-profile run of the framework can get a verdict against the paper:
+        it publishes numbers of it, and of the same program (not of pytorch, a port)."""
+        return self.publishes(framework) and framework not in self.meta.get("not_comparable", {})
+
     def software(self, framework: str) -> dict | None:
         """The paper's {"name", "version"} of a framework (version None where it names none)."""
         return self.meta.get("framework_versions", {}).get(framework)
@@ -234,6 +239,7 @@ def build(frame: pd.DataFrame, traces: pd.DataFrame | None = None,
     ``exclude_disturbed``."""
     ref = ref or reference()
     rows = prepare(frame)
+    _label_releases(rows)
     rows["disturbed"] = noise.reasons(rows, ["written_schema_version"] + GROUP_KEYS[1:])
     left_out = int((rows["disturbed"] != "").sum()) if exclude_disturbed else 0
     if exclude_disturbed:
@@ -280,6 +286,33 @@ def prepare(frame: pd.DataFrame) -> pd.DataFrame:
                         for label, n in zip(rows["settings_base"], rows["workers_n"])]
     rows["threads"] = rows["threads"].astype("Int64")
     return rows
+
+
+RELEASE = "; release "
+
+
+def without_release(label: str) -> str:
+    """A settings label less the release ``_label_releases`` added."""
+    return label.split(RELEASE)[0]
+
+
+def _label_releases(rows: pd.DataFrame) -> None:
+    """Where a framework ran more than one release on a machine and device, each release's
+    rows a group of their own: the release (the framework's version its runner reported;
+    for a row with none, a failed one, that of the other rows of its image) is added to
+    their settings labels, ``own; release 2.15.1``.  A framework of one release keeps its
+    labels.  (``compare --by framework_version`` pairs the releases; it splits them itself.)"""
+    version = rows["framework_version"].astype("string")
+    if "image" in rows.columns:
+        of_image = version.groupby(rows["image"]).first()
+        version = version.fillna(rows["image"].map(of_image).astype("string"))
+    if version.dropna().empty:
+        return
+    machine = [rows["host_name"], rows["host_cpu_model"], rows["framework"], rows["device"]]
+    many = version.groupby(machine).transform("nunique") > 1
+    for column in ("settings", "settings_base"):
+        rows[column] = [f"{label}{RELEASE}{v}" if split and not pd.isna(v) else label
+                        for label, v, split in zip(rows[column], version, many)]
 
 
 def _settings(row) -> tuple[str, str]:

@@ -175,7 +175,7 @@ def _spread(g, ref: paper.Report) -> float:
     libraries: MXNet's quick CIFAR-10 model, near chance, gave 17.1% on an Intel Xeon and
     21.7% on an AMD EPYC)."""
     same = _same_model(g, ref)
-    same = same[same["settings"] == g.settings]
+    same = same[same["settings"] == paper.without_release(g.settings)]
     return float(same["accuracy_pct_max"].max() - same["accuracy_pct_min"].min())
 
 
@@ -193,7 +193,7 @@ def _reference_group(g, ref: paper.Report | None):
     same = _same_model(g, ref)
     if not len(same):
         return None, f"no reference rows of {g.framework} {g.dataset} ({g.device})"
-    matching = same[same["settings"] == g.settings]
+    matching = same[same["settings"] == paper.without_release(g.settings)]   # the release: below
     if not len(matching):
         return None, (f"the reference rows of {g.framework} {g.dataset} were measured with other "
                       f"settings ({same['settings'].iloc[0].removeprefix('changed: ')})")

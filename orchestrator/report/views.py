@@ -787,7 +787,8 @@ def plan_view(jobs, seconds) -> View:
     rows = []
     for n, job in enumerate(jobs, 1):
         changed = [f"{k}={v}" for k, v in job.overrides.items()]
-        changed += [f"{k}={v}" for k, v in (("settings_from", job.settings_from), ("blas", job.blas),
+        changed += [f"{k}={v}" for k, v in (("release", job.version),
+                                             ("settings_from", job.settings_from), ("blas", job.blas),
                                              ("onednn", job.onednn), ("workers", job.workers),
                                              ("cpus", job.cpus),
                                              ("gpu", job.gpu)) if v is not None]

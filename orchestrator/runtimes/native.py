@@ -345,6 +345,11 @@ class NativeRuntime:
             return Target(f"native:{framework}", None,
                           error=f"the platforms are deployed in the {framework} image, which needs "
                                 "--runtime docker")
+        _, release = catalog.unversioned(variant)
+        if release is not None:
+            return Target(f"native:{framework}-{release}", None,
+                          f"{framework} {release} is an image of its own (--versions): run it with "
+                          "--runtime docker; the native runtime runs the host Python's")
         found = Interpreter(self.python, framework)
         return Target(found.name, found.id, found.reason)
 
