@@ -179,11 +179,16 @@ def test_a_run_shows_job_k_of_n_and_the_time_left_within_80_columns():
     assert f"job 2/{len(jobs)} caffe/mnist/quick" in text and f"about {estimate.duration(left)} left" in text
 
 
-def test_no_paper_command_is_suggested_when_no_quick_job_trained():
+def test_no_paper_command_is_suggested_when_no_quick_job_the_paper_judges_trained():
     frame = store.load(MEASUREMENTS / "2026-11-26-quick")
     trained = paper.build(frame)
     command = summary._paper_command(trained, None)[-1]
     assert isinstance(command, summary.Command) and command.strip().startswith("dlbench run")
+    # the six's quick rows: the command (and its time) holds the four the paper has numbers of
+    assert set(trained.groups["framework"]) > {"mxnet", "pytorch"}
+    assert command.strip() == "dlbench run --frameworks caffe,tensorflow,torch,theano"
+    mxnet = paper.build(frame[frame["framework"] == "mxnet"])
+    assert summary._paper_command(mxnet, None) == []
     failed = paper.build(frame.assign(status="failed", accuracy=float("nan")))
     assert summary._paper_command(failed, None) == []
     assert summary.paper_command(failed.groups.iloc[:0], failed.rows.iloc[:0]) == "dlbench run"

@@ -105,10 +105,12 @@ def _grouped(reasons: list[tuple[str, str]]) -> list[str]:
 
 
 def _paper_command(rep: paper.Report, command_results: Path | None) -> list[str]:
-    """The command of a paper verdict for the run's quick models, and its time here from
-    their measured speed."""
-    quick = rep.groups[(rep.groups["profile"] == contract.QUICK_PROFILE) & (rep.groups["ok"] > 0)]
-    if not len(quick):          # no quick job trained: no paper run to suggest
+    """The command of a paper verdict for the run's quick models of the frameworks the paper
+    can judge (not MXNet, the PyTorch port or an added framework: it has no numbers of
+    theirs), and its time here from their measured speed."""
+    quick = rep.groups[(rep.groups["profile"] == contract.QUICK_PROFILE) & (rep.groups["ok"] > 0)
+                       & rep.groups["framework"].map(rep.reference.judges)]
+    if not len(quick):          # no such quick job trained: no paper run to suggest
         return []
     models = list(dict.fromkeys(zip(quick["framework"], quick["dataset"], quick["model"],
                                     quick["device"])))
