@@ -22,6 +22,15 @@ REPO = Path(__file__).resolve().parent.parent
 QUICK = REPO / "docs" / "measurements" / "2026-11-28-exact-attacks" / "quick"
 IMAGES = 100        # test images
 CALIBRATION = 50    # training images
+# The 8-bit models' largest logit error, relative to each image's largest logit.  ONNX Runtime
+# runs its QDQ model through fused int8 kernels whose u8s8 products saturate on x86 CPUs
+# without VNNI (its quantization docs: AVX2 and AVX512 non-VNNI hosts): there the same file
+# scores further from float32 (measured 0.28 on a 2-core AVX2 AMD EPYC, where the graph run
+# unfused, as the ONNX reference evaluator computes it, stays within 0.1 of the exact QDQ
+# results; within 0.2 on AVX512-VNNI Xeons).  docs/platforms.md says so.
+VNNI = any(flag in Path("/proc/cpuinfo").read_text().split() for flag in ("avx512_vnni", "avx_vnni")) \
+    if Path("/proc/cpuinfo").is_file() else True
+INT8_BOUND = {"mobile-int8": 0.2, "onnx-int8": 0.2 if VNNI else 0.5}
 
 
 def _model(framework: str) -> bytes:
@@ -61,7 +70,7 @@ def test_a_model_runs_on_every_platform_and_float32_litert_is_the_onnx_model(dep
     assert by["mobile"].max_logit_error < 1e-4
     assert by["mobile"].accuracy == pytest.approx(float(np.mean(classes == labels)))
     for name in ("mobile-int8", "onnx-int8"):        # 8-bit: near, not equal
-        assert 1e-4 < by[name].max_logit_error < 0.2, by[name]
+        assert 1e-4 < by[name].max_logit_error < INT8_BOUND[name], by[name]
         assert by[name].mismatches <= 5
         # int8 weights: about a quarter of float32's bytes
         assert by[name].model_bytes < by["mobile"].model_bytes / 3
