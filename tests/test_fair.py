@@ -5,6 +5,7 @@ reference of its forward pass, the logit check against it, the step losses."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -147,8 +148,12 @@ def test_a_weights_file_that_does_not_fit_is_an_error_naming_the_layer(tmp_path)
 
 
 # -- real training: the frameworks' fair networks against the reference and each other ----------
-FAIR_FRAMEWORKS = ("pytorch", "caffe", "tensorflow", "mxnet", "theano", "torch")
+FAIR_FRAMEWORKS = ("pytorch", "caffe", "tensorflow", "mxnet", "theano", "torch", "pytorch2")
 OP_REPEATS = 5
+# the nominal flops a second no CPU reaches: four times a core's float32 peak (AVX-512's two FMA
+# units at 3.5 GHz make 224 GFLOP/s) times the cores, room for kernels that do fewer
+# multiplications than the nominal count (pytorch2's cifar10 conv3 made 215 a core on a Xeon)
+PEAK_FLOPS = 1e12 * os.cpu_count()
 
 
 @pytest.fixture(scope="module")
@@ -229,9 +234,13 @@ def test_every_layer_of_both_networks_is_timed_in_every_framework(fair_rows):
             assert (part["repeats"] == OP_REPEATS).all()
         forward = timed[timed["pass"] == "forward"].set_index("layer")
         assert (forward["time_s"] > 0).all(), (row.framework, row.dataset)
-        # the convolutions and the dense layers, the work, take most of the network's forward
-        heavy = forward[forward["kind"].isin(["conv", "linear"])]["time_s"].sum()
-        assert heavy > 0.2 * forward.loc["network", "time_s"], (row.framework, row.dataset)
+        # each pass computed what it was timed for: no convolution, dense layer or network ran
+        # faster than this machine's cores could compute it (a pass read before an asynchronous
+        # engine ran it would).  The bound is physical, so a busy machine cannot fail it, as it
+        # did a bound on the layers' shares (another lane's training held MXNet's pool1 at 16 ms)
+        for layer in forward[forward["flops"].notna()].itertuples():     # the network's too
+            assert layer.flops / layer.time_s < PEAK_FLOPS, (row.framework, row.dataset, layer.Index)
+        assert forward.loc["network", "time_s"] > 0
         step, = timed[timed["pass"] == "step"].itertuples()
         assert step.time_s == pytest.approx(row.train_time_s / 15)
     document = json.loads(dlbench("report", "--results", results, "--format", "json", check=True).stdout)
