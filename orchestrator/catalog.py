@@ -43,7 +43,7 @@ ENTRY_POINTS = "dlbench.frameworks"
 PATH_VARIABLE = "DLBENCH_FRAMEWORKS_PATH"
 STUDY_ORDER = ("caffe", "tensorflow", "torch", "pytorch", "mxnet", "theano")
 # dlbench's own frameworks beside the study's: the ones people choose today
-TODAY_ORDER = ("pytorch2",)
+TODAY_ORDER = ("pytorch2", "jax")
 BUILT_IN = STUDY_ORDER + TODAY_ORDER
 DATASETS = ("mnist", "cifar10")
 PROFILES = contract.PROFILES

@@ -362,7 +362,7 @@ def test_cross_settings_in_a_file_and_as_an_option(tmp_path):
                    "--dry-run")
     assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
         "dlbench: error: --settings-from 'cafe': give own, a framework (caffe, tensorflow, torch, "
-        "pytorch, mxnet, theano, pytorch2) or FRAMEWORK/DATASET (mnist, cifar10)"]
+        "pytorch, mxnet, theano, pytorch2, jax) or FRAMEWORK/DATASET (mnist, cifar10)"]
     proc = dlbench("run", "--frameworks", "pytorch", "--datasets", "mnist", "--settings-from", "caffe",
                    "--dry-run", "--format", "json", check=True)
     job, = [json.loads(line) for line in proc.stdout.splitlines()]

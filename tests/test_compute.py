@@ -87,7 +87,7 @@ def test_asking_for_the_default_keeps_the_job_id_it_had():
      "dlbench: error: --blas takes BLAS libraries, e.g. openblas,blis"),
     (("--frameworks", "caffe", "--settings-from", "caffe/imagenet"),
      "dlbench: error: --settings-from 'caffe/imagenet': give own, a framework (caffe, tensorflow, "
-     "torch, pytorch, mxnet, theano, pytorch2) or FRAMEWORK/DATASET (mnist, cifar10)"),
+     "torch, pytorch, mxnet, theano, pytorch2, jax) or FRAMEWORK/DATASET (mnist, cifar10)"),
 ])
 def test_bad_compute_options_are_one_line_errors_before_any_job(args, message):
     assert error_of(*args) == message

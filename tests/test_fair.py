@@ -148,7 +148,7 @@ def test_a_weights_file_that_does_not_fit_is_an_error_naming_the_layer(tmp_path)
 
 
 # -- real training: the frameworks' fair networks against the reference and each other ----------
-FAIR_FRAMEWORKS = ("pytorch", "caffe", "tensorflow", "mxnet", "theano", "torch", "pytorch2")
+FAIR_FRAMEWORKS = ("pytorch", "caffe", "tensorflow", "mxnet", "theano", "torch", "pytorch2", "jax")
 OP_REPEATS = 5
 # the nominal flops a second no CPU reaches: four times a core's float32 peak (AVX-512's two FMA
 # units at 3.5 GHz make 224 GFLOP/s) times the cores, room for kernels that do fewer

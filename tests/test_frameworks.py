@@ -103,9 +103,9 @@ def test_an_added_framework_is_checked_and_planned_as_the_study_s_are(monkeypatc
         campaign.read(path, RunOptions(), host_cpus=2)
     lines = [line.split(": ", 1)[1] for line in str(caught.value).splitlines()]
     assert lines == ["frameworks: unknown framework 'sklearn' (choose from caffe, tensorflow, torch, "
-                     "pytorch, mxnet, theano, pytorch2) (and 2 more problems)",
+                     "pytorch, mxnet, theano, pytorch2, jax) (and 2 more problems)",
                      "hyperparameters.sklearn: a table here must be named after a framework (caffe, "
-                     "tensorflow, torch, pytorch, mxnet, theano, pytorch2)",
+                     "tensorflow, torch, pytorch, mxnet, theano, pytorch2, jax)",
                      "limits.sklearn: unknown key"]
 
 

@@ -222,7 +222,7 @@ CHECK = FairCheck()
 # window's output).  The fair LeNet's pool1 sees many ties (the digits' blank background), so
 # the two rules train apart from the first update on.
 TIE_RULES = {"caffe": "first", "tensorflow": "first", "torch": "first", "pytorch": "first",
-             "mxnet": "first", "theano": "every", "pytorch2": "first"}
+             "mxnet": "first", "theano": "every", "pytorch2": "first", "jax": "first"}
 REFERENCE_STEPS = 10               # the first steps each framework is held to its rule's reference
 REFERENCE_VERSION = 3              # of the reference training: a cached curve of another is not read
 # |framework - reference| / |reference| of a step's loss over the first REFERENCE_STEPS steps,
