@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -376,3 +377,29 @@ def test_the_report_shows_where_the_fair_time_goes_layer_by_layer():
                 continue
             summed = sum(float(cells[name][column]) for name in names)
             assert float(cells["layers"][column]) == pytest.approx(summed, abs=0.06 * len(names))
+
+
+MEASURED = Path(__file__).resolve().parent.parent / "docs" / "measurements"
+
+
+def test_the_report_holds_today_s_frameworks_side_by_side(tmp_path, data_root):
+    """The committed jax rows, fair (beside Caffe's) and quick, in one results directory: the
+    "today" table has a row per data set for jax (not Caffe, a study framework), its fair
+    step and compile time, its checks passed against the NumPy reference, and its own model's
+    quick runs beside them; a report of the study's frameworks alone has no such table."""
+    for folder in ("2026-12-04-jax-fair", "2026-12-04-jax-quick"):
+        for part in (MEASURED / folder).iterdir():
+            if part.is_dir():
+                shutil.copytree(part, tmp_path / part.name, dirs_exist_ok=True)
+    text = dlbench("report", "--results", tmp_path, "--format", "md", "--data-dir", data_root,
+                   check=True).stdout
+    table = text.split("### Today's frameworks")[1].split("###")[0]
+    lines = [[c.strip() for c in line.strip("|").split("|")] for line in table.splitlines()
+             if line.startswith("|")][2:]
+    assert [line[:2] for line in lines] == [["cifar10", "jax"], ["mnist", "jax"]]
+    for data, framework, step, compiled, fair_pct, verified, model, own, pgd, mismatches, verdict in lines:
+        assert float(step) > 0 and float(compiled) > 0 and verified == "yes"
+        assert model == {"mnist": "flax-examples-mnist", "cifar10": "flax-examples-mnist-cnn"}[data]
+        assert float(own) > 40 and mismatches == "0" and verdict == "trains as expected"
+    assert "Today's frameworks" not in dlbench("report", "--results", FAIR_OPS, "--format", "md",
+                                               check=True).stdout

@@ -8,6 +8,8 @@ import re
 
 import pandas as pd
 
+from dlbench_runner import contract
+
 from .. import catalog
 from ..checks import fair
 from . import compare, correlations, paper, verification
@@ -541,7 +543,80 @@ def fair_views(rep: paper.Report, section: paper.Section) -> list[View]:
     found = verification.op_times(rows, rep.ops)
     for dataset, part in found.groupby("dataset", sort=False):
         views.append(op_view(dataset, part))
-    return views
+    return views + today_views(rep, section)
+
+
+# The frameworks of the "today" table: dlbench's own today's ones, and TensorFlow, the one of
+# the study's that is still the choice of many
+TODAY = (*catalog.TODAY_ORDER, "tensorflow")
+
+
+def today_views(rep: paper.Report, section: paper.Section) -> list[View]:
+    """Today's frameworks side by side, where a section has the fair runs of any of them: per
+    data set and framework (``TODAY``), the fair network's step and compile time, accuracy and
+    checks, beside the same section's quick runs of the framework's own model (its accuracy,
+    PGD accuracy, the ONNX model's mismatches, and its verdict against the reference rows)."""
+    rows = rep.rows[(rep.rows["section"] == section.index) & (rep.rows["status"] == "ok")
+                    & rep.rows["framework"].isin(TODAY)]
+    fair_runs = verification.fair_rows(rows)
+    if not len(fair_runs) or not fair_runs["framework"].isin(catalog.TODAY_ORDER).any():
+        return []
+    logits = verification.logits(fair_runs).set_index(["dataset", "framework"])["within"]
+    trained = rep.fair_reference
+    trained = (pd.Series(dtype=object) if trained is None else
+               trained[trained["section"] == section.index].set_index(["dataset", "framework"])["within"])
+    verdicts = {}
+    if rep.against_reference is not None:
+        for g in rep.against_reference.groups.itertuples():
+            verdicts[g.group] = g.verdict
+    quick = rows[rows["profile"] == contract.QUICK_PROFILE]
+    cells = []
+    for (dataset, framework), part in fair_runs.groupby(["dataset", "framework"], sort=True):
+        steps = part["hyperparameters"].map(lambda text: json.loads(text).get("steps"))
+        step_ms = (1000 * part["train_time_s"] / steps.astype(float)).median()
+        compiled = part["compile_time_s"].dropna() if "compile_time_s" in part else []
+        verified = _verified(logits.get((dataset, framework)), trained.get((dataset, framework)))
+        own = quick[(quick["dataset"] == dataset) & (quick["framework"] == framework)]
+        cells.append([dataset, framework, f"{step_ms:.1f}", _seconds(compiled.median()) if len(compiled) else "-",
+                      _pct(100 * part["accuracy"].median()), verified]
+                     + _own_cells(rep, own, verdicts))
+    return [View(
+        "Today's frameworks: the fair network in each (its mean training step, the seconds "
+        "compiled ahead, its accuracy, and whether its logits and first losses matched the "
+        "NumPy reference), beside the quick runs of its own model on this machine (their "
+        "median accuracy, PGD accuracy, the most test images the ONNX model classified "
+        "otherwise, and the verdict against dlbench's reference rows)",
+        ["data", "framework", "fair step ms", "compile s", "fair %", "verified", "own model",
+         "own %", "PGD %", "ONNX mism.", "verdict"], cells,
+        numeric={2, 3, 4, 7, 8, 9}, verdicts={10}, wrap={6, 10},
+        keys=["data", "framework", "step", "compile", "fair_accuracy", "verified", "model",
+              "accuracy", "pgd", "mismatches", "verdict"],
+        drop=["model", "mismatches", "pgd", "compile"])]
+
+
+def _verified(*checks) -> str:
+    """Whether a fair run matched the reference: "NO" where a check failed, "yes" where
+    every check passed, else "not checked"."""
+    known = [bool(c) for c in checks if c is not None and not pd.isna(c)]
+    if not all(known):
+        return "NO"
+    return "yes" if len(known) == len(checks) else "not checked"
+
+
+def _own_cells(rep: paper.Report, own: pd.DataFrame, verdicts: dict) -> list[str]:
+    """The cells of a framework's quick runs of its own model (dashes where it has none)."""
+    if not len(own):
+        return ["-", "-", "-", "-", "no quick run"]
+    pgd = "-"
+    if rep.robustness is not None and len(rep.robustness):
+        attacked = rep.robustness[rep.robustness["run_id"].isin(own["run_id"])
+                                  & (rep.robustness["attack"] == "pgd")]["accuracy"].dropna()
+        pgd = _pct(100 * attacked.median()) if len(attacked) else "-"
+    mismatches = own["migration_mismatches"].dropna() if "migration_mismatches" in own else []
+    found = {verdicts[g] for g in own["group"] if g in verdicts}
+    return [own["model"].iloc[0], _pct(100 * own["accuracy"].median()), pgd,
+            str(int(mismatches.max())) if len(mismatches) else "-",
+            "; ".join(sorted(found)) or "not judged"]
 
 
 def op_view(dataset: str, part: pd.DataFrame) -> View:
