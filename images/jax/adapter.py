@@ -35,6 +35,9 @@ graph of.
 """
 
 import os
+import time
+
+from dlbench_runner import robustness
 
 
 def mnist_cnn(nn):
@@ -115,11 +118,17 @@ class Adapter:
                           .reshape(steps, batch).astype(np.int32))
         return orders
 
+    def compiled(self, function, *args):
+        """``function`` lowered and compiled by XLA now, for the shapes of ``args``; its time
+        is the job's ``compile_time_s``."""
+        started = time.perf_counter()
+        executable = self.jax.jit(function).lower(*args).compile()
+        self.ctx.compile_time_s = time.perf_counter() - started
+        return executable
+
     def _compiled_step(self):
-        """One training step, lowered and compiled now for the shapes of every step."""
-        import time
+        """One training step, compiled now for the shapes of every step."""
         jax, optax, model, optimizer = self.jax, self.optax, self.model, self.optimizer
-        batch = min(self.hp["batch_size"], len(self.train_y))
 
         def step(params, opt_state, sums, train_x, train_y, index):
             x, y = train_x[index], train_y[index]
@@ -133,11 +142,8 @@ class Adapter:
             sums = sums + self.jnp.stack([loss * len(index), correct.astype(sums.dtype)])
             return optax.apply_updates(params, updates), opt_state, sums, loss
 
-        started = time.perf_counter()
-        compiled = jax.jit(step).lower(self.params, self.opt_state, self._no_sums(), self.train_x,
-                                       self.train_y, self.orders[0][0]).compile()
-        self.ctx.compile_time_s = time.perf_counter() - started
-        return compiled
+        return self.compiled(step, self.params, self.opt_state, self._no_sums(), self.train_x,
+                             self.train_y, self.orders[0][0])
 
     def _no_sums(self):
         """An epoch's running sums of its steps' losses (times their images) and right
@@ -174,18 +180,12 @@ class Adapter:
         for start in range(0, n, batch):
             logits = np.asarray(self._forward(self.params, self.test_x[start:start + batch]), np.float64)
             labels = self.test_y[start:start + batch]
-            loss_sum += float(self._cross_entropy(logits, labels).sum())
+            loss_sum += float(robustness.cross_entropy(logits, labels).sum())
             classes = logits.argmax(1)
             correct += int((classes == labels).sum())
             predicted.append(classes)
         return {"accuracy": correct / n, "loss": loss_sum / n,
                 "predictions": np.concatenate(predicted) if predicted else None}
-
-    def _cross_entropy(self, logits, labels):
-        np = self.np
-        shifted = logits - logits.max(axis=1, keepdims=True)
-        log_p = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
-        return -log_p[np.arange(len(labels)), labels]
 
     # -- the robustness check: the model's view of pixels, JAX's own gradients ---------
     def _pixels(self, pixels):
